@@ -1,0 +1,283 @@
+"""Noise primitives: samplers, Laplace and Gaussian calibrations, exponential mechanism, randomized response.
+
+Sampling modes (every result records which one produced it):
+
+- ``secure``: for releases. Laplace and Gaussian noise come from OpenDP's exact samplers (no
+  floating-point leak of low-order bits, Mironov 2012, cited in seed 004); all other draws (angles,
+  choices, MCMC) come from a numpy generator seeded from the OS entropy source.
+- ``demo``: a fixed seed, reproducible; only for labelled stakeholder demos, never a privacy release.
+- ``diagnostic``: fast numpy noise for internal comparisons over many trials; never released.
+
+Gaussian calibrations (MECHANISMS.md s.2), written as the largest ratio s* = sensitivity / sigma that a
+calibration admits at (eps, delta), so that sigma = s / s* and the colored-noise constraint level is
+gamma = s*^2:
+
+- ``paper`` (seed 000 eq. 5): s* = eps / sqrt(2 ln(2 / delta)).
+- ``classic`` (Dwork & Roth Thm. A.1): s* = eps / sqrt(2 ln(1.25 / delta)), valid only for eps < 1.
+- ``analytic`` (Balle & Wang 2018, Thm. 8): the largest t with
+  Phi(t/2 - eps/t) - e^eps Phi(-t/2 - eps/t) <= delta. Exact; the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import optimize, special
+
+from dpcore.errors import ParameterError
+
+SamplingMode = Literal["secure", "demo", "diagnostic"]
+Calibration = Literal["analytic", "paper", "classic"]
+CALIBRATIONS: dict[str, str] = {
+    "analytic": "Analytic Gaussian (Balle & Wang 2018): exact, smallest sigma",
+    "paper": "Paper (Ravi et al., eq. 5): sigma = s sqrt(2 ln(2/delta)) / eps",
+    "classic": "Classic (Dwork & Roth): sigma = s sqrt(2 ln(1.25/delta)) / eps, eps < 1 only",
+}
+SAMPLING_MODES: dict[str, str] = {
+    "secure": "secure: OS entropy and OpenDP's exact samplers (for releases)",
+    "demo": "DEMO: fixed seed, reproducible, not a privacy release",
+    "diagnostic": "diagnostic: fast numpy noise for internal comparisons, never released",
+}
+
+
+def _check_epsilon(epsilon: float) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating, np.integer)):
+        raise ParameterError(f"epsilon must be a number > 0 (got {epsilon!r}).")
+    eps = float(epsilon)
+    if not math.isfinite(eps) or eps <= 0:
+        raise ParameterError(f"epsilon must be a finite number > 0 (got {epsilon!r}). Try epsilon = 1.0.")
+    return eps
+
+
+def _check_delta(delta: float) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating, np.integer)):
+        raise ParameterError(f"delta must be a number in (0, 1) (got {delta!r}).")
+    dlt = float(delta)
+    if not (0.0 < dlt < 1.0):
+        raise ParameterError(
+            f"delta must be in the open interval (0, 1) (got {delta!r}); typical values are below 1/n."
+        )
+    return dlt
+
+
+def _check_sensitivity(sensitivity: float) -> float:
+    s = float(sensitivity)
+    if not math.isfinite(s) or s < 0:
+        raise ParameterError(f"sensitivity must be a finite number >= 0 (got {sensitivity!r}).")
+    return s
+
+
+class Sampler:
+    """Source of randomness for a mechanism: secure by default, seeded only in demo mode.
+
+    ``Sampler()`` is secure; ``Sampler(seed=7)`` is demo; ``Sampler.diagnostic()`` is for comparisons.
+    """
+
+    def __init__(self, seed: int | None = None, *, mode: SamplingMode | None = None) -> None:
+        if mode is None:
+            mode = "secure" if seed is None else "demo"
+        if mode not in SAMPLING_MODES:
+            raise ParameterError(f"unknown sampling mode {mode!r}; use one of {sorted(SAMPLING_MODES)}.")
+        if mode == "secure" and seed is not None:
+            raise ParameterError("secure sampling refuses a seed: seeds are allowed only in demo mode.")
+        if mode == "demo" and seed is None:
+            raise ParameterError("demo mode needs a fixed seed (an integer >= 0).")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
+        ):
+            raise ParameterError(f"seed must be an integer >= 0 (got {seed!r}).")
+        self.mode: SamplingMode = mode
+        self.seed = None if seed is None else int(seed)
+        # SeedSequence() without entropy draws 128 bits from the OS entropy source (secrets).
+        entropy = np.random.SeedSequence() if self.seed is None else np.random.SeedSequence(self.seed)
+        self.rng = np.random.Generator(np.random.PCG64(entropy))
+
+    @classmethod
+    def diagnostic(cls, seed: int | None = None) -> Sampler:
+        """Fast numpy noise for non-released comparisons (sweeps over many trials)."""
+        return cls(seed, mode="diagnostic")
+
+    def __repr__(self) -> str:
+        return f"Sampler(mode={self.mode!r}, seed={self.seed!r})"
+
+    def normal(self, size: int | Sequence[int], scale: float = 1.0) -> np.ndarray:
+        """Independent N(0, scale^2) draws of the given shape."""
+        shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        if self.mode != "secure":
+            return self.rng.normal(0.0, scale, size=shape)
+        return _opendp_noise("gaussian", shape, float(scale))
+
+    def laplace(self, size: int | Sequence[int], scale: float) -> np.ndarray:
+        """Independent Laplace(0, scale) draws of the given shape."""
+        shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        if self.mode != "secure":
+            return self.rng.laplace(0.0, scale, size=shape)
+        return _opendp_noise("laplace", shape, float(scale))
+
+
+def _opendp_noise(kind: str, shape: tuple[int, ...], scale: float) -> np.ndarray:
+    """Exact Laplace/Gaussian noise from OpenDP on a grid of step 2^k, k = floor(log2 scale) - 40."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    n = int(np.prod(shape))
+    if n == 0:
+        return np.zeros(shape)
+    if scale == 0.0:
+        return np.zeros(shape)
+    k = math.floor(math.log2(scale)) - 40
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=n)
+    if kind == "gaussian":
+        meas = dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale, k=k)
+    else:
+        meas = dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=k)
+    return np.asarray(meas([0.0] * n), dtype=float).reshape(shape)
+
+
+@dataclass(frozen=True)
+class Noisy:
+    """A noisy answer with the facts a manifest needs."""
+
+    value: np.ndarray
+    mechanism: str
+    scale: float
+    sampling_mode: SamplingMode
+
+
+# ---------------------------------------------------------------- Laplace
+
+
+def laplace_scale(l1_sensitivity: float, epsilon: float) -> float:
+    """Laplace scale b = Delta_1 / eps (seed 001; 002 Def. 2.6)."""
+    return _check_sensitivity(l1_sensitivity) / _check_epsilon(epsilon)
+
+
+def laplace_mechanism(
+    value: np.ndarray | float, l1_sensitivity: float, epsilon: float, sampler: Sampler
+) -> Noisy:
+    """eps-DP for neighbours at L1 distance <= Delta_1: value + Laplace(Delta_1 / eps) per coordinate."""
+    arr = np.asarray(value, dtype=float)
+    b = laplace_scale(l1_sensitivity, epsilon)
+    return Noisy(arr + sampler.laplace(arr.shape, b), "laplace", b, sampler.mode)
+
+
+# ---------------------------------------------------------------- Gaussian
+
+
+def analytic_delta(ratio: float, epsilon: float) -> float:
+    """delta achieved by a Gaussian with sensitivity/sigma = ratio at eps (Balle & Wang 2018, Thm. 8).
+
+    delta(t) = Phi(t/2 - eps/t) - e^eps Phi(-t/2 - eps/t), evaluated in log space for stability.
+    """
+    t = float(ratio)
+    if t <= 0:
+        return 0.0
+    log_a = special.log_ndtr(t / 2 - epsilon / t)
+    log_b = epsilon + special.log_ndtr(-t / 2 - epsilon / t)
+    if log_b >= log_a:
+        return 0.0
+    return float(math.exp(log_a) * -math.expm1(log_b - log_a))
+
+
+def _analytic_ratio(epsilon: float, delta: float) -> float:
+    """Largest t with analytic_delta(t, eps) <= delta (delta(t) increases with t)."""
+
+    def gap(log_t: float) -> float:
+        return math.log(max(analytic_delta(math.exp(log_t), epsilon), 1e-320)) - math.log(delta)
+
+    lo, hi = -10.0, 10.0
+    while gap(lo) > 0:
+        lo -= 10.0
+    while gap(hi) < 0:
+        hi += 10.0
+    log_t = optimize.brentq(gap, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
+    t = math.exp(log_t)
+    # Step down to the feasible side of the root, so the calibration never exceeds delta.
+    while analytic_delta(t, epsilon) > delta:
+        t = math.nextafter(t, 0.0)
+    return t
+
+
+def gaussian_ratio(epsilon: float, delta: float, calibration: Calibration = "analytic") -> float:
+    """s*(eps, delta): the largest sensitivity-to-sigma ratio the calibration admits (gamma = s*^2)."""
+    eps = _check_epsilon(epsilon)
+    dlt = _check_delta(delta)
+    if calibration == "analytic":
+        return _analytic_ratio(eps, dlt)
+    if calibration == "paper":
+        return eps / math.sqrt(2.0 * math.log(2.0 / dlt))
+    if calibration == "classic":
+        if eps >= 1.0:
+            raise ParameterError(
+                f"the classic Gaussian calibration is valid only for epsilon < 1 (got {eps:g}); "
+                "use the analytic calibration instead."
+            )
+        return eps / math.sqrt(2.0 * math.log(1.25 / dlt))
+    raise ParameterError(f"unknown calibration {calibration!r}; use one of {sorted(CALIBRATIONS)}.")
+
+
+def gaussian_sigma(
+    l2_sensitivity: float, epsilon: float, delta: float, calibration: Calibration = "analytic"
+) -> float:
+    """sigma = Delta_2 / s*(eps, delta) for the chosen calibration."""
+    return _check_sensitivity(l2_sensitivity) / gaussian_ratio(epsilon, delta, calibration)
+
+
+def gaussian_mechanism(
+    value: np.ndarray | float,
+    l2_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    sampler: Sampler,
+    calibration: Calibration = "analytic",
+) -> Noisy:
+    """(eps, delta)-DP for neighbours at L2 distance <= Delta_2: value + N(0, sigma^2 I)."""
+    arr = np.asarray(value, dtype=float)
+    sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, calibration)
+    return Noisy(arr + sampler.normal(arr.shape, sigma), f"gaussian ({calibration})", sigma, sampler.mode)
+
+
+# ---------------------------------------------------------------- exponential mechanism
+
+
+def exponential_probabilities(scores: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
+    """Pr[r] proportional to exp(eps q(r) / (2 Delta_q)) (seed 002 Def. 2.8), computed stably."""
+    eps = _check_epsilon(epsilon)
+    sens = _check_sensitivity(sensitivity)
+    if sens == 0:
+        raise ParameterError("the score sensitivity must be > 0 for the exponential mechanism.")
+    q = np.asarray(scores, dtype=float)
+    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)):
+        raise ParameterError("scores must be a non-empty 1-D array of finite numbers.")
+    logits = eps * q / (2.0 * sens)
+    return special.softmax(logits)
+
+
+def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, sampler: Sampler) -> int:
+    """eps-DP selection of an index for neighbours that move each score by at most Delta_q."""
+    p = exponential_probabilities(scores, epsilon, sensitivity)
+    return int(sampler.rng.choice(p.size, p=p))
+
+
+# ---------------------------------------------------------------- randomized response
+
+
+def randomized_response(bits: np.ndarray, epsilon: float, sampler: Sampler) -> np.ndarray:
+    """eps-local-DP for one bit per person: report truthfully with p = e^eps / (1 + e^eps), else flip."""
+    b = np.asarray(bits)
+    if not np.isin(b, (0, 1)).all():
+        raise ParameterError("randomized response takes bits: every value must be 0 or 1.")
+    p = float(special.expit(_check_epsilon(epsilon)))
+    keep = sampler.rng.random(b.shape) < p
+    return np.where(keep, b, 1 - b).astype(int)
+
+
+def rr_estimate(responses: np.ndarray, epsilon: float) -> float:
+    """Unbiased estimate of the true share of ones: (mean - (1 - p)) / (2p - 1) (seed 001)."""
+    p = float(special.expit(_check_epsilon(epsilon)))
+    lam = float(np.mean(np.asarray(responses, dtype=float)))
+    return (lam - (1.0 - p)) / (2.0 * p - 1.0)
