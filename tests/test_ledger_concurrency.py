@@ -1,0 +1,142 @@
+"""Ledger under 16 concurrent writers on one SQLite file: threads and spawned processes.
+
+Total demand is 16 x 4 x 0.07 = 4.48 against a budget of 1.0, so exactly floor(1.0 / 0.07) = 14 spends
+may succeed; every other attempt must be refused with BudgetExceeded and nothing may be over-spent.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dpcore.ledger import BudgetExceeded, Ledger
+
+WORKERS = 16
+TRIES = 4
+BUDGET = 1.0
+STEP = 0.07
+EXPECTED_OK = int(Decimal(repr(BUDGET)) // Decimal(repr(STEP)))  # 14
+SAME_ID_EPS = 0.1
+
+
+def _attempts(led: Ledger, worker: int, barrier: Any) -> list[tuple[str, str]]:
+    """Wait for all workers, then try TRIES spends on "many" and one spend with a shared id on "same"."""
+    barrier.wait(timeout=60)
+    outcomes = []
+    for i in range(TRIES):
+        try:
+            rec = led.spend("many", STEP, 0.0, "laplace", f"w{worker}-{i}")
+            outcomes.append(("ok", rec.request_id))
+        except BudgetExceeded:
+            outcomes.append(("refused", ""))
+        except Exception as err:  # reported and asserted against in the parent
+            outcomes.append(("error", f"{type(err).__name__}: {err}"))
+    try:
+        rec = led.spend("same", SAME_ID_EPS, 0.0, "laplace", "shared-request")
+        outcomes.append(("same", str(rec.id)))
+    except Exception as err:
+        outcomes.append(("error", f"{type(err).__name__}: {err}"))
+    return outcomes
+
+
+def _process_worker(url: str, worker: int, barrier: Any, queue: Any) -> None:
+    led = Ledger(url)
+    try:
+        queue.put((worker, _attempts(led, worker, barrier)))
+    finally:
+        led.close()
+
+
+def _prepare(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    led = Ledger(url)
+    led.set_budget("many", epsilon=BUDGET)
+    led.set_budget("same", epsilon=BUDGET)
+    led.close()
+    return url
+
+
+def _check(url: str, results: list[list[tuple[str, str]]]) -> None:
+    assert len(results) == WORKERS
+    outcomes = [o for worker in results for o in worker]
+    assert [o for o in outcomes if o[0] == "error"] == []
+    ok = [rid for kind, rid in outcomes if kind == "ok"]
+    assert len(ok) == EXPECTED_OK
+    assert sum(kind == "refused" for kind, _ in outcomes) == WORKERS * TRIES - EXPECTED_OK
+    same_ids = {rid for kind, rid in outcomes if kind == "same"}
+    assert len(same_ids) == 1
+
+    led = Ledger(url)
+    try:
+        many = led.releases("many")
+        assert sorted(r.request_id for r in many) == sorted(ok)
+        spent = sum(Decimal(repr(r.epsilon)) for r in many)
+        assert spent <= Decimal(repr(BUDGET))
+        assert spent == EXPECTED_OK * Decimal(repr(STEP))
+        assert led.remaining("many")[0] == float(Decimal(repr(BUDGET)) - spent)
+        same = led.releases("same")
+        assert [str(r.id) for r in same] == list(same_ids)
+        assert led.remaining("same") == (BUDGET - SAME_ID_EPS, 0.0)
+    finally:
+        led.close()
+
+
+def _run_threads(target: Callable[[int, Any], list[tuple[str, str]]]) -> list[list[tuple[str, str]]]:
+    barrier = threading.Barrier(WORKERS)
+    results: list[list[tuple[str, str]]] = [[] for _ in range(WORKERS)]
+
+    def run(worker: int) -> None:
+        results[worker] = target(worker, barrier)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(WORKERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+def test_threads_each_with_own_ledger(tmp_path: Path) -> None:
+    url = _prepare(tmp_path)
+
+    def target(worker: int, barrier: Any) -> list[tuple[str, str]]:
+        led = Ledger(url)
+        try:
+            return _attempts(led, worker, barrier)
+        finally:
+            led.close()
+
+    _check(url, _run_threads(target))
+
+
+def test_threads_sharing_one_ledger(tmp_path: Path) -> None:
+    url = _prepare(tmp_path)
+    shared = Ledger(url)
+    try:
+        _check(url, _run_threads(lambda worker, barrier: _attempts(shared, worker, barrier)))
+    finally:
+        shared.close()
+
+
+@pytest.mark.slow
+def test_spawned_processes(tmp_path: Path) -> None:
+    url = _prepare(tmp_path)
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(WORKERS), ctx.Queue()
+    procs = [ctx.Process(target=_process_worker, args=(url, w, barrier, queue)) for w in range(WORKERS)]
+    for p in procs:
+        p.start()
+    try:
+        results = dict(queue.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    assert [p.exitcode for p in procs] == [0] * WORKERS
+    _check(url, [results[w] for w in range(WORKERS)])
