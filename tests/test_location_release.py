@@ -1,0 +1,202 @@
+"""PriLocation, private density grids, Blowfish mean position, exponential selection (MECHANISMS.md s.4)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from dpcore.errors import DataError, ParameterError
+from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity, mean_position
+from dpcore.location.geometry import Region, haversine_m
+from dpcore.location.grids import (
+    adaptive_grid,
+    random_boxes,
+    relative_error,
+    true_box_counts,
+    uniform_grid,
+)
+from dpcore.location.prilocation import (
+    PriLocation,
+    distance_error,
+    exponential_select,
+    laplace_distance_error,
+    synthetic_visits,
+)
+from dpcore.mechanisms import Sampler, exponential_probabilities
+
+US = Region(24.0, 50.0, -125.0, -66.0)
+
+
+@pytest.fixture(scope="module")
+def airports() -> pd.DataFrame:
+    df = pd.read_csv("dpcore/samples/us_airports.csv")
+    return df[US.contains(df.latitude, df.longitude)].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def visits(airports: pd.DataFrame) -> pd.DataFrame:
+    return synthetic_visits(airports.latitude.to_numpy(), airports.longitude.to_numpy(), seed=0)
+
+
+def test_prilocation_beats_per_location_laplace_at_state_level(visits: pd.DataFrame) -> None:
+    """eps = 1, HS = 300 km ("state"): DE of PriLocation below per-location planar Laplace (report the %)."""
+    de_p, de_l = [], []
+    for t in range(3):
+        m = PriLocation(1.0, US, level="state", n_clusters=80, grid_size=30, rng=Sampler.diagnostic(t))
+        m.fit(visits.user, visits.lat, visits.lon)
+        de_p.append(m.diagnostic_distance_error_)
+        de_l.append(
+            laplace_distance_error(
+                visits.user, visits.lat, visits.lon, 1.0, 300_000.0, Sampler.diagnostic(50 + t)
+            )
+        )
+    gain = 1 - np.mean(de_p) / np.mean(de_l)
+    print(
+        f"DE PriLocation {np.mean(de_p):.3f} vs planar Laplace {np.mean(de_l):.3f}: {100 * gain:.1f}% lower"
+    )
+    assert np.mean(de_l) == pytest.approx(2.0, rel=0.1)  # E[r] / HS = 2 / eps
+    assert gain > 0.5
+
+
+def test_prilocation_budget_release_and_guarantee_structure(visits: pd.DataFrame) -> None:
+    m = PriLocation(0.8, US, hs_m=200_000.0, n_clusters=30, max_visits_per_user=5, rng=Sampler(seed=4))
+    m.fit(visits.user, visits.lat, visits.lon)
+    assert [n for n, _ in m.budget_log_] == ["clustering", "weights", "selection"]
+    assert [e for _, e in m.budget_log_] == [0.4, 0.2, 0.2]
+    assert m.budget_spent_ == pytest.approx(0.8, abs=1e-15)
+    assert m.grid_.epsilon_spent == pytest.approx(0.4) and m.grid_.neighbours == "bounded"
+    assert m.sampling_mode_ == "demo"
+    released = m.released()
+    assert set(released.columns) == {"user", "lat", "lon", "kind"}
+    assert (released.kind == "added").sum() == m.added_counts_.sum()
+    # Cap: at most 5 visits per user are used.
+    assert visits.iloc[m.diagnostic_kept_index_].groupby("user").size().max() <= 5
+    # Every replacement is a public candidate within HS/2 of a released centre.
+    rep = released[released.kind == "replaced"]
+    d = haversine_m(
+        rep.lat.to_numpy()[:, None], rep.lon.to_numpy()[:, None], m.centers_[:, 0], m.centers_[:, 1]
+    )
+    assert np.all(d.min(axis=1) <= 100_000.0 + 1e-6)
+
+
+def test_prilocation_errors(visits: pd.DataFrame) -> None:
+    with pytest.raises(ParameterError, match="exactly one"):
+        PriLocation(1.0, US).fit(visits.user, visits.lat, visits.lon)
+    with pytest.raises(ParameterError, match="unknown level"):
+        PriLocation(1.0, US, level="planet").fit(visits.user, visits.lat, visits.lon)
+    with pytest.raises(DataError, match="same length"):
+        PriLocation(1.0, US, level="city").fit(visits.user[:3], visits.lat, visits.lon)
+    with pytest.raises(ParameterError, match="n_clusters"):
+        PriLocation(1.0, US, level="city", n_clusters=10**6).fit(visits.user, visits.lat, visits.lon)
+
+
+def test_exponential_select_matches_exponential_mechanism_probabilities() -> None:
+    scores = np.array([10.0, 7.0, 4.0, 0.0, -np.inf])
+    p = exponential_probabilities(scores[:4], 1.0, 5.0)
+    choice = exponential_select(np.tile(scores, (60_000, 1)), 1.0, 5.0, Sampler(seed=9))
+    counts = np.bincount(choice, minlength=5)
+    assert counts[4] == 0
+    assert stats.chisquare(counts[:4], 60_000 * p).pvalue > 0.01
+
+
+def test_distance_error_formula() -> None:
+    # user a: mean 100 m; user b: mean 300 m -> DE = mean(0.1, 0.3) with HS = 1000
+    assert distance_error(["a", "a", "b"], [50.0, 150.0, 300.0], 1000.0) == pytest.approx(0.2)
+
+
+def test_grid_budget_sizes_and_consistency(airports: pd.DataFrame) -> None:
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    g = uniform_grid(la, lo, 1.0, US, rng=Sampler(seed=1))
+    assert g.epsilon_spent == pytest.approx(1.0) and g.epsilon_count == pytest.approx(0.05)
+    assert g.n_source == "noisy count"
+    assert g.counts.shape[0] == round(np.sqrt(g.n_estimate * 0.95 / 10))
+    g2 = uniform_grid(la, lo, 1.0, US, n_estimate=3000.0, rng=1)
+    assert g2.epsilon_count == 0.0 and g2.counts.shape == (17, 17)
+    ag = adaptive_grid(la, lo, 1.0, US, neighbours="bounded", rng=Sampler(seed=1))
+    assert ag.epsilon_spent == pytest.approx(1.0) and ag.n_source.startswith("public")
+    assert ag.counts.shape[0] == max(10, int(np.ceil(np.sqrt(len(la) * 1.0 / 10) / 4)))
+    sums = np.array(
+        [ag.leaves[a:b, 4].sum() for a, b in zip(ag.leaf_offsets[:-1], ag.leaf_offsets[1:], strict=True)]
+    )
+    np.testing.assert_allclose(sums, ag.counts.ravel(), atol=1e-8)
+    # Whole-region query = total noisy count.
+    full = np.array([[US.lat_min, US.lat_max, US.lon_min, US.lon_max]])
+    assert ag.range_query(full)[0] == pytest.approx(ag.counts.sum())
+
+
+def test_grid_error_falls_as_eps_grows(airports: pd.DataFrame) -> None:
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    boxes = random_boxes(US, 100, 3)
+    truth = true_box_counts(la, lo, boxes, US)
+    for build in (uniform_grid, adaptive_grid):
+        med = []
+        for eps in (0.05, 0.5, 5.0):
+            errs = [
+                np.median(
+                    relative_error(
+                        build(la, lo, eps, US, n_estimate=3000.0, rng=Sampler.diagnostic(t)).range_query(
+                            boxes
+                        ),
+                        truth,
+                        len(la),
+                    )
+                )
+                for t in range(3)
+            ]
+            med.append(np.mean(errs))
+        assert med[0] > med[1] > med[2], (build.__name__, med)
+
+
+def test_grid_requires_public_region() -> None:
+    with pytest.raises(ParameterError, match="public region"):
+        uniform_grid([40.0], [-100.0], 1.0, None)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match="latitude"):
+        uniform_grid([140.0], [-100.0], 1.0, US)
+
+
+def test_blowfish_mean_sensitivity_brute_force() -> None:
+    """Every edge (haversine <= theta) of a 25 x 25 lat/lon grid moves the projected mean <= the bound."""
+    region = Region(44.0, 46.0, -101.0, -98.0)
+    proj = region.projection()
+    lat, lon = np.meshgrid(np.linspace(44, 46, 25), np.linspace(-101, -98, 25), indexing="ij")
+    lat, lon = lat.ravel(), lon.ravel()
+    x, y = proj.forward(lat, lon)
+    n, theta = 7, 20_000.0
+    d = haversine_m(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    edge = d <= theta
+    l1 = (np.abs(x[:, None] - x[None, :]) + np.abs(y[:, None] - y[None, :])) / n
+    l2 = np.hypot(x[:, None] - x[None, :], y[:, None] - y[None, :]) / n
+    b1, b2 = blowfish_mean_sensitivity(n, theta, region), blowfish_mean_sensitivity(n, theta, region, "l2")
+    assert l1[edge].max() <= b1 and l2[edge].max() <= b2
+    dp = dp_mean_sensitivity(n, region)
+    assert l1.max() <= dp
+    print(f"tightness: L1 {l1[edge].max() / b1:.3f}, L2 {l2[edge].max() / b2:.3f}, DP {l1.max() / dp:.3f}")
+    assert l1[edge].max() / b1 > 0.6 and l2[edge].max() / b2 > 0.9 and l1.max() / dp > 0.95
+    assert b1 < dp / 10
+
+
+def test_mean_position_release() -> None:
+    rng = np.random.default_rng(0)
+    la, lo = rng.uniform(30, 45, 2000), rng.uniform(-110, -80, 2000)
+    rel = mean_position(la, lo, 1.0, US, theta_m=10_000.0, rng=Sampler(seed=1))
+    assert rel.policy == "blowfish" and rel.sampling_mode == "demo"
+    assert rel.laplace_scale_m == pytest.approx(rel.l1_sensitivity_m / 1.0)
+    dp = mean_position(la, lo, 1.0, US, policy="dp", rng=Sampler(seed=1))
+    assert dp.l1_sensitivity_m > 50 * rel.l1_sensitivity_m
+    with pytest.raises(ParameterError, match="theta_m"):
+        mean_position(la, lo, 1.0, US)
+
+
+def test_location_hotspots_dp_and_blowfish(airports: pd.DataFrame) -> None:
+    from dpcore.kmeans.blowfish import BlowfishKMeans
+    from dpcore.location.hotspots import location_hotspots
+
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    c, model = location_hotspots(la, lo, 4, 1.0, US, random_state=2)
+    assert c.shape == (4, 2) and model.budget_spent_ == pytest.approx(1.0)
+    _, mb = location_hotspots(la, lo, 4, 1.0, US, policy="blowfish", theta_m=20_000.0, random_state=2)
+    assert isinstance(mb, BlowfishKMeans)
+    assert mb.graph.theta == pytest.approx(20_000.0 * US.projection().max_scale(US))
+    assert mb.graph.theta > 20_000.0
+    with pytest.raises(ParameterError, match="theta_m"):
+        location_hotspots(la, lo, 4, 1.0, US, policy="blowfish")
