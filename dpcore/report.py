@@ -1,0 +1,400 @@
+"""Release bundle: manifest, downloadable files, self-contained HTML report and the stored artifact.
+
+A release (PRODUCT.md, "Two kinds of output") leaves as
+
+* ``<stem>.csv``: the released table, plain CSV;
+* ``<stem>.json``: ``{"manifest": {...}, "data": [row, ...]}``;
+* ``<stem>-manifest.json``: the manifest alone;
+* ``<stem>-report.html``: title, manifest, Plotly charts and tables in one file that opens offline
+  (plotly.js is inlined once; no external script).
+
+``stem`` is ``<name>-<request id prefix>``, prefixed with ``DEMO-`` for demo-mode outputs. The manifest
+records definition, eps, delta, mechanism, guarantee, calibration, bounds source, dataset fingerprint,
+time, user, request id and sampling mode; demo outputs carry ``"demo": true`` and a notice, and
+dataset-dependent ("local") guarantees carry a notice that they are not differential privacy.
+``save_artifacts`` stores the files as one deterministic zip whose SHA-256 goes into the ledger.
+
+:func:`make_release` is the whole release in the order that never shows an unpaid result and never
+debits twice: run the mechanism once, build and store the files, then ``Ledger.spend`` (the atomic
+budget check and debit, recording the artifact hash). The caller shows outputs only after it returns.
+If the spend is refused, the stored files are deleted and nothing is returned. A request id already
+in the ledger (a rerun or a double click) debits nothing: the first release's stored files are returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import io
+import json
+import math
+import os
+import re
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from dpcore import __version__
+from dpcore.errors import ParameterError
+from dpcore.ledger import BudgetNotSet, LedgerError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from dpcore.ledger import Ledger, ReleaseRecord
+    from dpcore.mechanisms import Sampler
+
+__all__ = [
+    "DEMO_NOTICE",
+    "LOCAL_NOTICE",
+    "Release",
+    "ReleaseRun",
+    "build_manifest",
+    "file_stem",
+    "html_report",
+    "load_artifacts",
+    "make_release",
+    "release_files",
+    "save_artifacts",
+    "sha256_file",
+]
+
+DEMO_NOTICE = "DEMO - not a privacy release"
+LOCAL_NOTICE = (
+    "Local (dataset-dependent) guarantee: not differential privacy. The noise is calibrated on this "
+    "dataset's own rows, so it can reveal information about its most extreme rows."
+)
+RELEASE_MODES = ("secure", "demo")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types: numpy scalars/arrays via ``tolist``, paths as text, non-finite floats as None."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def build_manifest(
+    *,
+    definition: str,
+    policy_label: str,
+    mechanism: str,
+    guarantee: str,
+    calibration: str,
+    epsilon: float,
+    delta: float,
+    bounds_source: str,
+    fingerprint: str,
+    sampling_mode: str,
+    user: str,
+    request_id: str,
+    parameters: Mapping[str, Any],
+    time: datetime | str | None = None,
+    dataset_id: str | None = None,
+    is_local: bool | None = None,
+) -> dict[str, Any]:
+    """The release manifest as a JSON-ready dict.
+
+    ``sampling_mode`` is ``"secure"`` or ``"demo"`` (diagnostic noise is never released). Demo adds
+    ``"demo": true`` and ``"notice": DEMO_NOTICE``. ``is_local`` (default: ``definition == "local_pdp"``)
+    adds ``"local_notice"`` saying the guarantee is not differential privacy. ``time`` defaults to now (UTC).
+    """
+    if sampling_mode not in RELEASE_MODES:
+        raise ParameterError(
+            f"sampling_mode must be one of {RELEASE_MODES}, got {sampling_mode!r}: releases use secure "
+            "sampling, or a labelled demo seed; diagnostic noise is never released."
+        )
+    if time is None:
+        time = datetime.now(UTC)
+    local = definition == "local_pdp" if is_local is None else bool(is_local)
+    manifest: dict[str, Any] = {
+        "mechanism": mechanism,
+        "definition": definition,
+        "policy": policy_label,
+        "guarantee": guarantee,
+        "is_local": local,
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "calibration": calibration,
+        "bounds_source": bounds_source,
+        "dataset_id": dataset_id,
+        "dataset_fingerprint": fingerprint,
+        "sampling_mode": sampling_mode,
+        "demo": sampling_mode == "demo",
+        "time": time.isoformat(timespec="seconds") if isinstance(time, datetime) else str(time),
+        "user": user,
+        "request_id": request_id,
+        "parameters": _jsonable(dict(parameters)),
+        "dpcore_version": __version__,
+    }
+    if manifest["demo"]:
+        manifest["notice"] = DEMO_NOTICE
+    if local:
+        manifest["local_notice"] = LOCAL_NOTICE
+    return manifest
+
+
+def file_stem(manifest: Mapping[str, Any], name: str = "release") -> str:
+    """``[DEMO-]<name>-<first 8 characters of the request id>``: the prefix of every file of a release."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "release"
+    prefix = "DEMO-" if manifest.get("demo") else ""
+    return f"{prefix}{slug}-{str(manifest['request_id'])[:8]}"
+
+
+def release_files(
+    table: pd.DataFrame, manifest: Mapping[str, Any], *, name: str = "release", html_text: str | None = None
+) -> dict[str, bytes]:
+    """File name -> content: CSV of ``table``, JSON ``{"manifest", "data"}``, manifest, HTML report."""
+    stem = file_stem(manifest, name)
+    data = json.loads(table.to_json(orient="records", double_precision=15))
+    files = {
+        f"{stem}.csv": table.to_csv(index=False).encode(),
+        f"{stem}.json": _dumps({"manifest": manifest, "data": data}),
+        f"{stem}-manifest.json": _dumps(manifest),
+    }
+    if html_text is not None:
+        files[f"{stem}-report.html"] = html_text.encode()
+    return files
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False).encode()
+
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#1d2733}"
+    "table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border:1px solid #ccd;padding:.25rem .5rem;"
+    "text-align:left;vertical-align:top}th{background:#eef2f6}.banner{padding:.75rem 1rem;margin:1rem 0;"
+    "border-radius:6px;font-weight:600}.demo{background:#fde7c2;border:1px solid #e0a030}"
+    ".local{background:#fbd6d6;border:1px solid #c44}"
+)
+
+
+def html_report(
+    title: str,
+    manifest: Mapping[str, Any],
+    figures: Sequence[go.Figure] = (),
+    tables: Sequence[tuple[str, pd.DataFrame]] = (),
+) -> str:
+    """A self-contained HTML page: manifest, figures (plotly.js inlined once, no network), tables."""
+    from plotly.offline import get_plotlyjs
+
+    heading = f"{DEMO_NOTICE}: {title}" if manifest.get("demo") else title
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(heading)}</title><style>{_CSS}</style>",
+    ]
+    if figures:
+        parts.append(f'<script type="text/javascript">{get_plotlyjs()}</script>')
+    parts += ["</head><body>", f"<h1>{html.escape(heading)}</h1>"]
+    if manifest.get("demo"):
+        parts.append(
+            f'<div class="banner demo">{html.escape(DEMO_NOTICE)}: made with a fixed seed; anyone with '
+            "the seed can reproduce and remove the noise.</div>"
+        )
+    if manifest.get("is_local"):
+        parts.append(f'<div class="banner local">{html.escape(LOCAL_NOTICE)}</div>')
+    parts.append("<h2>Manifest</h2><table>")
+    for key, value in manifest.items():
+        shown = json.dumps(_jsonable(value), ensure_ascii=False) if isinstance(value, Mapping) else value
+        parts.append(f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(str(shown))}</td></tr>")
+    parts.append("</table>")
+    for fig in figures:
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False))
+    for caption, frame in tables:
+        parts.append(f"<h2>{html.escape(caption)}</h2>")
+        parts.append(frame.to_html(index=False, border=0, escape=True, na_rep=""))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _zip_bytes(files: Mapping[str, bytes]) -> bytes:
+    """Deterministic zip (sorted names, fixed timestamps): the same files give the same bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            if Path(name).name != name or name in {"", ".", ".."}:
+                raise ParameterError(
+                    f"Artifact file name {name!r} must be a plain file name without folders."
+                )
+            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, files[name])
+    return buffer.getvalue()
+
+
+def save_artifacts(
+    directory: str | os.PathLike[str], request_id: str, files: Mapping[str, bytes]
+) -> tuple[Path, str]:
+    """Write ``files`` as ``<directory>/<request_id>-<sha12>.zip``; return its path and SHA-256 hex.
+
+    The zip is deterministic, so the hash identifies the content (check with ``sha256sum``); the file is
+    written atomically. Two runs of one request never overwrite each other (the hash is in the name).
+    """
+    if not isinstance(request_id, str) or not _SAFE_ID.match(request_id):
+        raise ParameterError(
+            f"request_id {request_id!r} is not a valid file name: use 1-128 letters, digits, '-' or '_'."
+        )
+    if not files:
+        raise ParameterError("There are no files to save; build them with release_files first.")
+    payload = _zip_bytes(files)
+    digest = hashlib.sha256(payload).hexdigest()
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{request_id}-{digest[:12]}.zip"
+    tmp = path.with_suffix(".zip.tmp")
+    tmp.write_bytes(payload)
+    os.replace(tmp, path)
+    return path, digest
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """SHA-256 hex of a file's bytes (to check an artifact against the ledger's hash)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_artifacts(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """The files stored by :func:`save_artifacts`, name -> content."""
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+ReleaseRun = Callable[["Sampler"], tuple[pd.DataFrame, Sequence["go.Figure"], Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A paid release: its ledger record, manifest, files (name -> bytes), released table and figures.
+
+    ``replayed`` is True when the request id was already in the ledger: nothing was debited, and
+    ``files``/``table`` are the first release's stored ones (``figures`` is then empty).
+    """
+
+    record: ReleaseRecord
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+    table: pd.DataFrame
+    figures: tuple[go.Figure, ...] = field(default=())
+    replayed: bool = False
+
+
+def _replay(record: ReleaseRecord) -> Release:
+    path = record.artifact_path
+    if path is None or not Path(path).is_file() or sha256_file(path) != record.artifact_hash:
+        raise LedgerError(
+            f"Request {record.request_id} was already released (ledger entry {record.id}), but its "
+            f"stored files at {path} are missing or altered. Nothing new was debited; start a new request "
+            "to release again."
+        )
+    files = load_artifacts(path)
+    bundle = next(
+        json.loads(v) for k, v in files.items() if k.endswith(".json") and not k.endswith("-manifest.json")
+    )
+    table = pd.DataFrame(bundle["data"])
+    return Release(record=record, manifest=bundle["manifest"], files=files, table=table, replayed=True)
+
+
+def make_release(
+    ledger: Ledger,
+    *,
+    dataset_id: str,
+    request_id: str,
+    run: ReleaseRun,
+    sampler: Sampler,
+    mechanism: str,
+    guarantee: str,
+    definition: str,
+    policy_label: str,
+    epsilon: float,
+    delta: float,
+    calibration: str = "",
+    bounds_source: str = "",
+    fingerprint: str = "",
+    user: str,
+    parameters: Mapping[str, Any],
+    artifacts_dir: str | os.PathLike[str],
+    title: str = "Differentially private release",
+    name: str = "release",
+    is_local: bool | None = None,
+) -> Release:
+    """Run ``run(sampler)`` once, store the files, then debit the ledger; return the paid :class:`Release`.
+
+    ``run`` returns (released table, figures, extra parameters for the manifest). Raises the ledger's
+    ``BudgetExceeded`` / ``BudgetNotSet`` (files deleted, nothing returned), ``ParameterError`` for a
+    diagnostic sampler, and whatever the mechanism raises (nothing stored, nothing debited).
+    """
+    if sampler.mode not in RELEASE_MODES:
+        raise ParameterError(
+            f"A release needs a secure (or labelled demo) sampler, got mode {sampler.mode!r}; diagnostic "
+            "noise is never released. Use Sampler() or Sampler(seed=...)."
+        )
+    previous = next((r for r in ledger.releases(dataset_id) if r.request_id == request_id), None)
+    if previous is not None:
+        return _replay(previous)
+    if ledger.budget(dataset_id) is None:
+        raise BudgetNotSet(
+            f"Dataset {dataset_id} has no privacy budget, so nothing can be released. Set its total budget "
+            "on the Privacy policy page (Ledger.set_budget)."
+        )
+    table, figures, extra = run(sampler)
+    manifest = build_manifest(
+        definition=definition,
+        policy_label=policy_label,
+        mechanism=mechanism,
+        guarantee=guarantee,
+        calibration=calibration,
+        epsilon=epsilon,
+        delta=delta,
+        bounds_source=bounds_source,
+        fingerprint=fingerprint,
+        sampling_mode=sampler.mode,
+        user=user,
+        request_id=request_id,
+        parameters={**parameters, **extra},
+        dataset_id=dataset_id,
+        is_local=is_local,
+    )
+    report = html_report(title, manifest, list(figures), [("Released table", table)])
+    files = release_files(table, manifest, name=name, html_text=report)
+    path, digest = save_artifacts(artifacts_dir, request_id, files)
+    try:
+        record = ledger.spend(
+            dataset_id,
+            epsilon,
+            delta,
+            mechanism,
+            request_id,
+            user=user,
+            fingerprint=fingerprint or None,
+            definition=definition,
+            calibration=calibration,
+            sampling_mode=sampler.mode,
+            parameters=manifest["parameters"],
+            artifact_path=path,
+            artifact_hash=digest,
+        )
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    if record.artifact_hash != digest:  # a concurrent run of the same request was recorded first
+        path.unlink(missing_ok=True)
+        return _replay(record)
+    return Release(record=record, manifest=manifest, files=files, table=table, figures=tuple(figures))

@@ -1,0 +1,266 @@
+"""Data: load a table; check schema and encodings; handle missing values; features, bounds, scaling."""
+
+import pandas as pd
+import streamlit as st
+
+from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, handle_missing, missing_report, prepare
+from ui import datasets, state
+from ui.errors import user_errors
+from ui.nav import ensure_entrypoint
+
+ensure_entrypoint()
+
+UPLOAD_ERROR_KEY = "dp_upload_error"
+UPLOAD_DONE_KEY = "dp_upload_done"
+FEATURE_KINDS = ("numeric", "categorical", "date", "latitude", "longitude")
+STRATEGIES = {
+    "drop": "drop the rows (no leak)",
+    "median": "fill with the median (data-derived: leaks)",
+    "mean": "fill with the mean (data-derived: leaks)",
+    "mode": "fill with the most frequent value (data-derived: leaks)",
+}
+SCALINGS = {
+    "none": "None (original units)",
+    "standardize": "Standardise (mean 0, std 1)",
+    "minmax": "Min-max to [-1, 1] using the public bounds",
+}
+SCALING_NOTES = {
+    "none": "Features stay in their units; the public bounds are used as entered.",
+    "standardize": "Mean and standard deviation come from the data: they leak (recorded in the manifest).",
+    "minmax": "Computed from the public bounds only: nothing leaks.",
+}
+
+
+def _source_section() -> None:
+    st.header("1. Choose a table")
+    choice = st.radio(
+        "Source",
+        [*datasets.SAMPLE_CHOICES, "Synthetic blobs", "Upload a file"],
+        horizontal=True,
+        key="data_source",
+    )
+    if choice in datasets.SAMPLE_CHOICES:
+        if st.button(f"Load {choice}", key="data_load_sample"):
+            with user_errors("loading the sample") as outcome:
+                datasets.load_sample_dataset(choice)
+            if not outcome.failed:
+                st.rerun()
+    elif choice == "Synthetic blobs":
+        a, b, c, d = st.columns(4)
+        n = a.number_input("Rows", min_value=2, max_value=200_000, value=1000, step=100)
+        dim = b.number_input("Features", min_value=1, max_value=20, value=2)
+        centers = c.number_input("Centres", min_value=1, max_value=50, value=4)
+        seed = d.number_input("Seed", min_value=0, value=0)
+        if st.button("Generate blobs", key="data_load_blobs"):
+            with user_errors("generating the blobs") as outcome:
+                datasets.load_blobs_dataset(n, dim, centers, seed)
+            if not outcome.failed:
+                st.rerun()
+    else:
+        _upload()
+
+
+def _upload() -> None:
+    limit = st.get_option("server.maxUploadSize")
+    # No extension filter: dpcore.data.load_table decides by content and explains what it cannot read
+    # (e.g. an old .xls), where the uploader would only say "file type not allowed".
+    uploaded = st.file_uploader(
+        f"Upload a table (CSV/TSV/TXT, gzip CSV, Parquet or Excel .xlsx; up to {limit} MB)", key="data_upload"
+    )
+    if uploaded is None:
+        return
+    failed = st.session_state.get(UPLOAD_ERROR_KEY)
+    if failed is not None and failed[0] == uploaded.file_id:
+        st.error(failed[1])
+        _kept()
+        return
+    if st.session_state.get(UPLOAD_DONE_KEY) == uploaded.file_id:
+        return
+    with user_errors(f"reading {uploaded.name}") as outcome:
+        datasets.load_upload(uploaded.name, uploaded.getvalue())
+    if outcome.failed:
+        st.session_state[UPLOAD_ERROR_KEY] = (uploaded.file_id, outcome.message)
+        _kept()
+        return
+    st.session_state[UPLOAD_DONE_KEY] = uploaded.file_id
+    st.rerun()
+
+
+def _kept() -> None:
+    ds = state.dataset()
+    if ds is not None:
+        st.caption(f"Nothing was changed: the dataset in use is still {ds.name}.")
+
+
+def _overview(ds: state.Dataset) -> None:
+    st.header("2. Table and schema")
+    st.markdown(
+        f"**{ds.name}** · {ds.n_rows:,} rows × {ds.raw.shape[1]} columns · "
+        f"fingerprint `{ds.fingerprint[:16]}`"
+    )
+    if ds.source:
+        st.caption(ds.source)
+    st.dataframe(ds.raw.head(20), hide_index=True)
+    st.subheader("Column kinds")
+    st.dataframe(ds.schema.to_frame(), hide_index=True)
+    a, b, c = st.columns([2, 2, 1])
+    column = a.selectbox("Column", list(ds.schema.kinds), key=f"data_kind_col_{ds.dataset_id}")
+    kind = b.selectbox(
+        "Kind", KINDS, index=KINDS.index(ds.schema.kinds[column]), key=f"data_kind_{ds.dataset_id}_{column}"
+    )
+    if c.button("Set kind", key="data_set_kind"):
+        with user_errors("changing the column kind") as outcome:
+            state.update_dataset(schema=ds.schema.with_kind(column, kind), prepared=None)
+        if not outcome.failed:
+            st.rerun()
+    _encodings(ds)
+
+
+def _encodings(ds: state.Dataset) -> None:
+    encoded = ds.schema.columns("categorical", "date")
+    if not encoded:
+        return
+    st.subheader("Encodings")
+    column = st.selectbox("Show the encoding of", encoded, key=f"data_enc_col_{ds.dataset_id}")
+    with user_errors("building the encoding"):
+        enc = column_encoding(ds.cleaned, ds.schema, column)
+        if ds.schema.kinds[column] == "date":
+            fmt = enc.format or "native datetime"
+            st.markdown(
+                f"`{column}`: days since 1970-01-01 (fractional for times), parsed with format `{fmt}`."
+            )
+            new_fmt = st.text_input(
+                "Date format (strptime)", value=enc.format or "", key=f"data_fmt_{column}"
+            )
+            if st.button("Use this date format", key="data_set_fmt") and new_fmt:
+                state.update_dataset(schema=ds.schema.with_date_format(column, new_fmt), prepared=None)
+                st.rerun()
+        else:
+            origin = "declared public" if enc.public else "read from the data (leaks which categories occur)"
+            st.markdown(f"`{column}`: category → code, categories {origin}.")
+            st.dataframe(enc.table(), hide_index=True)
+            listed = st.text_input(
+                "Declare the public category list (comma-separated, in code order)", key=f"data_cats_{column}"
+            )
+            if st.button("Declare categories", key="data_set_cats") and listed.strip():
+                cats = [c.strip() for c in listed.split(",") if c.strip()]
+                state.update_dataset(schema=ds.schema.with_categories(column, cats), prepared=None)
+                st.rerun()
+
+
+def _missing(ds: state.Dataset) -> None:
+    st.header("3. Missing values")
+    report = missing_report(ds.cleaned)
+    bad = report[(report["missing"] > 0) | (report["infinite"] > 0)]
+    for step in ds.cleaning:
+        st.caption(f"Applied: {step}")
+    if bad.empty:
+        st.success("No missing or infinite values in the current table.")
+    else:
+        st.dataframe(bad.reset_index(), hide_index=True)
+        a, b = st.columns(2)
+        columns = a.multiselect(
+            "Columns", list(bad.index), default=list(bad.index), key=f"data_missing_cols_{ds.dataset_id}"
+        )
+        strategy = b.selectbox(
+            "Treatment", MISSING_STRATEGIES, format_func=STRATEGIES.__getitem__, key="data_missing_strategy"
+        )
+        if st.button("Apply to the table", key="data_apply_missing") and columns:
+            with user_errors("handling missing values") as outcome:
+                cleaned = handle_missing(ds.cleaned, columns, strategy)
+            if not outcome.failed:
+                step = f"{strategy} on {', '.join(columns)} ({len(ds.cleaned) - len(cleaned)} rows removed)"
+                state.update_dataset(cleaned=cleaned, prepared=None, cleaning=(*ds.cleaning, step))
+                st.rerun()
+    if ds.cleaning and st.button("Reset to the table as loaded", key="data_reset_missing"):
+        state.update_dataset(cleaned=ds.raw, prepared=None, cleaning=())
+        st.rerun()
+
+
+def _features(ds: state.Dataset) -> None:
+    st.header("4. Features, public bounds and scaling")
+    options = ds.schema.columns(*FEATURE_KINDS)
+    features = st.multiselect("Features to cluster on", options, key=f"data_features_{ds.dataset_id}")
+    if not features:
+        st.info("Select at least one feature.")
+        return
+    stored = st.session_state.setdefault(f"data_bounds_{ds.dataset_id}", {})
+    st.markdown(
+        "**Public bounds** per feature: values you know without looking at the data (e.g. age 18 to 100). "
+        "Dates may be typed as 2012-01-01. Categorical features are bounded by their codes."
+    )
+    edited = st.data_editor(
+        datasets.bounds_frame(features, ds.schema, stored),
+        hide_index=True,
+        disabled=["feature", "kind"],
+        column_config={
+            "lower": st.column_config.TextColumn("lower"),
+            "upper": st.column_config.TextColumn("upper"),
+        },
+        key=f"data_bounds_editor_{ds.dataset_id}_{'|'.join(features)}",
+    )
+    data_bounds = st.checkbox(
+        "Use bounds from the data (leaks information: not private)", key="data_bounds_ok"
+    )
+    if data_bounds:
+        st.warning(
+            "Features without bounds will use the data's min and max. Those reveal the extreme values "
+            "(one person's value can set them), so the release is no longer differentially private with "
+            "respect to them. The leak is recorded in the manifest."
+        )
+    scaling = st.radio(
+        "Scaling", list(SCALINGS), format_func=SCALINGS.__getitem__, horizontal=True, key="data_scaling"
+    )
+    st.caption(SCALING_NOTES[scaling])
+    if st.button("Prepare", type="primary", key="data_prepare"):
+        with user_errors("preparing the features") as outcome:
+            bounds = datasets.parse_bounds(edited)
+            stored.update({k: (str(lo), str(hi)) for k, (lo, hi) in bounds.items()})
+            ready = prepare(
+                ds.cleaned, ds.schema, features, scaling=scaling, bounds=bounds, data_bounds_ok=data_bounds
+            )
+        if not outcome.failed:
+            state.update_dataset(prepared=ready)
+            st.rerun()
+
+
+def _prepared(ds: state.Dataset) -> None:
+    p = ds.prepared
+    if p is None:
+        return
+    st.header("5. Prepared features")
+    st.success(
+        f"{p.n_samples:,} rows × {p.n_features} features ready (scaling: {p.scaling}; "
+        f"bounds source: {p.bounds_source}; {p.n_dropped} rows dropped)."
+    )
+    for leak in p.leaks:
+        st.warning(f"Leak: {leak}")
+    for warning in p.warnings:
+        st.info(warning)
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "feature": p.feature_names,
+                "kind": p.kinds,
+                "lower": p.raw_lower,
+                "upper": p.raw_upper,
+                "bounds from": [p.bound_sources[f] for f in p.feature_names],
+                "values clipped": [p.clipped[f] for f in p.feature_names],
+                "scaled lower": p.lower,
+                "scaled upper": p.upper,
+            }
+        ),
+        hide_index=True,
+    )
+
+
+st.title("Data")
+_source_section()
+current = state.dataset()
+if current is None:
+    st.info("No dataset yet: load a sample, generate blobs or upload a file.")
+else:
+    _overview(current)
+    _missing(current)
+    _features(current)
+    _prepared(current)

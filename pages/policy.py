@@ -1,0 +1,194 @@
+"""Privacy policy: definition, parameters, their plain-language meaning, and the dataset's total budget."""
+
+import streamlit as st
+
+from dpcore.policy import (
+    DEFINITIONS,
+    METRICS,
+    NEIGHBOURS,
+    AttributeGraph,
+    DistanceThresholdGraph,
+    FullDomainGraph,
+    GeoIndistinguishability,
+    PartitionGraph,
+    Policy,
+    geo_radius_quantile,
+    make_policy,
+    truthful_probability,
+)
+from ui import state
+from ui.errors import user_errors
+from ui.nav import ensure_entrypoint
+
+ensure_entrypoint()
+
+GRAPHS = {
+    "full_domain": "Full domain (bounded DP)",
+    "partition": "Partition: values in the same block",
+    "distance_threshold": "Distance threshold: values within θ",
+    "attribute": "Attribute: records differing in at most c attributes",
+}
+FLASH_KEY = "dp_policy_flash"
+
+
+def _defaults(current: Policy) -> None:
+    """Seed the widgets from the policy in use (widget state is dropped when the page is left)."""
+    graph = getattr(current, "graph", None)
+    geo_eps = current.epsilon if current.definition == "geo_ind" else 0.01
+    values = {
+        "pol_definition": current.definition,
+        "pol_eps": current.epsilon if current.definition != "geo_ind" else 1.0,
+        "pol_delta": current.delta or 1e-6,
+        "pol_neighbours": current.neighbours if current.neighbours in NEIGHBOURS else "unbounded",
+        "pol_graph": graph.kind if graph is not None else "distance_threshold",
+        "pol_block_width": getattr(graph, "block_width", 1.0),
+        "pol_theta": getattr(graph, "theta", 1.0),
+        "pol_metric": getattr(graph, "metric", "l2"),
+        "pol_c": getattr(graph, "c", 1),
+        "pol_geo_form": "level",
+        "pol_geo_eps": geo_eps,
+        "pol_geo_level": 1.0,
+        "pol_geo_radius": 1.0 / geo_eps,
+    }
+    for key, value in values.items():
+        st.session_state.setdefault(key, value)
+
+
+def _graph_inputs(kind: str):
+    if kind == "partition":
+        width = st.number_input("Block width (feature units)", step=0.5, format="%.4g", key="pol_block_width")
+        return PartitionGraph(width)
+    if kind == "distance_threshold":
+        theta = st.number_input(
+            "θ (distance within which values stay hidden)", format="%.4g", key="pol_theta"
+        )
+        metric = st.selectbox("Metric", list(METRICS), format_func=METRICS.__getitem__, key="pol_metric")
+        return DistanceThresholdGraph(theta, metric)
+    if kind == "attribute":
+        return AttributeGraph(st.number_input("c (attributes that may differ)", step=1, key="pol_c"))
+    return FullDomainGraph()
+
+
+def _policy_inputs() -> Policy:
+    definition = st.selectbox(
+        "Definition",
+        list(DEFINITIONS),
+        format_func=lambda k: DEFINITIONS[k][0],
+        key="pol_definition",
+        help="Section 1 of MECHANISMS.md: which neighbouring datasets the release protects.",
+    )
+    st.caption(DEFINITIONS[definition][1])
+    if definition == "geo_ind":
+        form = st.radio(
+            "Give ε as",
+            ["level", "per_metre"],
+            format_func={"level": "privacy level l within radius r", "per_metre": "ε per metre"}.get,
+            horizontal=True,
+            key="pol_geo_form",
+        )
+        if form == "per_metre":
+            eps_m = st.number_input("ε per metre", step=0.001, format="%.4g", key="pol_geo_eps")
+            return make_policy("geo_ind", epsilon_per_metre=eps_m)
+        level = st.number_input("Level l", step=0.5, format="%.4g", key="pol_geo_level")
+        radius = st.number_input("Radius r (metres)", step=50.0, format="%.6g", key="pol_geo_radius")
+        return GeoIndistinguishability.from_level(level, radius)
+    eps = st.number_input("ε (epsilon)", step=0.1, format="%.4g", key="pol_eps")
+    delta = None
+    if definition in ("approx_dp", "local_pdp"):
+        delta = st.number_input("δ (delta)", step=1e-7, format="%.2e", key="pol_delta")
+    if definition in ("pure_dp", "approx_dp"):
+        neighbours = st.radio(
+            "Neighbouring datasets differ by",
+            list(NEIGHBOURS),
+            format_func=NEIGHBOURS.__getitem__,
+            key="pol_neighbours",
+        )
+        return make_policy(definition, epsilon=eps, delta=delta, neighbours=neighbours)
+    if definition == "blowfish":
+        kind = st.selectbox("Policy graph", list(GRAPHS), format_func=GRAPHS.__getitem__, key="pol_graph")
+        return make_policy("blowfish", epsilon=eps, graph=_graph_inputs(kind))
+    return make_policy(definition, epsilon=eps, delta=delta)
+
+
+def _meaning(pol: Policy) -> None:
+    st.subheader("What this means")
+    st.info(pol.guarantee)
+    st.markdown(pol.plain_language())
+    if pol.definition == "geo_ind":
+        qs = [0.5, 0.9, 0.95, 0.99]
+        radii = geo_radius_quantile(pol.epsilon, qs)
+        cols = st.columns(len(qs))
+        for col, q, r in zip(cols, qs, radii, strict=True):
+            col.metric(f"Noise radius, {q:.0%} of reports", f"{r:,.0f} m")
+    else:
+        st.metric("Truthful-answer probability", f"{truthful_probability(pol.epsilon):.2%}")
+    if pol.definition == "local_pdp":
+        st.warning(
+            "This guarantee is NOT differential privacy: the noise is calibrated on this dataset's rows."
+        )
+    elif not pol.is_dp:
+        st.caption("This is a relaxation of differential privacy: read the guarantee above before releasing.")
+
+
+def _budget() -> None:
+    st.header("Total budget for this dataset")
+    ds = state.dataset()
+    if ds is None:
+        st.info("Load a dataset on the Data page to set its budget.")
+        return
+    flash = st.session_state.pop(FLASH_KEY, None)
+    if flash:
+        st.success(flash)
+    ledger = state.ledger()
+    status = None
+    with user_errors("reading the ledger"):
+        status = ledger.budget(ds.dataset_id)
+        if status is None:
+            st.caption(
+                f"Dataset {ds.dataset_id} ({ds.name}) has no budget yet; releases are refused until set."
+            )
+        else:
+            a, b, c = st.columns(3)
+            a.metric("Total ε", f"{status.epsilon_total:.4g}")
+            b.metric("Spent ε", f"{status.epsilon_spent:.4g}")
+            c.metric("Left ε", f"{status.epsilon_left:.4g}")
+            st.caption(
+                f"δ: total {status.delta_total:.3g}, spent {status.delta_spent:.3g}, "
+                f"left {status.delta_left:.3g} · {status.n_releases} release(s)"
+            )
+    st.session_state.setdefault("pol_budget_eps", status.epsilon_total if status else 3.0)
+    st.session_state.setdefault("pol_budget_delta", status.delta_total if status else 1e-5)
+    eps_total = st.number_input("Total ε for this dataset", step=0.5, format="%.4g", key="pol_budget_eps")
+    delta_total = st.number_input(
+        "Total δ for this dataset (0 for pure DP)", step=1e-6, format="%.2e", key="pol_budget_delta"
+    )
+    st.caption(
+        "Every release debits this budget (sequential releases add up their ε and δ); a release that would "
+        "exceed it is refused. The budget can be raised, never lowered below what is spent."
+    )
+    if st.button("Save budget", type="primary"):
+        with user_errors("saving the budget") as outcome:
+            saved = ledger.set_budget(ds.dataset_id, eps_total, delta_total)
+        if not outcome.failed:
+            st.session_state[FLASH_KEY] = (
+                f"Budget saved: ε = {saved.epsilon_total:.4g}, δ = {saved.delta_total:.3g} "
+                f"(left ε = {saved.epsilon_left:.4g})."
+            )
+            st.rerun()
+
+
+st.title("Privacy policy")
+current = state.policy()
+_defaults(current)
+with user_errors("checking the policy") as checked:
+    chosen = _policy_inputs()
+if checked.failed:
+    st.caption(
+        f"Nothing was changed; the policy in use is still: {current.label}, ε = {current.epsilon:.4g}."
+    )
+else:
+    if chosen != current:
+        state.set_policy(chosen)
+        st.rerun()
+    _meaning(chosen)
+_budget()

@@ -1,0 +1,43 @@
+"""Shared fixtures: every test gets its own data folder and ledger, so ./data is never touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point DPCORE_DATA_DIR and DPCORE_LEDGER_URL at a fresh folder under ``tmp_path``."""
+    folder = tmp_path / "dpcore-data"
+    folder.mkdir()
+    monkeypatch.setenv("DPCORE_DATA_DIR", str(folder))
+    monkeypatch.setenv("DPCORE_LEDGER_URL", f"sqlite:///{(folder / 'ledger.db').as_posix()}")
+    monkeypatch.setenv("DPCORE_USER", "test-curator")
+    return folder
+
+
+@pytest.fixture
+def app_path() -> str:
+    """Path of the dashboard's entry script, for ``AppTest.from_file``."""
+    return str(APP)
+
+
+@pytest.fixture
+def downloads(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """File name -> bytes of every ``st.download_button`` payload produced during AppTest runs."""
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    captured: dict[str, bytes] = {}
+    original = MemoryMediaFileStorage.load_and_get_id
+
+    def record(self, path_or_data, mimetype, kind, filename=None):
+        if filename is not None and isinstance(path_or_data, bytes):
+            captured[filename] = path_or_data
+        return original(self, path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", record)
+    return captured

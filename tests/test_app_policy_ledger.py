@@ -1,0 +1,113 @@
+"""Privacy policy page (validation, meaning, budget), sidebar budget and the Ledger page with CSV export."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore import config
+from dpcore.data import fingerprint, infer_schema
+from dpcore.ledger import Ledger
+from dpcore.policy import ApproxDP, GeoIndistinguishability, PureDP
+from ui.state import Dataset
+
+TIMEOUT = 60
+
+
+@pytest.fixture
+def small_dataset() -> Dataset:
+    raw = pd.DataFrame({"x": [0.1, 0.5, 0.9, 0.3], "y": [1.0, 2.0, 3.0, 4.0]})
+    return Dataset(name="tiny", raw=raw, schema=infer_schema(raw), cleaned=raw, fingerprint=fingerprint(raw))
+
+
+def _policy_page(app_path: str, dataset: Dataset | None = None) -> AppTest:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT)
+    if dataset is not None:
+        at.session_state["dp_dataset"] = dataset
+    at.run()
+    return at.switch_page("pages/policy.py").run()
+
+
+def test_invalid_epsilon_shows_error_and_keeps_policy(app_path: str):
+    at = _policy_page(app_path)
+    at.number_input(key="pol_eps").set_value(0.0).run()
+    assert not at.exception
+    assert any("epsilon must be a finite number > 0" in e.value for e in at.error)
+    assert "dp_policy" not in at.session_state  # still the default ApproxDP(1, 1e-6)
+    at.number_input(key="pol_eps").set_value(1.0).run()
+    at.number_input(key="pol_delta").set_value(1.5).run()
+    assert any("delta must be in (0, 1)" in e.value for e in at.error)
+
+
+def test_valid_policies_are_stored_with_their_meaning(app_path: str):
+    at = _policy_page(app_path)
+    at.selectbox(key="pol_definition").set_value("pure_dp").run()
+    at.number_input(key="pol_eps").set_value(0.5).run()
+    assert not at.exception and not at.error
+    assert at.session_state["dp_policy"] == PureDP(0.5)
+    truthful = next(m for m in at.metric if m.label == "Truthful-answer probability")
+    assert truthful.value == "62.25%"  # e^0.5 / (1 + e^0.5)
+    at.radio(key="pol_neighbours").set_value("bounded").run()
+    assert at.session_state["dp_policy"] == PureDP(0.5, "bounded")
+
+    at.selectbox(key="pol_definition").set_value("geo_ind").run()
+    at.number_input(key="pol_geo_level").set_value(2.0).run()
+    at.number_input(key="pol_geo_radius").set_value(400.0).run()
+    assert at.session_state["dp_policy"] == GeoIndistinguishability(2.0 / 400.0)
+    radii = [m for m in at.metric if m.label.startswith("Noise radius")]
+    assert len(radii) == 4 and radii[0].value.endswith(" m")
+
+    at.selectbox(key="pol_definition").set_value("local_pdp").run()
+    assert any("NOT differential privacy" in w.value for w in at.warning)
+
+
+def test_blowfish_graph_validation(app_path: str):
+    at = _policy_page(app_path)
+    at.selectbox(key="pol_definition").set_value("blowfish").run()
+    at.selectbox(key="pol_graph").set_value("partition").run()
+    at.number_input(key="pol_block_width").set_value(0.0).run()
+    assert any("block_width must be a finite number > 0" in e.value for e in at.error)
+    at.number_input(key="pol_block_width").set_value(2.5).run()
+    assert not at.error and at.session_state["dp_policy"].graph.block_width == 2.5
+
+
+def test_budget_saved_shows_in_sidebar_and_ledger(app_path: str, small_dataset: Dataset, downloads):
+    at = _policy_page(app_path, small_dataset)
+    at.number_input(key="pol_budget_eps").set_value(0.0).run()
+    at.button[0].click().run()
+    assert any("must be > 0" in e.value for e in at.error)
+    ledger = Ledger(config.ledger_url())
+    assert ledger.budget(small_dataset.dataset_id) is None  # nothing saved
+
+    at.number_input(key="pol_budget_eps").set_value(2.0).run()
+    at.number_input(key="pol_budget_delta").set_value(1e-5).run()
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert ledger.remaining(small_dataset.dataset_id) == (2.0, 1e-5)
+    assert any("Budget saved" in s.value for s in at.success)
+    assert [m.value for m in at.metric if m.label.endswith("ε")][:3] == ["2", "0", "2"]
+
+    at.switch_page("pages/home.py").run()
+    assert [m.value for m in at.sidebar.metric] == ["2"]  # budget left in the shared sidebar
+
+    ledger.spend(small_dataset.dataset_id, 0.5, 1e-6, "ManualLaplace", "req-manual-1", parameters={"k": 2})
+    at.switch_page("pages/ledger.py").run()
+    assert not at.exception and not at.error
+    budget = next(m for m in at.metric if m.label.startswith(small_dataset.dataset_id))
+    assert budget.value == "ε 1.5" and "(tiny)" in budget.label
+    shown = at.dataframe[0].value
+    assert shown["mechanism"].tolist() == ["ManualLaplace"] and shown["user"].tolist() == ["test-curator"]
+    exported = pd.read_csv(io.BytesIO(downloads["ledger.csv"]))
+    assert exported["request_id"].tolist() == ["req-manual-1"]
+    assert exported["epsilon"].tolist() == [0.5] and exported["delta"].tolist() == [1e-6]
+    assert exported["dataset_id"].tolist() == [small_dataset.dataset_id]
+
+
+def test_default_policy_is_approx_dp(app_path: str):
+    at = _policy_page(app_path)
+    assert at.selectbox(key="pol_definition").value == "approx_dp"
+    assert at.number_input(key="pol_eps").value == 1.0 and at.number_input(key="pol_delta").value == 1e-6
+    assert ApproxDP(1.0, 1e-6).guarantee in [i.value for i in at.info]

@@ -1,0 +1,1 @@
+"""Shared Streamlit helpers for the dashboard pages: session state, sidebar, error display, releases."""

@@ -1,0 +1,303 @@
+"""Helpers of the K-means page: cached calls into dpcore, policy checks and the released-centroid table.
+
+Nothing here computes privacy or utility: clustering, noise, metrics and figures come from dpcore.
+Cached functions are keyed by :func:`data_key` (the prepared data's table fingerprint, features,
+scaling and public bounds) and the parameters; arrays are passed as ``_X``/``_labels`` (not hashed).
+The sweep is memoised in session state rather than ``st.cache_data`` because it reports progress to
+an ``st.progress`` bar: element updates made inside a cached function would be replayed on cache hits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.data import PreparedData
+from dpcore.kmeans.sweep import MECHANISMS, noise_shape, sweep
+from dpcore.mechanisms import Sampler
+from dpcore.metrics import assign, elbow_wcss, match_centers, population_table
+from dpcore.policy import Blowfish, LocalPDP, Policy, PureDP
+
+__all__ = [
+    "CALIBRATIONS",
+    "DEFAULT_MECHANISMS",
+    "EPS_OPTIONS",
+    "Draw",
+    "SweepParams",
+    "SweepResult",
+    "data_key",
+    "diagnostic_draw",
+    "elbow",
+    "mechanism_policy",
+    "policy_mismatch",
+    "release_table",
+    "released_centers_figure",
+    "run_sweep",
+    "true_clustering",
+]
+
+EPS_OPTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0)
+DEFAULT_MECHANISMS: tuple[str, ...] = ("white", "white_per_cluster", "colored", "dp_lloyd", "blowfish")
+CALIBRATIONS: dict[str, str] = {
+    "analytic": "Analytic Gaussian (Balle & Wang 2018, exact; default)",
+    "paper": "Paper (seed 000 eq. 5)",
+    "classic": "Classic (Dwork-Roth; every ε < 1 only)",
+}
+DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
+SWEEPS_KEY = "km_sweeps"
+_SWEEP_MEMO = 4
+
+
+def data_key(prep: PreparedData) -> str:
+    """Cache key of the prepared features: table fingerprint, features, scaling, bounds and size."""
+    return json.dumps(
+        {
+            "fingerprint": prep.fingerprint,
+            "features": list(prep.feature_names),
+            "scaling": prep.scaling,
+            "lower": np.asarray(prep.lower).tolist(),
+            "upper": np.asarray(prep.upper).tolist(),
+            "center": np.asarray(prep.center).tolist(),
+            "scale": np.asarray(prep.scale).tolist(),
+            "n": prep.n_samples,
+        },
+        sort_keys=True,
+    )
+
+
+@st.cache_data(show_spinner="Elbow: non-private k-means for each K...", max_entries=16)
+def elbow(key: str, _X: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
+    """``dpcore.metrics.elbow_wcss`` for ``ks`` (non-private diagnostic), cached per data key."""
+    return elbow_wcss(_X, list(ks))
+
+
+@st.cache_data(show_spinner="Fitting the non-private clustering...", max_entries=16)
+def true_clustering(key: str, _X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-private k-means (k-means++, 10 inits, seed 0): labels and TRUE centroids (diagnostic).
+
+    Taken from dpcore's white-noise estimator (its KMeans partition and ``diagnostic_true_centers_``;
+    its noisy centres are discarded), so K is validated by dpcore (K > rows, singleton clusters).
+    """
+    from dpcore.kmeans import WhiteNoiseKMeans
+
+    est = WhiteNoiseKMeans(n_clusters=k, random_state=DIAGNOSTIC_SEED, n_init=10, kmeans_random_state=0)
+    est.fit(_X)
+    return np.asarray(est.labels_, dtype=np.intp), np.asarray(est.diagnostic_true_centers_)
+
+
+# ---------------------------------------------------------------- sweep
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    """Everything that defines a comparison (with the data key): hashable, used as the memo key."""
+
+    k: int
+    mechanisms: tuple[str, ...]
+    eps: tuple[float, ...]
+    trials: int
+    delta: float
+    calibration: str
+    graph: Any = None
+    mcmc_steps: int = 30000
+    seed: int = DIAGNOSTIC_SEED
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished comparison: its data key, parameters, tidy table and warnings raised on the way."""
+
+    key: str
+    params: SweepParams
+    frame: pd.DataFrame
+    notes: tuple[str, ...] = field(default=())
+
+
+def run_sweep(
+    key: str,
+    prep: PreparedData,
+    labels: np.ndarray,
+    params: SweepParams,
+    progress: Callable[[float, str], None],
+) -> SweepResult:
+    """``dpcore.kmeans.sweep.sweep`` memoised in session state by (data key, params)."""
+    import warnings
+
+    memo: OrderedDict[tuple[str, SweepParams], SweepResult] = st.session_state.setdefault(
+        SWEEPS_KEY, OrderedDict()
+    )
+    hit = memo.get((key, params))
+    if hit is not None:
+        memo.move_to_end((key, params))
+        return hit
+    needs_bounds = any(MECHANISMS[m].needs_bounds for m in params.mechanisms)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frame = sweep(
+            prep.X,
+            labels,
+            list(params.mechanisms),
+            list(params.eps),
+            trials=params.trials,
+            delta=params.delta,
+            calibration=params.calibration,  # type: ignore[arg-type]
+            bounds=(prep.lower, prep.upper) if needs_bounds else None,
+            graph=params.graph if "blowfish" in params.mechanisms else None,
+            seed=params.seed,
+            progress=progress,
+            mcmc_steps=params.mcmc_steps,
+        )
+    notes = tuple(dict.fromkeys(str(w.message) for w in caught))
+    result = SweepResult(key, params, frame, notes)
+    memo[(key, params)] = result
+    while len(memo) > _SWEEP_MEMO:
+        memo.popitem(last=False)
+    return result
+
+
+# ---------------------------------------------------------------- one diagnostic draw per (mechanism, eps)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One diagnostic draw of a mechanism (never released): centres matched to the true ones."""
+
+    noisy_centers: np.ndarray
+    noisy_labels: np.ndarray
+    populations: pd.DataFrame
+    covariance: list[np.ndarray] | None
+    noise_trace: float | None
+    gap: float | None
+    caveats: tuple[str, ...]
+
+
+@st.cache_data(show_spinner="Drawing diagnostic noise...", max_entries=64)
+def diagnostic_draw(
+    key: str,
+    _X: np.ndarray,
+    _labels: np.ndarray,
+    _bounds: tuple[np.ndarray, np.ndarray],
+    k: int,
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    calibration: str,
+    graph: Any,
+    mcmc_steps: int,
+    seed: int = DIAGNOSTIC_SEED,
+) -> Draw:
+    """Run ``mechanism`` once with ``Sampler.diagnostic(seed)`` at ``epsilon`` (diagnostic, cached)."""
+    true_centers = true_clustering(key, _X, k)[1]
+    sampler = Sampler.diagnostic(seed)
+    if MECHANISMS[mechanism].is_local:
+        cov = noise_shape(mechanism, _X, _labels, epsilon, delta, calibration)  # type: ignore[arg-type]
+        noisy = cov.centers + cov.sample(sampler)
+        blocks, trace, gap, caveats = list(cov.blocks), cov.trace, cov.gap, tuple(cov.caveats)
+    else:
+        if mechanism == "blowfish":
+            from dpcore.kmeans.blowfish import BlowfishKMeans
+
+            est: Any = BlowfishKMeans(k, epsilon, bounds=_bounds, graph=graph, random_state=sampler)
+        elif mechanism == "dp_lloyd_mcmc":
+            from dpcore.kmeans.mcmc import LeeKiferKMeans
+
+            est = LeeKiferKMeans(k, epsilon, bounds=_bounds, n_steps=mcmc_steps, random_state=sampler)
+        else:
+            from dpcore.kmeans.lloyd import DPLloydKMeans
+
+            est = DPLloydKMeans(k, epsilon, bounds=_bounds, random_state=sampler)
+        noisy = match_centers(est.fit(_X).cluster_centers_, true_centers)
+        blocks, trace, gap, caveats = None, None, None, ()
+    return Draw(
+        noisy_centers=noisy,
+        noisy_labels=assign(_X, noisy),
+        populations=population_table(_X, true_centers, noisy),
+        covariance=blocks,
+        noise_trace=trace,
+        gap=gap,
+        caveats=caveats,
+    )
+
+
+# ---------------------------------------------------------------- release helpers
+
+
+def mechanism_policy(mechanism: str, epsilon: float, delta: float, graph: Any) -> Policy:
+    """The guarantee a release of ``mechanism`` actually has, as a policy (validates eps and delta)."""
+    info = MECHANISMS[mechanism]
+    if info.is_local:
+        return LocalPDP(epsilon, delta)
+    if info.uses_graph:
+        return Blowfish(epsilon, graph)
+    return PureDP(epsilon, neighbours="unbounded")
+
+
+def policy_mismatch(mechanism: str, policy: Policy) -> str | None:
+    """Why a release of ``mechanism`` does not meet ``policy``'s definition, or None if it does."""
+    info = MECHANISMS[mechanism]
+    name = f"{info.label} gives {'a local guarantee' if info.is_local else 'its guarantee'}"
+    if info.is_local and policy.definition != "local_pdp":
+        return (
+            f"The current policy is {policy.label}, but {info.label} is only (ε, δ)-PDP for this dataset: "
+            "its noise is calibrated on this dataset's own rows, so the release does NOT meet the policy's "
+            "definition. Its manifest and ledger entry will say 'local PDP', never ε-DP."
+        )
+    if info.uses_graph and policy.definition != "blowfish":
+        return (
+            f"The current policy is {policy.label}, but {name} under a Blowfish policy graph, which only "
+            "hides the differences the graph connects: weaker than the policy unless the graph is the full "
+            "domain. The release is recorded as Blowfish."
+        )
+    if not info.is_local and not info.uses_graph and getattr(policy, "neighbours", "") == "bounded":
+        return (
+            f"The current policy protects one row's value replaced (bounded neighbours), but {info.label} is "
+            "calibrated for one row added or removed: a replacement is a removal plus an addition, so this "
+            "release is only 2ε-DP under the policy's neighbour relation."
+        )
+    if policy.definition == "geo_ind":
+        return (
+            f"The current policy is {policy.label} (meant for single locations); {name} as ε-DP, whose ε "
+            "is not per metre. The release is recorded under its own definition."
+        )
+    return None
+
+
+def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:
+    """Released centroids: one row per cluster, columns '<f> [scaled]' and '<f> [original units]'."""
+    scaled = pd.DataFrame(np.asarray(centers, dtype=float), columns=list(prep.feature_names))
+    original = prep.decode(centers)
+    out: dict[str, Any] = {"cluster": np.arange(len(scaled))}
+    for name in prep.feature_names:
+        out[f"{name} [scaled]"] = scaled[name].to_numpy()
+    for name in prep.feature_names:
+        column = original[name]
+        if pd.api.types.is_datetime64_any_dtype(column):
+            column = column.dt.strftime("%Y-%m-%d")
+        out[f"{name} [original units]"] = column.to_numpy()
+    return pd.DataFrame(out)
+
+
+def released_centers_figure(table: pd.DataFrame, features: tuple[str, ...], mechanism: str) -> go.Figure:
+    """Grouped bars of the released centroids in the scaled space: built from released values only."""
+    columns = [f"{f} [scaled]" for f in features]
+    fig = go.Figure()
+    for i in range(len(table)):
+        fig.add_trace(
+            go.Bar(x=list(features), y=table.loc[i, columns].to_numpy(dtype=float), name=f"centre {i}")
+        )
+    fig.update_layout(
+        title={"text": f"Released centroids ({mechanism}), scaled feature space"},
+        barmode="group",
+        template="plotly_white",
+    )
+    fig.update_xaxes(title={"text": "feature"})
+    fig.update_yaxes(title={"text": "released value (scaled)"})
+    return fig

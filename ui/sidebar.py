@@ -1,0 +1,65 @@
+"""The sidebar shown on every page: current dataset, its remaining budget, policy and sampling mode."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import state
+from ui.errors import user_errors
+
+MODE_LABELS = {
+    "secure": "Release mode (secure sampling)",
+    "demo": "Demo mode (fixed seed, outputs marked DEMO - not a privacy release)",
+}
+
+
+def _dataset_section() -> None:
+    st.subheader("Dataset")
+    ds = state.dataset()
+    if ds is None:
+        st.caption("No dataset loaded: choose one on the Data page.")
+        return
+    st.markdown(f"**{ds.name}**")
+    st.caption(f"{ds.n_rows:,} rows · {ds.raw.shape[1]} columns · fingerprint `{ds.fingerprint[:12]}`")
+    if ds.prepared is not None:
+        p = ds.prepared
+        st.caption(f"Prepared: {p.n_samples:,} rows × {p.n_features} features (scaling: {p.scaling})")
+    with user_errors("reading the ledger"):
+        status = state.ledger().budget(ds.dataset_id)
+        if status is None:
+            st.caption("No privacy budget set yet (Privacy policy page).")
+        else:
+            st.metric(
+                "Budget left (ε)",
+                f"{status.epsilon_left:.4g}",
+                help=f"Total ε = {status.epsilon_total:.4g}; spent {status.epsilon_spent:.4g} "
+                f"in {status.n_releases} release(s).",
+            )
+            st.caption(f"δ left {status.delta_left:.3g} of {status.delta_total:.3g}")
+
+
+def _mode_section() -> None:
+    st.subheader("Sampling")
+    st.radio(
+        "Sampling mode",
+        options=list(MODE_LABELS),
+        format_func=MODE_LABELS.__getitem__,
+        key=state.MODE_KEY,
+        help="Releases use the OS entropy source and OpenDP's exact samplers. Demo mode fixes a seed so "
+        "stakeholder demos are reproducible; anyone with the seed can remove its noise.",
+    )
+    if state.mode() == "demo":
+        st.number_input("Demo seed", min_value=0, step=1, key=state.SEED_KEY)
+        st.warning("DEMO mode: outputs are reproducible and marked DEMO. They are not a privacy release.")
+
+
+def render_sidebar() -> None:
+    """Draw the shared sidebar (call once per run, before the page)."""
+    with st.sidebar:
+        _dataset_section()
+        pol = state.policy()
+        st.subheader("Privacy policy")
+        unit = " per metre" if pol.definition == "geo_ind" else ""
+        delta = f", δ = {pol.delta:.2g}" if pol.delta else ""
+        st.caption(f"{pol.label} · ε = {pol.epsilon:.3g}{unit}{delta}")
+        _mode_section()

@@ -1,0 +1,217 @@
+"""Typed accessors over ``st.session_state``: the current dataset, policy, ledger, user and sampling mode.
+
+Pages never touch ``st.session_state`` keys directly for these; they call the functions here.
+The dataset id used by the ledger is the first 16 hex digits of the raw table's fingerprint, so the
+same table (uploaded again, or a bundled sample) keeps its budget across sessions, whatever its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import pandas as pd
+import streamlit as st
+
+from dpcore import config
+from dpcore.data import PreparedData, Schema, fingerprint, infer_schema, load_sample, load_table, make_blobs
+from dpcore.errors import DataError
+from dpcore.ledger import Ledger
+from dpcore.mechanisms import Sampler
+from dpcore.policy import ApproxDP, Policy
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "MODE_KEY",
+    "SEED_KEY",
+    "Dataset",
+    "blobs_table",
+    "dataset",
+    "dataset_id_for",
+    "demo_seed",
+    "ledger",
+    "mode",
+    "policy",
+    "prepared",
+    "require_dataset",
+    "require_prepared",
+    "sample_table",
+    "sampler",
+    "set_dataset",
+    "set_policy",
+    "update_dataset",
+    "upload_table",
+    "user",
+]
+
+DATASET_KEY = "dp_dataset"
+POLICY_KEY = "dp_policy"
+MODE_KEY = "dp_mode"
+SEED_KEY = "dp_seed"
+RELEASE_PREFIX = "dp_release::"
+DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
+Mode = Literal["secure", "demo"]
+
+
+def dataset_id_for(table_fingerprint: str) -> str:
+    """Ledger id of a dataset: the first 16 hex digits of its raw table's fingerprint."""
+    return table_fingerprint[:16]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The table the curator works on.
+
+    ``raw`` is the table as loaded (its fingerprint names the dataset in the ledger); ``cleaned`` is
+    ``raw`` after the curator's explicit missing-value choices; ``prepared`` is the output of
+    ``dpcore.data.prepare`` on ``cleaned`` (None until the curator prepares features).
+    """
+
+    name: str
+    raw: pd.DataFrame
+    schema: Schema
+    cleaned: pd.DataFrame
+    fingerprint: str
+    source: str = ""
+    prepared: PreparedData | None = None
+    cleaning: tuple[str, ...] = ()
+
+    @property
+    def dataset_id(self) -> str:
+        return dataset_id_for(self.fingerprint)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.raw)
+
+
+# -- dataset ---------------------------------------------------------------------------------------
+
+
+def dataset() -> Dataset | None:
+    """The current dataset, or None before one is loaded."""
+    return st.session_state.get(DATASET_KEY)
+
+
+def set_dataset(name: str, raw: pd.DataFrame, *, source: str = "") -> Dataset:
+    """Make ``raw`` the current dataset (schema inferred, nothing prepared); forget pending releases."""
+    if raw.empty:
+        raise DataError(f"'{name}' has no rows; choose a file with at least one data row.")
+    ds = Dataset(
+        name=name,
+        raw=raw,
+        schema=infer_schema(raw),
+        cleaned=raw,
+        fingerprint=fingerprint(raw),
+        source=source,
+    )
+    for key in [k for k in st.session_state if str(k).startswith(RELEASE_PREFIX)]:
+        del st.session_state[key]
+    st.session_state[DATASET_KEY] = ds
+    return ds
+
+
+def update_dataset(**changes: Any) -> Dataset:
+    """Replace fields of the current dataset (``schema``, ``cleaned``, ``prepared``, ``cleaning``)."""
+    current = dataset()
+    if current is None:
+        raise DataError("No dataset is loaded; choose a sample or upload a file on the Data page first.")
+    ds = replace(current, **changes)
+    st.session_state[DATASET_KEY] = ds
+    return ds
+
+
+def prepared() -> PreparedData | None:
+    """The prepared feature matrix of the current dataset, or None."""
+    ds = dataset()
+    return None if ds is None else ds.prepared
+
+
+def require_dataset() -> Dataset:
+    """The current dataset; without one, say so, link to the Data page and stop the page."""
+    ds = dataset()
+    if ds is None:
+        st.info("No dataset yet: choose a sample or upload a file on the Data page.")
+        st.page_link("pages/data.py", label="Go to the Data page", icon=":material/table:")
+        st.stop()
+    return ds
+
+
+def require_prepared() -> tuple[Dataset, PreparedData]:
+    """The current dataset and its prepared features; otherwise a pointer to the Data page and stop."""
+    ds = require_dataset()
+    if ds.prepared is None:
+        st.info("The features are not prepared yet: select features and bounds, then press Prepare.")
+        st.page_link("pages/data.py", label="Go to the Data page", icon=":material/table:")
+        st.stop()
+    return ds, ds.prepared
+
+
+# -- cached loaders --------------------------------------------------------------------------------
+
+
+@st.cache_data(show_spinner="Loading the sample...", max_entries=4)
+def sample_table(name: str) -> pd.DataFrame:
+    """A bundled sample (``dpcore.data.SAMPLES`` key), cached per name."""
+    return load_sample(name)
+
+
+@st.cache_data(show_spinner="Reading the file...", max_entries=4)
+def upload_table(data: bytes, filename: str) -> pd.DataFrame:
+    """An uploaded file's table, cached by its bytes and name; raises ``DataError`` for bad files."""
+    return load_table(data, filename=filename)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def blobs_table(n_samples: int, n_features: int, centers: int, seed: int) -> pd.DataFrame:
+    """Synthetic Gaussian blobs (``dpcore.data.make_blobs``), cached per parameters."""
+    return make_blobs(n_samples=n_samples, n_features=n_features, centers=centers, seed=seed)
+
+
+# -- policy, ledger, user ----------------------------------------------------------------------------
+
+
+def policy() -> Policy:
+    """The current privacy policy (default: (1, 1e-6)-DP, unbounded neighbours)."""
+    return st.session_state.get(POLICY_KEY, DEFAULT_POLICY)
+
+
+def set_policy(new: Policy) -> None:
+    """Store a validated policy object (any ``dpcore.policy`` class)."""
+    st.session_state[POLICY_KEY] = new
+
+
+@st.cache_resource(show_spinner=False)
+def _ledger(url: str) -> Ledger:
+    return Ledger(url)
+
+
+def ledger() -> Ledger:
+    """The shared ledger at ``dpcore.config.ledger_url()`` (one per URL per server process)."""
+    return _ledger(config.ledger_url())
+
+
+def user() -> str:
+    """Name recorded with releases: ``DPCORE_USER`` or ``"local"``."""
+    return config.local_user()
+
+
+# -- sampling mode -----------------------------------------------------------------------------------
+
+
+def mode() -> Mode:
+    """``"secure"`` (release mode, the default) or ``"demo"`` (fixed seed, outputs marked DEMO)."""
+    return "demo" if st.session_state.get(MODE_KEY) == "demo" else "secure"
+
+
+def demo_seed() -> int | None:
+    """The demo seed in demo mode (default 0), None in release mode."""
+    if mode() != "demo":
+        return None
+    return int(st.session_state.get(SEED_KEY) or 0)
+
+
+def sampler() -> Sampler:
+    """``Sampler()`` (OS entropy, OpenDP samplers) in release mode; ``Sampler(seed)`` in demo mode."""
+    seed = demo_seed()
+    return Sampler() if seed is None else Sampler(seed)
