@@ -2,9 +2,10 @@
 
 Sampling modes (every result records which one produced it):
 
-- ``secure``: for releases. Laplace and Gaussian noise come from OpenDP's exact samplers (no
-  floating-point leak of low-order bits, Mironov 2012, cited in seed 004); all other draws (angles,
-  choices, MCMC) come from a numpy generator seeded from the OS entropy source.
+- ``secure``: for releases. Laplace and Gaussian noise come from OpenDP's exact samplers, on a lattice
+  of step 2^k well below the noise scale; :meth:`Sampler.privatize` rounds the input to that lattice
+  first, so a release's low-order bits do not reveal the input (Mironov 2012, cited in seed 004). All
+  other draws (angles, choices, MCMC) come from a numpy generator seeded from the OS entropy source.
 - ``demo``: a fixed seed, reproducible; only for labelled stakeholder demos, never a privacy release.
 - ``diagnostic``: fast numpy noise for internal comparisons over many trials; never released.
 
@@ -65,6 +66,8 @@ def _check_delta(delta: float) -> float:
 
 
 def _check_sensitivity(sensitivity: float) -> float:
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, float, np.floating, np.integer)):
+        raise ParameterError(f"sensitivity must be a number >= 0 (got {sensitivity!r}).")
     s = float(sensitivity)
     if not math.isfinite(s) or s < 0:
         raise ParameterError(f"sensitivity must be a finite number >= 0 (got {sensitivity!r}).")
@@ -118,18 +121,50 @@ class Sampler:
             return self.rng.laplace(0.0, scale, size=shape)
         return _opendp_noise("laplace", shape, float(scale))
 
+    def privatize(
+        self, value: np.ndarray | float, kind: Literal["laplace", "gaussian"], scale: float
+    ) -> np.ndarray:
+        """value + independent Laplace/Gaussian noise of this scale, free of the floating-point leak.
+
+        As in OpenDP's own measurements, the input is rounded to the noise lattice (step
+        :func:`noise_grid_step`) before the lattice-valued noise is added, so the output's low-order bits
+        carry no information about the input (Mironov 2012). Same rounding in every mode.
+        """
+        arr = snap_to_noise_grid(np.asarray(value, dtype=float), scale)
+        noise = self.laplace(arr.shape, scale) if kind == "laplace" else self.normal(arr.shape, scale)
+        return snap_to_noise_grid(arr + noise, scale)
+
+
+_GRID_BITS = 40
+
+
+def noise_grid_step(scale: float) -> float:
+    """Lattice step 2^k, k = floor(log2 scale) - 40, on which secure noise of this scale is drawn."""
+    if not math.isfinite(scale) or scale <= 0:
+        raise ParameterError(
+            f"noise scale must be a finite number > 0 (got {scale!r}); epsilon is probably too small "
+            "or the sensitivity too large."
+        )
+    return math.ldexp(1.0, math.floor(math.log2(scale)) - _GRID_BITS)
+
+
+def snap_to_noise_grid(values: np.ndarray, scale: float) -> np.ndarray:
+    """Round to the lattice of :func:`noise_grid_step` (``scale``): removes the low-order bits of a
+    noisy release that could otherwise reveal the exact input (Mironov 2012, seed 004). For noise
+    that is not lattice-valued (colored noise), pass the smallest standard deviation in play."""
+    step = noise_grid_step(scale)
+    return np.round(np.asarray(values, dtype=float) / step) * step
+
 
 def _opendp_noise(kind: str, shape: tuple[int, ...], scale: float) -> np.ndarray:
-    """Exact Laplace/Gaussian noise from OpenDP on a grid of step 2^k, k = floor(log2 scale) - 40."""
+    """Exact Laplace/Gaussian noise from OpenDP on the lattice of :func:`noise_grid_step`."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
     n = int(np.prod(shape))
-    if n == 0:
+    if n == 0 or scale == 0.0:
         return np.zeros(shape)
-    if scale == 0.0:
-        return np.zeros(shape)
-    k = math.floor(math.log2(scale)) - 40
+    k = math.floor(math.log2(noise_grid_step(scale)))
     domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=n)
     if kind == "gaussian":
         meas = dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale, k=k)
@@ -153,16 +188,20 @@ class Noisy:
 
 def laplace_scale(l1_sensitivity: float, epsilon: float) -> float:
     """Laplace scale b = Delta_1 / eps (seed 001; 002 Def. 2.6)."""
-    return _check_sensitivity(l1_sensitivity) / _check_epsilon(epsilon)
+    b = _check_sensitivity(l1_sensitivity) / _check_epsilon(epsilon)
+    if not math.isfinite(b):
+        raise ParameterError(
+            f"epsilon = {epsilon!r} is too small: the noise scale overflows. Use a larger epsilon."
+        )
+    return b
 
 
 def laplace_mechanism(
     value: np.ndarray | float, l1_sensitivity: float, epsilon: float, sampler: Sampler
 ) -> Noisy:
     """eps-DP for neighbours at L1 distance <= Delta_1: value + Laplace(Delta_1 / eps) per coordinate."""
-    arr = np.asarray(value, dtype=float)
     b = laplace_scale(l1_sensitivity, epsilon)
-    return Noisy(arr + sampler.laplace(arr.shape, b), "laplace", b, sampler.mode)
+    return Noisy(sampler.privatize(value, "laplace", b), "laplace", b, sampler.mode)
 
 
 # ---------------------------------------------------------------- Gaussian
@@ -224,7 +263,12 @@ def gaussian_sigma(
     l2_sensitivity: float, epsilon: float, delta: float, calibration: Calibration = "analytic"
 ) -> float:
     """sigma = Delta_2 / s*(eps, delta) for the chosen calibration."""
-    return _check_sensitivity(l2_sensitivity) / gaussian_ratio(epsilon, delta, calibration)
+    sigma = _check_sensitivity(l2_sensitivity) / gaussian_ratio(epsilon, delta, calibration)
+    if not math.isfinite(sigma):
+        raise ParameterError(
+            f"epsilon = {epsilon!r} is too small: the noise scale overflows. Use a larger epsilon."
+        )
+    return sigma
 
 
 def gaussian_mechanism(
@@ -236,9 +280,10 @@ def gaussian_mechanism(
     calibration: Calibration = "analytic",
 ) -> Noisy:
     """(eps, delta)-DP for neighbours at L2 distance <= Delta_2: value + N(0, sigma^2 I)."""
-    arr = np.asarray(value, dtype=float)
     sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, calibration)
-    return Noisy(arr + sampler.normal(arr.shape, sigma), f"gaussian ({calibration})", sigma, sampler.mode)
+    return Noisy(
+        sampler.privatize(value, "gaussian", sigma), f"gaussian ({calibration})", sigma, sampler.mode
+    )
 
 
 # ---------------------------------------------------------------- exponential mechanism

@@ -158,7 +158,8 @@ def release_panel(
         show_release(panel.result, key)
         again = st.checkbox(
             "Make another release with these settings (a new request: spends the budget again)",
-            key=f"{key}_again",
+            # bound to this request: once it is spent the next one needs a fresh confirmation
+            key=f"{key}_again_{panel.request_id}",
         )
         if not (again and st.button("Release again", key=f"{key}_release_again")):
             return panel.result

@@ -29,9 +29,9 @@ def _column_bytes(s: pd.Series) -> tuple[str, bytes]:
         finite = np.isfinite(values)
         if finite.all() and np.all(values == np.round(values)) and np.all(np.abs(values) < 2.0**63):
             ints = s.to_numpy(dtype=np.int64) if pd.api.types.is_integer_dtype(s) else values.astype(np.int64)
-            return "number", ints.astype("<i8").tobytes()
+            return "integer", ints.astype("<i8").tobytes()
         values = np.where(np.isnan(values), np.nan, values + 0.0)
-        return "number", values.astype("<f8").tobytes()
+        return "float", values.astype("<f8").tobytes()
     if pd.api.types.is_datetime64_any_dtype(s):
         stamps = s.dt.tz_convert("UTC").dt.tz_localize(None) if isinstance(s.dtype, pd.DatetimeTZDtype) else s
         ns = stamps.astype("datetime64[ns]").to_numpy().view(np.int64)

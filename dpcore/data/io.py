@@ -227,7 +227,13 @@ def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
         raise DataError(
             f"'{name}' contains no rows. Upload a file with a header row and at least one data row."
         )
-    header = next(row for row in csv.reader(_lines(text), delimiter=delim) if not _is_blank(row))
+    try:
+        header = next(row for row in csv.reader(_lines(text), delimiter=delim) if not _is_blank(row))
+    except csv.Error as err:
+        raise DataError(
+            f"'{name}' could not be parsed as {_DELIMITER_NAMES[delim]}-separated text ({err}). "
+            "Check for stray line breaks or unbalanced quotes, or save the file again as CSV."
+        ) from err
     bad = np.flatnonzero(widths[1:] != widths[0]) + 1
     if bad.size:
         sep = _DELIMITER_NAMES[delim]

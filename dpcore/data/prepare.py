@@ -334,7 +334,12 @@ def prepare(
         upper=(upper - center) / scale,
         raw_lower=lower,
         raw_upper=upper,
-        bounds_source="data (leaks)" if any("leaks" in s for s in sources.values()) else "curator",
+        # Standardised bounds (lo - mean) / std depend on the data even when lo is public.
+        bounds_source=(
+            "data (leaks)"
+            if scaling == "standardize" or any("leaks" in s for s in sources.values())
+            else "curator"
+        ),
         bound_sources=sources,
         scaling=scaling,
         center=center,

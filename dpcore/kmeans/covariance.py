@@ -50,7 +50,7 @@ from scipy import linalg
 from threadpoolctl import threadpool_limits
 
 from dpcore.errors import ParameterError
-from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
+from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio, snap_to_noise_grid
 
 CovarianceKind = Literal["colored", "white", "white_per_cluster"]
 GUARANTEE = (
@@ -122,6 +122,15 @@ class NoiseCovariance:
             out[:, j, :] = (z[:, start : start + r] * np.sqrt(v / self.gamma)) @ b.T
             start += r
         return out[0] if n_draws is None else out
+
+    def release(self, sampler: Sampler) -> np.ndarray:
+        """Noisy centroids c + N(0, Sigma), rounded to a lattice far below the smallest noise standard
+        deviation so that low-order bits of the output carry no trace of c (Mironov 2012)."""
+        noisy = self.centers + self.sample(sampler)
+        positive = [float(v.min()) for v in self.unit_eigenvalues if v.size]
+        if not positive:
+            return noisy
+        return snap_to_noise_grid(noisy, math.sqrt(min(positive) / self.gamma))
 
     def max_constraint(self, X: np.ndarray, labels: np.ndarray) -> float:
         """max_p Delta_p' Sigma^+ Delta_p / gamma over the rows of (X, labels); <= 1 means feasible."""
@@ -366,7 +375,7 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
     scale2 = float(np.einsum("ij,ij->i", y, y).max())
     y = y / math.sqrt(scale2)
     if r == 1:
-        return _ClusterSolution(q, np.array([scale2]), scale2, 0.0)
+        return _ClusterSolution(q, np.array([scale2 * _SAFETY]), scale2, 0.0)
     n = y.shape[0]
     cand = _initial_candidates(y, np.random.default_rng(0))
     gamma0 = None

@@ -59,7 +59,12 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
     def fit(self, X: np.ndarray, y: object = None, *, labels: np.ndarray | None = None) -> _LocalPDPKMeans:
         """Cluster (or take ``labels``), then release centroids + N(0, Sigma) noise."""
         gaussian_ratio(self.epsilon, self.delta, self.calibration)  # validate before any work
-        x = np.asarray(X, dtype=float)
+        try:
+            x = np.asarray(X, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise ParameterError(
+                "X must hold numbers only; encode categorical and date columns first (dpcore.data.prepare)."
+            ) from err
         if x.ndim != 2 or not np.isfinite(x).all():
             raise ParameterError("X must be a 2-D array of finite numbers; drop or impute NaN/inf first.")
         k = self.n_clusters
@@ -74,6 +79,8 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
             lab = km.labels_
         else:
             lab = np.asarray(labels)
+            if not np.issubdtype(lab.dtype, np.integer):
+                raise ParameterError("labels must be integer cluster indices 0..K-1, one per row.")
             if lab.shape != (x.shape[0],) or (lab.size and int(np.max(lab)) + 1 != k):
                 raise ParameterError(
                     f"labels must give one cluster index 0..{k - 1} per row, using all {k} clusters."
@@ -83,7 +90,7 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
         self.noise_covariance_ = cov
         self.diagnostic_true_centers_ = cov.centers
         self.labels_ = np.asarray(lab, dtype=np.int64)
-        self.cluster_centers_ = cov.centers + cov.sample(sampler)
+        self.cluster_centers_ = cov.release(sampler)
         self.sampling_mode_ = sampler.mode
         self.budget_spent_ = (float(self.epsilon), float(self.delta))
         self.guarantee_ = (
