@@ -1,5 +1,6 @@
 """Private k-means centroid release (MECHANISMS.md s.3)."""
 
+from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.covariance import (
     NoiseCovariance,
     RankDeficientWarning,
@@ -7,15 +8,24 @@ from dpcore.kmeans.covariance import (
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
+from dpcore.kmeans.lloyd import DPLloydKMeans, LloydRelease
 from dpcore.kmeans.local import ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans
+from dpcore.kmeans.mcmc import LeeKiferKMeans, MCMCKMeans, MCMCResult, mcmc_postprocess
 
 __all__ = [
+    "BlowfishKMeans",
     "ColoredNoiseKMeans",
+    "DPLloydKMeans",
+    "LeeKiferKMeans",
+    "LloydRelease",
+    "MCMCKMeans",
+    "MCMCResult",
     "NoiseCovariance",
     "RankDeficientWarning",
     "WhiteNoiseKMeans",
     "WhitePerClusterKMeans",
     "colored_noise_covariance",
+    "mcmc_postprocess",
     "white_noise_covariance",
     "white_per_cluster_noise_covariance",
 ]

@@ -102,6 +102,6 @@ def mean_position(
     x, y = proj.forward(la, lo)
     sampler = as_sampler(rng)
     b = laplace_scale(sens, eps)
-    noise = sampler.laplace(2, b)
-    m_lat, m_lon = proj.inverse(x.mean() + noise[0], y.mean() + noise[1])
+    noisy = sampler.privatize(np.array([x.mean(), y.mean()]), "laplace", b)
+    m_lat, m_lon = proj.inverse(noisy[0], noisy[1])
     return MeanPositionRelease(float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode)
