@@ -38,6 +38,7 @@ __all__ = [
     "elbow",
     "mechanism_policy",
     "policy_mismatch",
+    "public_bounds",
     "release_table",
     "released_centers_figure",
     "run_sweep",
@@ -110,6 +111,11 @@ class SweepParams:
     mcmc_steps: int = 30000
     seed: int = DIAGNOSTIC_SEED
 
+    def key(self) -> str:
+        """Plain-JSON identity (survives Streamlit reloading this module while the app runs)."""
+        fields = {**self.__dict__, "graph": None if self.graph is None else self.graph.to_dict()}
+        return json.dumps(fields, sort_keys=True)
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -131,12 +137,11 @@ def run_sweep(
     """``dpcore.kmeans.sweep.sweep`` memoised in session state by (data key, params)."""
     import warnings
 
-    memo: OrderedDict[tuple[str, SweepParams], SweepResult] = st.session_state.setdefault(
-        SWEEPS_KEY, OrderedDict()
-    )
-    hit = memo.get((key, params))
+    memo: OrderedDict[tuple[str, str], SweepResult] = st.session_state.setdefault(SWEEPS_KEY, OrderedDict())
+    memo_key = (key, params.key())
+    hit = memo.get(memo_key)
     if hit is not None:
-        memo.move_to_end((key, params))
+        memo.move_to_end(memo_key)
         return hit
     needs_bounds = any(MECHANISMS[m].needs_bounds for m in params.mechanisms)
     with warnings.catch_warnings(record=True) as caught:
@@ -157,7 +162,7 @@ def run_sweep(
         )
     notes = tuple(dict.fromkeys(str(w.message) for w in caught))
     result = SweepResult(key, params, frame, notes)
-    memo[(key, params)] = result
+    memo[memo_key] = result
     while len(memo) > _SWEEP_MEMO:
         memo.popitem(last=False)
     return result
@@ -270,13 +275,32 @@ def policy_mismatch(mechanism: str, policy: Policy) -> str | None:
     return None
 
 
+def public_bounds(prep: PreparedData) -> dict[str, list[float] | str]:
+    """Per feature: the curator's public bounds (encoded units), or a note for data-derived ones.
+
+    Data-derived bounds are the data's extremes: they are never written into a release.
+    """
+    return {
+        name: "data-derived (not published)"
+        if "leaks" in prep.bound_sources.get(name, "leaks")
+        else [float(prep.raw_lower[j]), float(prep.raw_upper[j])]
+        for j, name in enumerate(prep.feature_names)
+    }
+
+
 def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:
-    """Released centroids: one row per cluster, columns '<f> [scaled]' and '<f> [original units]'."""
+    """Released centroids: one row per cluster, columns '<f> [scaled]' and '<f> [original units]'.
+
+    With standardisation the scaling comes from the data's mean and standard deviation: the table then
+    holds the scaled columns only, since both coordinate systems together would reveal them exactly.
+    """
     scaled = pd.DataFrame(np.asarray(centers, dtype=float), columns=list(prep.feature_names))
-    original = prep.decode(centers)
     out: dict[str, Any] = {"cluster": np.arange(len(scaled))}
     for name in prep.feature_names:
         out[f"{name} [scaled]"] = scaled[name].to_numpy()
+    if prep.scaling == "standardize":
+        return pd.DataFrame(out)
+    original = prep.decode(centers)
     for name in prep.feature_names:
         column = original[name]
         if pd.api.types.is_datetime64_any_dtype(column):

@@ -27,7 +27,11 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("pages/locations.py", "Locations", ":material/map:"),
     ("pages/ledger.py", "Ledger", ":material/receipt_long:"),
 )
-PAGE_CONFIG = {"page_title": "DP release dashboard", "page_icon": ":material/lock:", "layout": "wide"}
+PAGE_CONFIG = {
+    "page_title": "DP release dashboard",
+    "page_icon": str(ROOT / "assets" / "favicon.png"),  # a bundled file: no icon fetched from the network
+    "layout": "wide",
+}
 _ENTRY_KEY = "dp_entrypoint_ran"
 
 

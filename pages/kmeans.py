@@ -1,0 +1,395 @@
+"""K-means: compare white vs colored noise and the DP-Lloyd family (diagnostics), then release one.
+
+Diagnostics read the raw data and cost no budget; the release runs one mechanism once, debits the ledger
+once (``ui.release.release_panel``) and is the only output meant to leave. A local mechanism (white,
+white per cluster, colored) is released under its own local PDP guarantee; when the current policy is
+a DP definition, the page asks for an explicit acknowledgement before it offers the release.
+"""
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore import plots
+from dpcore.data import PreparedData
+from dpcore.kmeans.sweep import MECHANISMS, release
+from dpcore.mechanisms import Sampler, gaussian_ratio
+from dpcore.plots.kmeans import METRIC_TITLES
+from dpcore.policy import Blowfish, FullDomainGraph, Graph
+from ui import kmeans_view as view
+from ui import state
+from ui.errors import user_errors
+from ui.release import release_panel
+
+SWEEP_KEY = "km_sweep"
+ELBOW_MAX_K = 10
+LOCAL_BADGE = "not ε-DP: calibrated on this dataset"
+DIAGNOSTIC_BANNER = (
+    "**Diagnostics (non-private).** Everything above the Release section uses the raw data (true "
+    "clustering, true centres, losses over many noisy trials). It costs no budget and is for the curator "
+    "only: do not share these charts."
+)
+
+
+def _label(key: str) -> str:
+    return MECHANISMS[key].label
+
+
+def _mechanism_header(key: str, *, guarantee: bool = True) -> None:
+    info = MECHANISMS[key]
+    if info.is_local:
+        st.badge(LOCAL_BADGE, icon=":material/warning:", color="red")
+    if guarantee:
+        st.caption(f"{info.guarantee} (seed {info.seed})")
+
+
+def _data_summary(prep: PreparedData) -> None:
+    st.markdown(
+        f"**{prep.n_samples:,} rows × {prep.n_features} features** "
+        f"({', '.join(prep.feature_names)}) · scaling: **{prep.scaling}** · bounds: **{prep.bounds_source}**"
+    )
+    for leak in prep.leaks:
+        st.caption(f"Leak recorded by the Data page: {leak}")
+
+
+def _choose_k(key: str, prep: PreparedData) -> int:
+    k = int(st.number_input("K (number of clusters)", min_value=1, value=4, step=1, key="km_k"))
+    with st.expander("Elbow chart (non-private diagnostic, costs no budget)", expanded=True):
+        ks = tuple(range(1, min(ELBOW_MAX_K, prep.n_samples) + 1))
+        with user_errors("computing the elbow chart"):
+            wcss = view.elbow(key, prep.X, ks)
+            st.plotly_chart(plots.elbow(ks, wcss, chosen_k=k), key="km_elbow")
+    if k < 2:
+        st.error("K = 1 puts every row in one cluster: there is nothing to compare. Choose K ≥ 2.")
+        st.stop()
+    return k
+
+
+def _graph() -> Graph:
+    pol = state.policy()
+    if isinstance(pol, Blowfish):
+        st.caption(f"Blowfish graph from the Privacy policy page: {pol.graph.label}.")
+        return pol.graph
+    st.caption(
+        "Blowfish graph: full domain (= bounded DP), because the current policy is not a Blowfish policy. "
+        "Choose a Blowfish policy with a partition or distance-threshold graph on the Privacy policy page to "
+        "see its gain. Graph distances apply to the prepared (scaled) features."
+    )
+    return FullDomainGraph()
+
+
+def _compare_inputs(k: int) -> view.SweepParams | None:
+    st.subheader("Mechanisms to compare")
+    chosen = []
+    for key, info in MECHANISMS.items():
+        default = key in view.DEFAULT_MECHANISMS
+        label = info.label + (" (slow: one MCMC chain per trial and ε)" if key == "dp_lloyd_mcmc" else "")
+        if st.checkbox(label, value=default, key=f"km_mech_{key}"):
+            chosen.append(key)
+        _mechanism_header(key)
+    if not chosen:
+        st.info("Tick at least one mechanism to compare.")
+        return None
+    pol = state.policy()
+    a, b, c, d = st.columns(4)
+    lo, hi = a.select_slider(
+        "ε range (log grid)", options=view.EPS_OPTIONS, value=(0.1, 10.0), key="km_eps_range"
+    )
+    grid = tuple(e for e in view.EPS_OPTIONS if lo <= e <= hi)
+    delta = b.number_input(
+        "δ (Gaussian mechanisms)",
+        min_value=0.0,
+        max_value=1.0,
+        value=float(pol.delta) if 0 < pol.delta < 1 else 1e-5,
+        format="%.1e",
+        step=1e-6,
+        key="km_delta",
+    )
+    calibration = c.selectbox(
+        "Gaussian calibration",
+        list(view.CALIBRATIONS),
+        format_func=view.CALIBRATIONS.__getitem__,
+        key="km_calibration",
+    )
+    trials = int(d.number_input("Trials per ε", min_value=1, max_value=500, value=20, key="km_trials"))
+    mcmc_steps = 30000
+    if "dp_lloyd_mcmc" in chosen:
+        mcmc_steps = int(
+            st.number_input("MCMC chain length", min_value=100, value=30000, step=1000, key="km_mcmc_steps")
+        )
+    if "dp_lloyd_mcmc" in chosen:
+        st.caption(
+            f"DP-Lloyd + MCMC runs {trials * len(grid)} chains ({trials} trials × {len(grid)} ε) of "
+            f"{mcmc_steps:,} steps each: this can take minutes. Lower the trials or the chain length."
+        )
+    graph = _graph() if "blowfish" in chosen else None
+    gaussian = any(MECHANISMS[m].needs_delta for m in chosen)
+    if gaussian and calibration == "classic" and max(grid) >= 1:
+        st.error(
+            f"The classic calibration is valid only for ε < 1, but the range reaches ε = {max(grid):g}. "
+            "Lower the upper end of the ε range below 1, or use the analytic calibration."
+        )
+        return None
+    if gaussian:
+        with user_errors("checking δ") as outcome:
+            gaussian_ratio(grid[0], delta, calibration)  # type: ignore[arg-type]
+        if outcome.failed:
+            return None
+    return view.SweepParams(
+        k=k,
+        mechanisms=tuple(chosen),
+        eps=grid,
+        trials=trials,
+        delta=float(delta),
+        calibration=calibration,
+        graph=graph,
+        mcmc_steps=mcmc_steps,
+    )
+
+
+def _run(key: str, prep: PreparedData, labels: np.ndarray, params: view.SweepParams) -> None:
+    bar = st.progress(0.0, text="Starting the comparison...")
+
+    def progress(fraction: float, message: str) -> None:
+        bar.progress(float(min(max(fraction, 0.0), 1.0)), text=message)
+
+    with user_errors("running the comparison") as outcome:
+        st.session_state[SWEEP_KEY] = view.run_sweep(key, prep, labels, params, progress)
+    bar.empty()
+    if not outcome.failed:
+        st.rerun()
+
+
+@st.fragment
+def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -> None:
+    """Single-ε view: embedding, populations, violins; reruns alone (the sweep is not recomputed)."""
+    params = result.params
+    a, b = st.columns(2)
+    eps = a.select_slider(
+        "ε for the detailed view",
+        options=params.eps,
+        value=params.eps[len(params.eps) // 2],
+        key="km_view_eps",
+    )
+    shown = b.selectbox("Mechanism shown", params.mechanisms, format_func=_label, key="km_view_mech")
+    _mechanism_header(shown, guarantee=False)
+    with user_errors("drawing the detailed view") as outcome:
+        bounds = (prep.lower, prep.upper)
+        args = (result.key, prep.X, labels, bounds, params.k)
+        rest = (params.delta, params.calibration, params.graph, params.mcmc_steps)
+        draw = view.diagnostic_draw(*args, shown, float(eps), *rest)
+        local = [m for m in params.mechanisms if MECHANISMS[m].is_local]
+        ellipses = {m: view.diagnostic_draw(*args, m, float(eps), *rest) for m in local}
+    if outcome.failed:
+        return
+    for caveat in draw.caveats:
+        st.warning(caveat)
+    if ellipses:
+        cols = st.columns(len(ellipses))
+        for col, (m, d) in zip(cols, ellipses.items(), strict=True):
+            gap = f" · optimality gap ≤ {d.gap:.1%}" if m == "colored" and d.gap is not None else ""
+            col.metric(
+                f"{_label(m)}: total noise variance tr(Σ)", f"{d.noise_trace:.4g}", help=f"ε = {eps:g}{gap}"
+            )
+    level = st.radio(
+        "Noise ellipses",
+        ["1sigma", "95%"],
+        format_func={"1sigma": "1 standard deviation", "95%": "95% of the noise"}.get,
+        horizontal=True,
+        key="km_view_level",
+    )
+    true_centers = view.true_clustering(result.key, prep.X, params.k)[1]
+    fig = plots.embedding(
+        prep.X,
+        true_centers,
+        draw.noisy_centers,
+        {m: d.covariance for m, d in ellipses.items()},
+        labels=labels,
+        noisy_name=f"{_label(shown)} centres (ε = {eps:g})",
+        level=level,
+    )
+    st.plotly_chart(fig, key="km_embedding")
+    st.caption(
+        "White noise draws circles, colored noise ellipses; DP-Lloyd-type noise (Laplace on sums over "
+        "several rounds) has no ellipse."
+    )
+    left, right = st.columns([2, 1])
+    left.plotly_chart(plots.population_table_figure(draw.populations), key="km_populations")
+    right.dataframe(draw.populations)
+    ds = state.dataset()
+    numeric = [c for c in ds.schema.columns("numeric") if c in prep.frame.columns] if ds else []
+    defaults = [f for f in prep.feature_names if f in numeric][:2]
+    columns = st.multiselect(
+        "Columns for the per-cluster violins", numeric, default=defaults, key="km_violins"
+    )
+    for column in columns:
+        with user_errors(f"drawing the violins of {column}"):
+            st.plotly_chart(
+                plots.violins(
+                    prep.frame, column, labels, draw.noisy_labels, noisy_name=f"{_label(shown)} labels"
+                ),
+                key=f"km_violin_{column}",
+            )
+
+
+def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray) -> None:
+    st.header("2. Compare mechanisms (diagnostics)")
+    params = _compare_inputs(k)
+    if st.button("Run comparison", type="primary", disabled=params is None, key="km_run") and params:
+        _run(key, prep, labels, params)
+    result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
+    if result is None or result.key != key:
+        st.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
+        return
+    if params is None or result.params.key() != params.key():
+        st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
+    for note in result.notes:
+        st.warning(note)
+    metrics = [m for m in METRIC_TITLES if m in result.frame.columns]
+    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key="km_metric")
+    st.plotly_chart(plots.loss_vs_eps(result.frame, metric), key="km_loss")
+    _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
+
+
+def _release(prep: PreparedData, k: int, labels: np.ndarray) -> None:
+    st.header("3. Release (the only output meant to leave)")
+    pol = state.policy()
+    a, b, c = st.columns(3)
+    mech = a.selectbox(
+        "Mechanism to release",
+        list(MECHANISMS),
+        index=list(MECHANISMS).index("dp_lloyd"),
+        format_func=_label,
+        key="km_rel_mech",
+    )
+    info = MECHANISMS[mech]
+    default_eps = 1.0 if pol.definition == "geo_ind" else float(pol.epsilon)
+    eps = float(
+        b.number_input("ε to spend", min_value=0.0, value=default_eps, format="%.4g", key="km_rel_eps")
+    )
+    delta, calibration = 0.0, "none (Laplace noise)"
+    if info.is_local:
+        delta = float(
+            c.number_input(
+                "δ to spend",
+                min_value=0.0,
+                max_value=1.0,
+                value=float(pol.delta) if 0 < pol.delta < 1 else 1e-6,
+                format="%.1e",
+                step=1e-7,
+                key="km_rel_delta",
+            )
+        )
+        calibration = st.selectbox(
+            "Gaussian calibration",
+            list(view.CALIBRATIONS),
+            format_func=view.CALIBRATIONS.__getitem__,
+            key="km_rel_calibration",
+        )
+    _mechanism_header(mech, guarantee=False)
+    graph = _graph() if info.uses_graph else None
+    with user_errors("checking the release parameters") as outcome:
+        release_policy = view.mechanism_policy(mech, eps, delta, graph)
+        if info.is_local:
+            gaussian_ratio(eps, delta, calibration)  # type: ignore[arg-type]
+    if outcome.failed:
+        return
+    if info.needs_bounds and prep.bounds_source != "curator":
+        st.warning(
+            f"{info.label} needs public bounds, but some bounds were taken from the data "
+            f"({prep.bounds_source}): they reveal extreme values, so this release is not private with "
+            "respect to them. Enter curator bounds on the Data page to fix this."
+        )
+    mismatch = view.policy_mismatch(mech, pol)
+    if mismatch:
+        st.warning(mismatch)
+        if not st.checkbox(
+            "I understand: release under the mechanism's own guarantee (recorded in the manifest and ledger)",
+            key=f"km_rel_ack_{mech}",
+        ):
+            st.info("Tick the acknowledgement to continue, or choose a mechanism that meets the policy.")
+            return
+    if info.is_local:
+        with user_errors("checking the noise"):
+            for caveat in view.diagnostic_draw(
+                view.data_key(prep),
+                prep.X,
+                labels,
+                (prep.lower, prep.upper),
+                k,
+                mech,
+                eps,
+                delta,
+                calibration,
+                None,
+                0,
+            ).caveats:
+                st.warning(caveat)
+
+    def run(sampler: Sampler) -> tuple[pd.DataFrame, list[go.Figure], dict[str, Any]]:
+        released = release(
+            mech,
+            prep.X,
+            labels if info.is_local else None,
+            epsilon=eps,
+            delta=delta if info.is_local else None,
+            sampler=sampler,
+            calibration=calibration if info.is_local else "analytic",
+            n_clusters=k,
+            bounds=(prep.lower, prep.upper) if info.needs_bounds else None,
+            graph=graph,
+        )
+        table = view.release_table(prep, released.centers)
+        figure = view.released_centers_figure(table, prep.feature_names, info.label)
+        extra = {
+            "columns": "'<feature> [scaled]': the prepared feature space; '<feature> [original units]': "
+            "after undoing the scaling and decoding categories and dates",
+            "guarantee_detail": released.guarantee,
+            **released.details,
+        }
+        return table, [figure], extra
+
+    params = {
+        "mechanism_key": mech,
+        "k": k,
+        "features": list(prep.feature_names),
+        "scaling": prep.scaling,
+        "public_bounds": view.public_bounds(prep),
+        "prepared_fingerprint": prep.fingerprint,
+        "calibration": calibration,
+        "graph": graph.to_dict() if graph is not None else None,
+    }
+    release_panel(
+        key="kmeans",
+        mechanism=info.label,
+        guarantee=info.guarantee,
+        epsilon=eps,
+        delta=delta,
+        run=run,
+        params=params,
+        policy=release_policy,
+        calibration=calibration,
+        bounds_source=prep.bounds_source
+        if info.needs_bounds
+        else "not used (noise calibrated on this dataset)",
+        title=f"K-means centroids released with {info.label}",
+    )
+
+
+st.title("K-means")
+dataset, prepared = state.require_prepared()
+st.warning(DIAGNOSTIC_BANNER, icon=":material/visibility:")
+st.header("1. Features and K")
+_data_summary(prepared)
+data_key = view.data_key(prepared)
+K = _choose_k(data_key, prepared)
+with user_errors("clustering the data") as clustered:
+    true_labels = view.true_clustering(data_key, prepared.X, K)[0]
+if clustered.failed:
+    st.stop()
+_compare(data_key, prepared, K, true_labels)
+st.divider()
+_release(prepared, K, true_labels)

@@ -1,0 +1,215 @@
+"""The K-means page (AppTest): comparison charts, one debit per release, refusals and parameter messages.
+
+The Marketing Campaign sample is prepared with dpcore.data.prepare (5 features, curator bounds, min-max
+scaling) and put in session state as the Data page would; comparisons use a 4-value eps grid and 3 trials.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore import config
+from dpcore.data import fingerprint, infer_schema, load_sample, prepare
+from dpcore.ledger import Ledger
+from ui.kmeans_view import public_bounds
+from ui.state import Dataset
+
+TIMEOUT = 120
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+BOUNDS = {
+    "Income": (0, 200000),
+    "MntWines": (0, 1500),
+    "MntMeatProducts": (0, 1800),
+    "Recency": (0, 100),
+    "NumWebPurchases": (0, 30),
+}
+
+
+def _dataset(raw: pd.DataFrame, name: str, **prep_args) -> Dataset:
+    schema = infer_schema(raw)
+    ds = Dataset(name=name, raw=raw, schema=schema, cleaned=raw, fingerprint=fingerprint(raw))
+    return replace(ds, prepared=prepare(raw, schema, **prep_args))
+
+
+@pytest.fixture(scope="module")
+def marketing() -> Dataset:
+    raw = load_sample("marketing_campaign")
+    return _dataset(raw, "Marketing", features=list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
+
+
+@pytest.fixture
+def tiny() -> Dataset:
+    raw = pd.DataFrame({"x": [0.1, 0.2, 0.25, 0.8, 0.9, 0.95], "y": [1.0, 1.1, 0.9, 3.0, 3.2, 2.9]})
+    return _dataset(raw, "tiny", features=["x", "y"], data_bounds_ok=True)
+
+
+def _page(ds: Dataset | None, **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if ds is not None:
+        at.session_state["dp_dataset"] = ds
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/kmeans.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _ledger(ds: Dataset, eps: float, delta: float) -> Ledger:
+    ledger = Ledger(config.ledger_url())
+    ledger.set_budget(ds.dataset_id, eps, delta)
+    return ledger
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def test_page_points_to_the_data_page_without_prepared_features(tiny: Dataset):
+    at = _page(None)
+    assert (
+        any("No dataset yet" in i.value for i in at.info) and at.page_link[-1].label == "Go to the Data page"
+    )
+    at = _page(replace(tiny, prepared=None))
+    assert any("not prepared yet" in i.value for i in at.info) and not at.get("plotly_chart")
+
+
+def test_comparison_draws_the_charts_without_rerunning_the_sweep(marketing: Dataset):
+    at = _page(marketing)
+    assert any("Diagnostics (non-private)" in w.value for w in at.warning)
+    assert "scaling: **minmax**" in at.markdown[0].value and "bounds: **curator**" in at.markdown[0].value
+    assert _titles(at) == ["Elbow: WCSS vs K (non-private diagnostic, costs no budget)"]
+    badges = [m.value for m in at.markdown if "not ε-DP: calibrated on this dataset" in m.value]
+    assert len(badges) == 3  # white, white per cluster, colored (comparison list)
+    assert at.checkbox(key="km_mech_dp_lloyd_mcmc").value is False  # slow: off by default
+    at.select_slider(key="km_eps_range").set_value((0.5, 2.0))
+    at.number_input(key="km_trials").set_value(3)
+    at.button(key="km_run").click().run()
+    assert not at.exception and not _errors(at)
+    result = at.session_state["km_sweep"]
+    assert result.params.eps == (0.5, 0.7, 1.0, 2.0) and result.params.trials == 3
+    assert set(result.frame["mechanism"]) == {"white", "white_per_cluster", "colored", "dp_lloyd", "blowfish"}
+    assert len(result.frame) == 5 * 4 * 3
+    titles = _titles(at)
+    assert len(titles) == 6, titles
+    assert titles[1].startswith("Fractional clustering loss") and titles[2].startswith("PCA embedding")
+    assert titles[3] == "Cluster populations: true vs noisy centres"
+    assert titles[4:] == [
+        "Income per cluster: true vs noisy labels",
+        "MntWines per cluster: true vs noisy labels",
+    ]
+    embedding = json.loads(at.get("plotly_chart")[2].proto.spec)
+    names = {t.get("name", "") for t in embedding["data"]}
+    assert {"White Gaussian: 1σ noise", "Colored Gaussian (optimal): 1σ noise", "true centres"} <= names
+    frame = result.frame
+    at.select_slider(key="km_view_eps").set_value(2.0).run()
+    at.selectbox(key="km_view_mech").set_value("dp_lloyd").run()
+    assert not at.exception and at.session_state["km_sweep"].frame is frame  # not recomputed
+    assert "DP-Lloyd (SuLQ) centres (ε = 2)" in {
+        t.get("name") for t in json.loads(at.get("plotly_chart")[2].proto.spec)["data"]
+    }
+
+
+def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downloads):
+    ledger = _ledger(marketing, 2.0, 1e-5)
+    at = _page(marketing)
+    assert at.selectbox(key="km_rel_mech").value == "dp_lloyd"
+    at.number_input(key="km_rel_eps").set_value(0.5).run()
+    assert not at.download_button
+    at.button(key="kmeans_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(marketing.dataset_id)
+    assert record.definition == "pure_dp" and record.mechanism == "DP-Lloyd (SuLQ)"
+    assert ledger.remaining(marketing.dataset_id) == pytest.approx((1.5, 1e-5))
+    stem = f"kmeans-{record.request_id[:8]}"
+    assert sorted(b.label for b in at.download_button) == sorted(
+        f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
+    )
+    table = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
+    assert len(table) == 4 and {"Income [scaled]", "Income [original units]"} <= set(table.columns)
+    assert table["Income [scaled]"].between(-1, 1).all()  # min-max scaling of the public bounds
+    assert table["Income [original units]"].to_numpy() == pytest.approx(
+        (table["Income [scaled]"].to_numpy() + 1) * 100000
+    )
+    manifest = json.loads(downloads[f"{stem}-manifest.json"])
+    assert manifest["definition"] == "pure_dp" and manifest["guarantee"].startswith("eps-DP")
+    assert manifest["bounds_source"] == "curator" and manifest["dataset_fingerprint"] == marketing.fingerprint
+    assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["k"] == 4
+    assert manifest["parameters"]["budget_spent"] == pytest.approx(0.5)
+    assert manifest["parameters"]["public_bounds"]["Income"] == [0, 200000]
+    report = downloads[f"{stem}-report.html"].decode()
+    assert "Released centroids" in report and "Diagnostic:" not in report  # no raw-data chart leaves
+    assert '<script src="http' not in report  # plotly.js is inlined: no network needed
+
+    at.run().run()
+    panel = at.session_state["dp_release::kmeans"]
+    panel.result = None  # a second click on the same request (e.g. after an interrupted run)
+    at.session_state["dp_release::kmeans"] = panel
+    at.run()
+    at.button(key="kmeans_release").click().run()
+    assert len(ledger.releases(marketing.dataset_id)) == 1
+    assert any("nothing was debited again" in s.value for s in at.success)
+    at.switch_page("pages/ledger.py").run()
+    assert at.dataframe[0].value["mechanism"].tolist() == ["DP-Lloyd (SuLQ)"]
+
+
+def test_local_release_needs_acknowledgement_and_is_recorded_as_local(marketing: Dataset, downloads):
+    ledger = _ledger(marketing, 2.0, 1e-5)
+    at = _page(marketing)
+    at.selectbox(key="km_rel_mech").set_value("colored").run()
+    assert any("does NOT meet the policy's definition" in w.value for w in at.warning)
+    assert "kmeans_release" not in [b.key for b in at.button]
+    at.checkbox(key="km_rel_ack_colored").check().run()
+    at.button(key="kmeans_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(marketing.dataset_id)
+    assert record.definition == "local_pdp" and record.delta == pytest.approx(1e-6)
+    manifest = json.loads(next(v for k, v in downloads.items() if k.endswith("-manifest.json")))
+    assert (
+        manifest["is_local"] is True and "local_notice" in manifest and manifest["calibration"] == "analytic"
+    )
+    assert "not differential privacy" in manifest["guarantee"] and "eps-DP" not in manifest["guarantee"]
+    assert set(manifest["parameters"]["public_bounds"]) == set(BOUNDS)
+
+
+def test_over_budget_release_is_refused_without_downloads(marketing: Dataset):
+    ledger = _ledger(marketing, 0.3, 0.0)
+    at = _page(marketing)
+    assert any("costs more than the budget left" in w.value for w in at.warning)
+    at.button(key="kmeans_release").click().run()
+    assert not at.exception
+    assert len(_errors(at)) == 1 and _errors(at)[0].startswith("Budget exceeded")
+    assert not at.download_button and ledger.releases(marketing.dataset_id) == []
+
+
+def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
+    at = _page(marketing)
+    at.selectbox(key="km_calibration").set_value("classic").run()
+    assert any("classic calibration is valid only for ε < 1" in e for e in _errors(at))
+    assert at.button(key="km_run").disabled
+    at.select_slider(key="km_eps_range").set_value((0.1, 0.7)).run()
+    assert not _errors(at) and not at.button(key="km_run").disabled
+    at.number_input(key="km_delta").set_value(0.0).run()
+    assert any("delta" in e.lower() or "δ" in e for e in _errors(at)) and at.button(key="km_run").disabled
+    at.number_input(key="km_k").set_value(1).run()
+    assert any("K = 1" in e for e in _errors(at)) and "km_run" not in [b.key for b in at.button]
+
+    at = _page(tiny)  # K = 4 on 6 rows leaves a cluster with one row: no leave-one-out centroid
+    assert any("has a single row" in e and "Choose a smaller K" in e for e in _errors(at))
+    at.number_input(key="km_k").set_value(2).run()
+    assert not _errors(at)
+    assert any("needs public bounds, but some bounds were taken from the data" in w.value for w in at.warning)
+    assert public_bounds(tiny.prepared) == dict.fromkeys(["x", "y"], "data-derived (not published)")
+    at.number_input(key="km_k").set_value(7).run()
+    assert not at.exception and any("exceeds the number of rows (6)" in e for e in _errors(at))
