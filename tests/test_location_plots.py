@@ -10,7 +10,13 @@ from dpcore.location.geometry import Region
 from dpcore.location.grids import uniform_grid
 from dpcore.location.prilocation import synthetic_visits
 from dpcore.location.sweep import MECHANISMS, location_sweep
-from dpcore.plots.location import density_heatmap, displacement_histogram, error_vs_eps, true_vs_released
+from dpcore.plots.location import (
+    density_heatmap,
+    displacement_histogram,
+    error_vs_eps,
+    released_map,
+    true_vs_released,
+)
 
 US = Region(24.0, 50.0, -125.0, -66.0)
 
@@ -67,3 +73,13 @@ def test_density_heatmap_and_displacement_histogram() -> None:
     r, y = np.asarray(h.data[1].x), np.asarray(h.data[1].y)
     assert np.trapezoid(y, r) == pytest.approx(1.0, abs=0.01)
     assert h.layout.xaxis.title.text == "Great-circle displacement (m)"
+
+
+def test_released_map_shows_released_points_only() -> None:
+    fig = released_map([40.0, 41.0], [-100.0, -101.0], title="Released")
+    assert [t.name for t in fig.data] == ["released"] and isinstance(fig.data[0], go.Scattergl)
+    assert list(fig.data[0].x) == [-100.0, -101.0] and list(fig.data[0].y) == [40.0, 41.0]
+    assert fig.layout.yaxis.scaleanchor == "x" and not fig.layout.annotations  # no diagnostic label
+    assert isinstance(released_map([40.0], [-100.0], tiles=True).data[0], go.Scattermap)
+    with pytest.raises(ParameterError, match="no released points"):
+        released_map([], [])

@@ -7,7 +7,7 @@ from scipy import stats
 
 from dpcore.errors import DataError, ParameterError
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity, mean_position
-from dpcore.location.geometry import Region, haversine_m
+from dpcore.location.geometry import EARTH_RADIUS_M, Region, destination_point, haversine_m, unit_vectors
 from dpcore.location.grids import (
     adaptive_grid,
     random_boxes,
@@ -17,11 +17,17 @@ from dpcore.location.grids import (
 )
 from dpcore.location.prilocation import (
     PriLocation,
+    _selection_log_weights,
+    candidate_offsets,
     distance_error,
     exponential_select,
     laplace_distance_error,
+    prepare_visits,
+    run_prilocation,
+    sample_log_weights,
     synthetic_visits,
 )
+from dpcore.location.sweep import location_sweep
 from dpcore.mechanisms import Sampler, exponential_probabilities
 
 US = Region(24.0, 50.0, -125.0, -66.0)
@@ -200,3 +206,73 @@ def test_location_hotspots_dp_and_blowfish(airports: pd.DataFrame) -> None:
     assert mb.graph.theta > 20_000.0
     with pytest.raises(ParameterError, match="theta_m"):
         location_hotspots(la, lo, 4, 1.0, US, policy="blowfish")
+
+
+def test_sample_log_weights_never_picks_zero_weight_and_matches_probabilities() -> None:
+    logits = np.array([0.0, np.log(3.0), -np.inf, np.log(6.0)])
+    for dtype in (np.float64, np.float32):
+        log_w = np.repeat(logits[:, None], 50_000, axis=1).astype(dtype)
+        counts = np.bincount(sample_log_weights(log_w, Sampler(seed=3)), minlength=4)
+        assert counts[2] == 0
+        assert stats.chisquare(counts[[0, 1, 3]], 50_000 * np.array([0.1, 0.3, 0.6])).pvalue > 0.01
+
+
+def test_float32_selection_scores_keep_sub_metre_precision_at_street_level(visits: pd.DataFrame) -> None:
+    v = prepare_visits(visits.user, visits.lat, visits.lon, US)
+    hs = 500.0
+    dist, bearing = candidate_offsets(hs, hs / 8)
+    c_lat, c_lon = v.lat[:3], v.lon[:3]
+    cand_lat, cand_lon = destination_point(c_lat[:, None], c_lon[:, None], bearing[None, :], dist[None, :])
+    allowed = np.ones(cand_lat.shape, dtype=bool)
+    near_lat, near_lon = destination_point(c_lat, c_lon, 45.0, 120.0)  # one visit 120 m from each centre
+    uv = unit_vectors(near_lat, near_lon)
+    bounds = np.arange(4)
+    args = (uv, bounds, unit_vectors(c_lat, c_lon), unit_vectors(cand_lat, cand_lon), allowed, 1.0)
+    d32 = -_selection_log_weights(*args, np.float32) * EARTH_RADIUS_M
+    d64 = -_selection_log_weights(*args, np.float64) * EARTH_RADIUS_M
+    true = haversine_m(near_lat[None, :], near_lon[None, :], cand_lat.T, cand_lon.T)
+    assert np.abs(d64 - true).max() < 0.01  # chord = great circle at this scale
+    assert np.abs(d32 - d64).max() < 0.5  # float32 relative to the centre: sub-metre
+
+
+def test_diagnostic_prilocation_run_has_the_release_distribution(visits: pd.DataFrame) -> None:
+    v = prepare_visits(visits.user, visits.lat, visits.lon, US)
+    de = {True: [], False: []}
+    for diagnostic in (True, False):
+        for t in range(6):
+            run = run_prilocation(
+                v, 1.0, 300_000.0, US, 40, 30, 37_500.0, Sampler.diagnostic(t), diagnostic=diagnostic
+            )
+            assert (run.w_noisy is None) == diagnostic
+            de[diagnostic].append(distance_error(v.codes[run.kept], run.displacement_m(v), 300_000.0))
+    assert np.mean(de[True]) == pytest.approx(np.mean(de[False]), rel=0.05)
+
+
+def test_range_query_equals_brute_force_leaf_overlap(airports: pd.DataFrame) -> None:
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    boxes = np.vstack([random_boxes(US, 40, 5), [[24.0, 50.0, -125.0, -66.0], [30.0, 30.001, -90.0, -89.9]]])
+    for build in (uniform_grid, adaptive_grid):
+        g = build(la, lo, 2.0, US, n_estimate=float(la.size), rng=Sampler.diagnostic(2))
+        lv = g.leaves
+        h = np.clip(np.minimum(lv[:, 1], boxes[:, 1:2]) - np.maximum(lv[:, 0], boxes[:, 0:1]), 0, None)
+        w = np.clip(np.minimum(lv[:, 3], boxes[:, 3:4]) - np.maximum(lv[:, 2], boxes[:, 2:3]), 0, None)
+        brute = (h / (lv[:, 1] - lv[:, 0]) * w / (lv[:, 3] - lv[:, 2]) * lv[:, 4]).sum(axis=1)
+        assert g.range_query(boxes) == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
+def test_sweep_reports_progress_and_rejects_bad_eps(visits: pd.DataFrame) -> None:
+    seen: list[float] = []
+    frame = location_sweep(
+        visits.lat,
+        visits.lon,
+        visits.user,
+        ["prilocation", "dp_mean"],
+        [1.0],
+        1,
+        region=US,
+        n_clusters=20,
+        progress=lambda f, _t: seen.append(f),
+    )
+    assert len(frame) == 2 and seen == sorted(seen) and seen[-1] == 1.0
+    with pytest.raises(ParameterError, match="epsilon"):
+        location_sweep(visits.lat, visits.lon, visits.user, ["dp_mean"], [0.0], 1, region=US)

@@ -55,48 +55,39 @@ class DensityGrid:
     def range_query(self, boxes: ArrayLike) -> FloatArray:
         """Noisy counts of boxes (rows lat_lo, lat_hi, lon_lo, lon_hi), leaves assumed uniform inside.
 
-        Level-1 cells fully inside a box contribute their (consistent) count through a 2-D prefix sum;
-        only the leaves of the cells the box edges cut are weighted by their overlap fraction.
+        Level-1 cells fully inside a box contribute their (consistent) count; only the leaves of the
+        cells the box edges cut are weighted by their overlap fraction. Vectorised over the boxes; a
+        uniform grid (one leaf per cell) is the bilinear form fh' counts fw of the cover fractions.
         """
         b = np.atleast_2d(np.asarray(boxes, dtype=float))
-        prefix = np.zeros((self.counts.shape[0] + 1, self.counts.shape[1] + 1))
-        prefix[1:, 1:] = self.counts.cumsum(0).cumsum(1)
-        m_lon = self.counts.shape[1]
-        out = np.empty(len(b))
-        for q, (a, bb, c, d) in enumerate(b):
-            fh, fw = _cover(self.lat_edges, a, bb), _cover(self.lon_edges, c, d)
-            rows, cols = np.flatnonzero(fh == 1.0), np.flatnonzero(fw == 1.0)
-            total = 0.0
-            if rows.size and cols.size:
-                i0, i1, j0, j1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-                total = prefix[i1, j1] - prefix[i0, j1] - prefix[i1, j0] + prefix[i0, j0]
-            cut_r, any_r = np.flatnonzero((fh > 0) & (fh < 1)), np.flatnonzero(fh > 0)
-            cut_c, any_c = np.flatnonzero((fw > 0) & (fw < 1)), np.flatnonzero(fw > 0)
-            parents = np.unique(
-                np.concatenate(
-                    [(cut_r[:, None] * m_lon + any_c).ravel(), (any_r[:, None] * m_lon + cut_c).ravel()]
-                )
-            )
-            if parents.size:
-                starts = self.leaf_offsets[parents]
-                lengths = self.leaf_offsets[parents + 1] - starts
-                idx = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
-                lv = self.leaves[idx]
-                h = np.clip(np.minimum(lv[:, 1], bb) - np.maximum(lv[:, 0], a), 0, None) / (
-                    lv[:, 1] - lv[:, 0]
-                )
-                w = np.clip(np.minimum(lv[:, 3], d) - np.maximum(lv[:, 2], c), 0, None) / (
-                    lv[:, 3] - lv[:, 2]
-                )
-                total += float(np.sum(h * w * lv[:, 4]))
-            out[q] = total
+        fh = _cover(self.lat_edges, b[:, 0], b[:, 1])
+        fw = _cover(self.lon_edges, b[:, 2], b[:, 3])
+        if len(self.leaves) == self.counts.size:
+            return np.einsum("qi,ij,qj->q", fh, self.counts, fw)
+        full_h, full_w = fh == 1.0, fw == 1.0
+        out = np.einsum("qi,ij,qj->q", full_h.astype(float), self.counts, full_w.astype(float))
+        chunk = max(1, 4_000_000 // self.counts.size)
+        for s in range(0, len(b), chunk):
+            q = slice(s, s + chunk)
+            touched = (fh[q, :, None] > 0) & (fw[q, None, :] > 0)
+            cut = touched & ~(full_h[q, :, None] & full_w[q, None, :])
+            box, parent = np.nonzero(cut.reshape(cut.shape[0], -1))
+            starts = self.leaf_offsets[parent]
+            lengths = self.leaf_offsets[parent + 1] - starts
+            idx = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+            box = np.repeat(box + s, lengths)
+            lv, bb = self.leaves[idx], b[box]
+            h = np.clip(np.minimum(lv[:, 1], bb[:, 1]) - np.maximum(lv[:, 0], bb[:, 0]), 0, None)
+            w = np.clip(np.minimum(lv[:, 3], bb[:, 3]) - np.maximum(lv[:, 2], bb[:, 2]), 0, None)
+            weight = h / (lv[:, 1] - lv[:, 0]) * w / (lv[:, 3] - lv[:, 2])
+            out += np.bincount(box, weights=weight * lv[:, 4], minlength=len(b))
         return out
 
 
-def _cover(edges: FloatArray, lo: float, hi: float) -> FloatArray:
-    """Fraction of each interval [edges[k], edges[k+1]] inside [lo, hi]."""
-    inter = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
-    return inter / np.diff(edges)
+def _cover(edges: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+    """(boxes, intervals) fraction of each interval [edges[k], edges[k+1]] inside [lo, hi] of each box."""
+    inter = np.minimum(edges[None, 1:], hi[:, None]) - np.maximum(edges[None, :-1], lo[:, None])
+    return np.clip(inter, 0, None) / np.diff(edges)
 
 
 def grid_side(n: float, epsilon: float, c: float) -> int:

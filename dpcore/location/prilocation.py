@@ -29,10 +29,11 @@ visits. The baseline ``laplace_distance_error`` applies planar Laplace with eps 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy.special import softmax
 
 from dpcore.errors import DataError, ParameterError
 from dpcore.location.geometry import (
@@ -89,16 +90,31 @@ def exponential_select(
 
     Rows of ``scores`` may hold -inf for candidates that are not allowed (public exclusions).
     """
-    p = softmax(epsilon * scores / (2.0 * sensitivity), axis=1)
-    cdf = np.cumsum(p, axis=1)
-    u = sampler.rng.random(len(p))[:, None] * cdf[:, -1:]
-    return np.minimum((cdf < u).sum(axis=1), p.shape[1] - 1)
+    log_w = np.array(np.asarray(scores, dtype=float).T * (epsilon / (2.0 * sensitivity)), order="C")
+    return sample_log_weights(log_w, sampler)
+
+
+def sample_log_weights(log_w: np.ndarray, sampler: Sampler) -> np.ndarray:
+    """One index per COLUMN of ``log_w`` (m, n), Pr[i] proportional to exp(log_w[i]) (inverse CDF).
+
+    ``log_w`` is overwritten. Rows of -inf get probability 0 (u is drawn in (0, total], so the first
+    index whose running sum reaches u always has positive weight). Works in ``log_w``'s dtype.
+    """
+    log_w -= log_w.max(axis=0)
+    np.exp(log_w, out=log_w)
+    for i in range(1, log_w.shape[0]):  # running sum down the columns, one vector add per candidate
+        np.add(log_w[i - 1], log_w[i], out=log_w[i])
+    u = (1.0 - sampler.rng.random(log_w.shape[1], dtype=log_w.dtype)) * log_w[-1]
+    return np.minimum(np.count_nonzero(log_w < u, axis=0), log_w.shape[0] - 1)
 
 
 def distance_error(users: ArrayLike, d_m: ArrayLike, hs_m: float) -> float:
     """DE = mean over users of mean_t d(t, t_hat) / HS (seed 002 eqs. 12.17-12.18)."""
-    per_user = pd.Series(np.asarray(d_m, dtype=float)).groupby(np.asarray(users)).mean()
-    return float(per_user.mean() / hs_m)
+    codes = pd.factorize(np.asarray(users))[0]
+    d = np.asarray(d_m, dtype=float)
+    n_visits = np.bincount(codes)
+    seen = n_visits > 0
+    return float(np.mean(np.bincount(codes, weights=d)[seen] / n_visits[seen]) / hs_m)
 
 
 def laplace_distance_error(
@@ -148,12 +164,219 @@ def weighted_kmeans_on_grid(
     w = np.maximum(lv[:, 4], 0.0) + 1e-9
     centres = pts[sampler.rng.choice(len(pts), size=k, replace=False, p=w / w.sum())]
     for _ in range(n_iter):
-        lab = np.argmin(((pts[:, None, :] - centres[None, :, :]) ** 2).sum(-1), axis=1)
+        # argmin_j ||p - c_j||^2 = argmin_j (||c_j||^2 - 2 p.c_j): one matrix product per iteration.
+        lab = np.argmin((centres**2).sum(axis=1) - 2.0 * pts @ centres.T, axis=1)
         mass = np.bincount(lab, weights=w, minlength=k)
         sums = np.stack([np.bincount(lab, weights=w * pts[:, j], minlength=k) for j in range(2)], axis=1)
         moved = mass > 0
         centres[moved] = sums[moved] / mass[moved, None]
     return proj.inverse(centres[:, 0], centres[:, 1])
+
+
+@dataclass(frozen=True)
+class Visits:
+    """Visits checked and clamped into the public region, with the parts every run reuses (eps-free).
+
+    ``codes``: user code of each visit; ``labels``: user id of each code; ``index``: input row of each
+    visit (after the public per-user cap, input order kept); ``uv``: Earth-centred unit vectors (n, 3).
+    """
+
+    codes: np.ndarray
+    labels: np.ndarray
+    index: np.ndarray
+    lat: FloatArray
+    lon: FloatArray
+    uv: FloatArray
+
+    @property
+    def n_users(self) -> int:
+        return len(self.labels)
+
+
+def prepare_visits(
+    users: ArrayLike,
+    lat: ArrayLike,
+    lon: ArrayLike,
+    region: Region,
+    max_visits_per_user: int | None = None,
+) -> Visits:
+    """Check (user, lat, lon) visits, keep at most ``max_visits_per_user`` per user, clamp into ``region``."""
+    if not isinstance(region, Region):
+        raise ParameterError("PriLocation needs a public region: pass region=Region(lat_min, ...).")
+    la, lo = validate_latlon(lat, lon, table=True)
+    user_arr = np.asarray(users)
+    if user_arr.shape != la.shape:
+        raise DataError("users, lat and lon must have the same length (one row per visit).")
+    codes, labels = pd.factorize(user_arr)
+    if (codes < 0).any():
+        raise DataError("some visits have no user id; drop or fill those rows first.")
+    keep = np.arange(la.size)
+    if max_visits_per_user is not None:
+        cap = max_visits_per_user
+        if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
+            raise ParameterError(f"max_visits_per_user must be a whole number >= 1 (got {cap!r}).")
+        rank = pd.Series(codes).groupby(codes).cumcount().to_numpy()
+        keep = np.flatnonzero(rank < cap)
+    la, lo = region.clip(la[keep], lo[keep])
+    return Visits(codes[keep], np.asarray(labels), keep, la, lo, unit_vectors(la, lo))
+
+
+@dataclass(frozen=True)
+class PriLocationRun:
+    """One run of the three steps. ``kept``: visits kept (positions in ``Visits``, grouped by cluster);
+    ``choice``: candidate picked for each kept visit; ``w_true``/``w_noisy``: per (user, cluster) counts
+    (None in diagnostic runs, which only need the kept visits)."""
+
+    grid: DensityGrid
+    c_lat: FloatArray
+    c_lon: FloatArray
+    cand_lat: FloatArray
+    cand_lon: FloatArray
+    allowed: np.ndarray
+    cluster: np.ndarray
+    kept: np.ndarray
+    choice: np.ndarray
+    w_true: np.ndarray | None
+    w_noisy: np.ndarray | None
+
+    def replacements(self) -> tuple[FloatArray, FloatArray]:
+        """Released (lat, lon) of each kept visit."""
+        cl = self.cluster[self.kept]
+        return self.cand_lat[cl, self.choice], self.cand_lon[cl, self.choice]
+
+    def displacement_m(self, visits: Visits) -> FloatArray:
+        """Great-circle metres between each kept visit and its replacement (diagnostic)."""
+        r_lat, r_lon = self.replacements()
+        return haversine_m(visits.lat[self.kept], visits.lon[self.kept], r_lat, r_lon)
+
+
+def _nearest_centre(uv: FloatArray, centre_uv: FloatArray, chunk: int = 4096) -> np.ndarray:
+    """Index of the nearest centre (largest dot product of unit vectors), in cache-sized chunks."""
+    out = np.empty(len(uv), dtype=np.intp)
+    for s in range(0, len(uv), chunk):
+        out[s : s + chunk] = np.argmax(uv[s : s + chunk] @ centre_uv.T, axis=1)
+    return out
+
+
+def _selection_log_weights(
+    uv: FloatArray,
+    bounds: np.ndarray,
+    centre_uv: FloatArray,
+    cand_uv: FloatArray,
+    allowed: np.ndarray,
+    scale: float,
+    dtype: type[np.floating],
+) -> np.ndarray:
+    """(m, n) log-weights -scale ||u - c_j|| of the exponential mechanism (constant eps HS/(2HS) dropped).
+
+    ``uv`` are the kept visits grouped by cluster (cluster j at rows bounds[j]:bounds[j+1]); differences are
+    taken relative to the cluster's centre so that float32 keeps sub-metre precision.
+    """
+    m = cand_uv.shape[1]
+    out = np.empty((m, len(uv)), dtype=dtype)
+    for j in range(len(centre_uv)):
+        s = slice(bounds[j], bounds[j + 1])
+        if s.start == s.stop:
+            continue
+        rel_v = np.ascontiguousarray((uv[s] - centre_uv[j]).T, dtype=dtype)
+        rel_c = (cand_uv[j] - centre_uv[j]).astype(dtype)
+        blk = out[:, s]
+        np.subtract(rel_c[:, :1], rel_v[0], out=blk)
+        np.square(blk, out=blk)
+        tmp = np.empty_like(blk)
+        for axis in (1, 2):
+            np.subtract(rel_c[:, axis : axis + 1], rel_v[axis], out=tmp)
+            np.square(tmp, out=tmp)
+            blk += tmp
+        blk[~allowed[j]] = np.inf
+    np.sqrt(out, out=out)
+    out *= -scale
+    return out
+
+
+def run_prilocation(
+    visits: Visits,
+    epsilon: float,
+    hs_m: float,
+    region: Region,
+    n_clusters: int,
+    grid_size: int | None,
+    candidate_step_m: float,
+    sampler: Sampler,
+    *,
+    diagnostic: bool = False,
+) -> PriLocationRun:
+    """The three PriLocation steps on prepared visits (parameters already checked by ``PriLocation``).
+
+    ``diagnostic=True`` (sweeps, never a release) computes the selection in float32 and draws the weight
+    noise only for the (user, cluster) pairs with visits: the kept visits, their replacements and so the
+    distance error have the same distribution, but the added visits (``w_noisy``) are not produced.
+    """
+    e_clu, e_w, e_sel = (epsilon * f for _, f in BUDGET_SPLIT)
+    k = n_clusters
+    # 1. Private location clustering: noisy grid, then weighted k-means on it (post-processing).
+    grid = uniform_grid(
+        visits.lat, visits.lon, e_clu, region, neighbours="bounded", grid_size=grid_size, rng=sampler
+    )
+    if not 1 <= k <= len(grid.leaves):
+        raise ParameterError(
+            f"n_clusters = {k} must be between 1 and the {len(grid.leaves)} grid cells; lower it or set "
+            "grid_size."
+        )
+    c_lat, c_lon = weighted_kmeans_on_grid(grid, k, sampler)
+    # Candidates: public grid points within HS/2 of each centre, inside the region.
+    dist, bearing = candidate_offsets(hs_m, candidate_step_m)
+    cand_lat, cand_lon = destination_point(c_lat[:, None], c_lon[:, None], bearing[None, :], dist[None, :])
+    allowed = region.contains(cand_lat, cand_lon) | (dist == 0)[None, :]
+    centre_uv = unit_vectors(c_lat, c_lon)
+    cluster = _nearest_centre(visits.uv, centre_uv)
+
+    # 2. Cluster weight perturbation: Laplace(1 / (eps/4)) on every user's count in every cluster.
+    pair = visits.codes * k + cluster
+    w_true = np.bincount(pair, minlength=visits.n_users * k)
+    w_rel = np.zeros(w_true.size, dtype=np.int64)
+    if diagnostic:
+        occupied = np.flatnonzero(w_true)
+        w_noisy = None
+        w_rel[occupied] = np.maximum(np.rint(w_true[occupied] + sampler.laplace(occupied.size, 1 / e_w)), 0)
+    else:
+        w_noisy = w_true + sampler.laplace(w_true.size, 1.0 / e_w)
+        w_rel[:] = np.maximum(np.rint(w_noisy), 0)
+    # Keep a uniformly random subset of min(w_rel, w_true) visits per (user, cluster), grouped by cluster.
+    group = cluster * visits.n_users + visits.codes
+    order = np.argsort(group + sampler.rng.random(group.size))
+    grp = group[order]
+    first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
+    rank = np.arange(grp.size) - np.repeat(first, np.diff(np.r_[first, grp.size]))
+    kept = order[rank < w_rel[pair[order]]]
+
+    # 3. Private location selection: exponential mechanism over the cluster's candidates.
+    # Score HS - d with d the chord R ||u - v||, a metric no larger than the great-circle distance, so a move
+    # of at most HS changes every score by at most HS (cheaper than haversine, same sensitivity).
+    bounds = np.searchsorted(cluster[kept], np.arange(k + 1))
+    log_w = _selection_log_weights(
+        visits.uv[kept],
+        bounds,
+        centre_uv,
+        unit_vectors(cand_lat, cand_lon),
+        allowed,
+        e_sel * EARTH_RADIUS_M / (2.0 * hs_m),
+        np.float32 if diagnostic else np.float64,
+    )
+    choice = sample_log_weights(log_w, sampler)
+    return PriLocationRun(
+        grid,
+        c_lat,
+        c_lon,
+        cand_lat,
+        cand_lon,
+        allowed,
+        cluster,
+        kept,
+        choice,
+        None if diagnostic else w_true.reshape(visits.n_users, k),
+        None if w_noisy is None else w_noisy.reshape(visits.n_users, k),
+    )
 
 
 class PriLocation:
@@ -193,100 +416,50 @@ class PriLocation:
             )
         return hierarchical_sensitivity(self.hs_m if self.hs_m is not None else self.level)  # type: ignore[arg-type]
 
-    def fit(self, users: ArrayLike, lat: ArrayLike, lon: ArrayLike) -> PriLocation:
+    def checked_params(self) -> tuple[float, float, int, float]:
+        """(eps, HS metres, number of clusters, candidate step metres), validated."""
         eps = _check_epsilon(self.epsilon)
         hs = self._hs()
         if not isinstance(self.region, Region):
             raise ParameterError("PriLocation needs a public region: pass region=Region(lat_min, ...).")
         if isinstance(self.n_clusters, bool) or not isinstance(self.n_clusters, (int, np.integer)):
             raise ParameterError(f"n_clusters must be a whole number >= 1 (got {self.n_clusters!r}).")
-        la, lo = validate_latlon(lat, lon, table=True)
-        user_arr = np.asarray(users)
-        if user_arr.shape != la.shape:
-            raise DataError("users, lat and lon must have the same length (one row per visit).")
-        codes, labels = pd.factorize(user_arr)
-        if (codes < 0).any():
-            raise DataError("some visits have no user id; drop or fill those rows first.")
-        keep = np.arange(la.size)
-        if self.max_visits_per_user is not None:
-            rank = pd.Series(codes).groupby(codes).cumcount().to_numpy()
-            keep = np.flatnonzero(rank < int(self.max_visits_per_user))
-        codes, la, lo = codes[keep], *self.region.clip(la[keep], lo[keep])
-        sampler = as_sampler(self.rng)
-        e_clu, e_w, e_sel = (eps * f for _, f in BUDGET_SPLIT)
-
-        # 1. Private location clustering: noisy grid, then weighted k-means on it (post-processing).
-        grid = uniform_grid(
-            la, lo, e_clu, self.region, neighbours="bounded", grid_size=self.grid_size, rng=sampler
-        )
-        k = int(self.n_clusters)
-        if not 1 <= k <= len(grid.leaves):
-            raise ParameterError(
-                f"n_clusters = {k} must be between 1 and the {len(grid.leaves)} grid cells; lower it or set "
-                "grid_size."
-            )
-        c_lat, c_lon = weighted_kmeans_on_grid(grid, k, sampler)
-
-        # Candidates: public grid points within HS/2 of each centre, inside the region.
         step = hs / 8 if self.candidate_step_m is None else float(self.candidate_step_m)
         if not (np.isfinite(step) and 0 < step <= hs / 2):
             raise ParameterError(
                 f"candidate_step_m must be in (0, HS/2] metres (got {self.candidate_step_m!r})."
             )
-        dist, bearing = candidate_offsets(hs, step)
-        cand_lat, cand_lon = destination_point(
-            c_lat[:, None], c_lon[:, None], bearing[None, :], dist[None, :]
-        )
-        allowed = self.region.contains(cand_lat, cand_lon) | (dist == 0)[None, :]
+        return eps, hs, int(self.n_clusters), step
 
-        # Assign visits to the nearest released centre (largest dot product of unit vectors).
-        uv = unit_vectors(la, lo)
-        cluster = np.argmax(uv @ unit_vectors(c_lat, c_lon).T, axis=1)
+    def fit(self, users: ArrayLike, lat: ArrayLike, lon: ArrayLike) -> PriLocation:
+        eps, hs, k, step = self.checked_params()
+        visits = prepare_visits(users, lat, lon, self.region, self.max_visits_per_user)
+        sampler = as_sampler(self.rng)
+        run = run_prilocation(visits, eps, hs, self.region, k, self.grid_size, step, sampler)
+        assert run.w_true is not None and run.w_noisy is not None  # a full (non-diagnostic) run
+        in_order = np.argsort(run.kept, kind="stable")
+        kept = run.kept[in_order]
+        r_lat, r_lon = (a[in_order] for a in run.replacements())
+        w_rel = np.maximum(np.rint(run.w_noisy), 0).astype(int)
 
-        # 2. Cluster weight perturbation: Laplace(1 / (eps/4)) on every user's count in every cluster.
-        n_users = len(labels)
-        w_true = np.bincount(codes * k + cluster, minlength=n_users * k).reshape(n_users, k)
-        w_noisy = w_true + sampler.laplace((n_users, k), 1.0 / e_w)
-        w_rel = np.maximum(np.rint(w_noisy), 0).astype(int)
-        # Keep a uniformly random subset of min(w_rel, w_true) visits per (user, cluster).
-        order = np.lexsort((sampler.rng.random(la.size), codes * k + cluster))
-        grp = (codes * k + cluster)[order]
-        first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
-        rank = np.arange(grp.size) - np.repeat(first, np.diff(np.r_[first, grp.size]))
-        kept = np.sort(order[rank < w_rel.ravel()[grp]])
-
-        # 3. Private location selection: exponential mechanism over the cluster's candidates.
-        # Score metric: the chord R ||u - v||, a metric no larger than the great-circle distance, so a move
-        # of at most HS changes every score by at most HS (cheaper than haversine, same sensitivity).
-        cl = cluster[kept]
-        cand_u = unit_vectors(cand_lat, cand_lon)
-        dots = np.empty((kept.size, cand_lat.shape[1]))
-        by_cluster = np.argsort(cl, kind="stable")
-        bounds = np.searchsorted(cl[by_cluster], np.arange(k + 1))
-        for j in range(k):
-            rows = by_cluster[bounds[j] : bounds[j + 1]]
-            dots[rows] = uv[kept[rows]] @ cand_u[j].T
-        d = EARTH_RADIUS_M * np.sqrt(np.clip(2.0 - 2.0 * dots, 0.0, None))
-        scores = np.where(allowed[cl], hs - d, -np.inf)
-        choice = exponential_select(scores, e_sel, hs, sampler)
-        r_lat, r_lon = cand_lat[cl, choice], cand_lon[cl, choice]
-
-        self.replaced_ = pd.DataFrame({"user": labels[codes[kept]], "lat": r_lat, "lon": r_lon})
-        self.added_counts_ = np.maximum(w_rel - w_true, 0)
-        self.user_labels_ = labels
+        self.replaced_ = pd.DataFrame({"user": visits.labels[visits.codes[kept]], "lat": r_lat, "lon": r_lon})
+        self.added_counts_ = np.maximum(w_rel - run.w_true, 0)
+        self.user_labels_ = visits.labels
         self.hs_m_ = hs
-        self.grid_: DensityGrid = grid
-        self.centers_ = np.column_stack([c_lat, c_lon])
-        self.noisy_weights_ = w_noisy
+        self.grid_: DensityGrid = run.grid
+        self.centers_ = np.column_stack([run.c_lat, run.c_lon])
+        self.noisy_weights_ = run.w_noisy
         self.budget_log_ = [(name, eps * f) for name, f in BUDGET_SPLIT]
         self.budget_spent_ = float(sum(e for _, e in self.budget_log_))
         self.sampling_mode_ = sampler.mode
-        self.n_candidates_ = int(allowed.sum(axis=1).min()), int(allowed.sum(axis=1).max())
+        self.n_candidates_ = int(run.allowed.sum(axis=1).min()), int(run.allowed.sum(axis=1).max())
         # Diagnostics (true data, never released).
-        self.diagnostic_kept_index_ = keep[kept]
-        self.diagnostic_displacement_m_ = haversine_m(la[kept], lo[kept], r_lat, r_lon)
+        self.diagnostic_kept_index_ = visits.index[kept]
+        self.diagnostic_displacement_m_ = haversine_m(visits.lat[kept], visits.lon[kept], r_lat, r_lon)
         self.diagnostic_distance_error_ = (
-            distance_error(codes[kept], self.diagnostic_displacement_m_, hs) if kept.size else float("nan")
+            distance_error(visits.codes[kept], self.diagnostic_displacement_m_, hs)
+            if kept.size
+            else float("nan")
         )
         return self
 

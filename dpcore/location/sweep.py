@@ -1,29 +1,40 @@
 """Error-vs-epsilon sweep of the location mechanisms (internal comparison, never a release).
 
 All noise comes from ``Sampler.diagnostic`` (fast numpy noise): the results are curator diagnostics
-computed on the true data. Shortcuts that keep the distributions exact: planar Laplace's great-circle
-displacement equals its radius (destination-point formula, tested), so its DE uses Gamma(2, 1/eps) radii
-drawn directly; the projected mean and the sensitivities are computed once. Grids are sized with the
-true n (as if the curator entered it). Metrics: ``distance_error`` (DE, seed 002 eqs. 12.17-12.18;
-for planar Laplace with eps / HS per metre, for PriLocation at eps), ``median_relative_error`` of random
-rectangle queries (density grids, Qardaji et al. 2013), ``mean_error_m`` (great-circle metres between
-the true and the released mean position: Blowfish with theta = HS vs bounded DP).
+computed on the true data. Everything that does not depend on eps is computed once per sweep: clamped
+points, user codes, PriLocation's unit vectors (``prepare_visits``), query boxes and their true answers,
+the projected mean and the sensitivities. Shortcuts that keep the distributions exact:
+
+* planar Laplace's great-circle displacement equals its radius (destination-point formula, tested), so its
+  DE is drawn directly: r / HS ~ Gamma(2, 1/eps) i.i.d. per visit, for all trials and eps at once;
+* PriLocation runs ``run_prilocation(..., diagnostic=True)``: float32 selection scores (relative to each
+  cluster centre, sub-metre precision) and weight noise drawn only for (user, cluster) pairs with visits,
+  the only ones the DE depends on;
+* the mean positions draw the noise of every trial and eps in one call.
+
+Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, seed 002
+eqs. 12.17-12.18; for planar Laplace with eps / HS per metre, for PriLocation at eps),
+``median_relative_error`` of random rectangle queries (density grids, Qardaji et al. 2013),
+``mean_error_m`` (great-circle metres between the true and the released mean position: Blowfish with
+theta = HS vs bounded DP). Small matrix products run with one BLAS thread (threads only add overhead there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
+from threadpoolctl import threadpool_limits
 
 from dpcore.errors import ParameterError
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity
-from dpcore.location.geometry import Region, haversine_m, validate_latlon
+from dpcore.location.geometry import FloatArray, LocalProjection, Region, haversine_m, validate_latlon
 from dpcore.location.grids import adaptive_grid, random_boxes, relative_error, true_box_counts, uniform_grid
-from dpcore.location.prilocation import PriLocation
-from dpcore.mechanisms import Sampler, laplace_scale
+from dpcore.location.prilocation import PriLocation, Visits, distance_error, prepare_visits, run_prilocation
+from dpcore.mechanisms import Sampler, _check_epsilon, laplace_scale
 
 MECHANISMS: dict[str, tuple[str, str]] = {
     "planar_laplace": ("Per-location planar Laplace (ε / HS per metre)", "distance_error"),
@@ -33,6 +44,70 @@ MECHANISMS: dict[str, tuple[str, str]] = {
     "blowfish_mean": ("Mean position, Blowfish θ = HS", "mean_error_m"),
     "dp_mean": ("Mean position, bounded DP", "mean_error_m"),
 }
+COLUMNS = ["mechanism", "label", "epsilon", "trial", "metric", "value"]
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class _SweepData:
+    """The eps-independent parts of a sweep, computed once."""
+
+    lat: FloatArray
+    lon: FloatArray
+    visits: Visits
+    region: Region
+    hs_m: float
+    n_clusters: int
+    grid_size: int | None
+    boxes: FloatArray
+    truth: FloatArray | None
+    proj: LocalProjection
+    mean_xy: tuple[float, float]
+    mean_latlon: tuple[float, float]
+
+
+def _seed(seed: int, mech: str) -> int:
+    """A per-mechanism diagnostic seed, independent of which other mechanisms are swept."""
+    return int(np.random.SeedSequence([seed, list(MECHANISMS).index(mech)]).generate_state(1)[0])
+
+
+def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+    per_user = np.bincount(data.visits.codes)
+    starts = np.r_[0, np.cumsum(per_user)[:-1]]
+    # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
+    g = sampler.rng.gamma(2.0, 1.0, (trials * eps.size, per_user.sum()))
+    de = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1).reshape(trials, eps.size)
+    return de / eps
+
+
+def _prilocation(data: _SweepData, eps: float, sampler: Sampler) -> float:
+    model = PriLocation(
+        eps, data.region, hs_m=data.hs_m, n_clusters=data.n_clusters, grid_size=data.grid_size
+    )
+    e, hs, k, step = model.checked_params()
+    run = run_prilocation(data.visits, e, hs, data.region, k, data.grid_size, step, sampler, diagnostic=True)
+    if run.kept.size == 0:
+        return float("nan")
+    return distance_error(data.visits.codes[run.kept], run.displacement_m(data.visits), hs)
+
+
+def _grid(data: _SweepData, mech: str, eps: float, sampler: Sampler) -> float:
+    build = uniform_grid if mech == "uniform_grid" else adaptive_grid
+    grid = build(data.lat, data.lon, eps, data.region, n_estimate=float(data.lat.size), rng=sampler)
+    return float(np.median(relative_error(grid.range_query(data.boxes), data.truth, data.lat.size)))
+
+
+def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+    n = data.lat.size
+    sens = (
+        blowfish_mean_sensitivity(n, data.hs_m, data.region)
+        if mech == "blowfish_mean"
+        else dp_mean_sensitivity(n, data.region)
+    )
+    scale = np.array([laplace_scale(sens, e) for e in eps])
+    noise = sampler.laplace((trials, eps.size, 2), 1.0) * scale[None, :, None]
+    r_lat, r_lon = data.proj.inverse(data.mean_xy[0] + noise[..., 0], data.mean_xy[1] + noise[..., 1])
+    return haversine_m(*data.mean_latlon, r_lat, r_lon)
 
 
 def location_sweep(
@@ -49,51 +124,80 @@ def location_sweep(
     grid_size: int | None = 30,
     n_queries: int = 50,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> pd.DataFrame:
-    """Tidy frame (mechanism, label, epsilon, trial, metric, value) over eps_grid x trials."""
+    """Tidy frame (mechanism, label, epsilon, trial, metric, value) over eps_grid x trials.
+
+    ``progress(fraction, text)`` is called as the work advances (e.g. a Streamlit progress bar).
+    """
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
     if unknown:
         raise ParameterError(f"unknown mechanism(s) {unknown}; use some of {sorted(MECHANISMS)}.")
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ParameterError(f"trials must be a whole number >= 1 (got {trials!r}).")
-    la, lo = region.clip(*validate_latlon(lat, lon, table=True))
-    codes = np.unique(np.asarray(users), return_inverse=True)[1]
-    per_user = np.bincount(codes)
-    boxes = random_boxes(region, n_queries, Sampler.diagnostic(seed))
-    truth = (
-        true_box_counts(la, lo, boxes, region)
-        if {"uniform_grid", "adaptive_grid"} & set(mechanisms)
-        else None
-    )
-    proj = region.projection()
-    x, y = proj.forward(la, lo)
-    mx, my = x.mean(), y.mean()
-    m_lat, m_lon = proj.inverse(mx, my)
-    mean_sens = {
-        "blowfish_mean": blowfish_mean_sensitivity(la.size, hs_m, region),
-        "dp_mean": dp_mean_sensitivity(la.size, region),
-    }
-    rows = []
-    for t in range(int(trials)):
-        for i, eps in enumerate(eps_grid):
-            for mech in mechanisms:
-                sampler = Sampler.diagnostic(seed + 1 + (t * len(eps_grid) + i) * len(MECHANISMS))
-                if mech == "planar_laplace":
-                    r = sampler.rng.gamma(2.0, hs_m / eps, la.size)
-                    value = float(np.mean(np.bincount(codes, weights=r) / per_user) / hs_m)
-                elif mech == "prilocation":
-                    model = PriLocation(
-                        eps, region, hs_m=hs_m, n_clusters=n_clusters, grid_size=grid_size, rng=sampler
-                    ).fit(users, la, lo)
-                    value = model.diagnostic_distance_error_
-                elif mech in ("uniform_grid", "adaptive_grid"):
-                    build = uniform_grid if mech == "uniform_grid" else adaptive_grid
-                    grid = build(la, lo, eps, region, n_estimate=float(la.size), rng=sampler)
-                    value = float(np.median(relative_error(grid.range_query(boxes), truth, la.size)))
-                else:
-                    noise = sampler.laplace(2, laplace_scale(mean_sens[mech], eps))
-                    r_lat, r_lon = proj.inverse(mx + noise[0], my + noise[1])
-                    value = float(haversine_m(m_lat, m_lon, r_lat, r_lon))
-                label, metric = MECHANISMS[mech]
-                rows.append((mech, label, float(eps), t, metric, value))
-    return pd.DataFrame(rows, columns=["mechanism", "label", "epsilon", "trial", "metric", "value"])
+    if len(eps_grid) == 0:
+        raise ParameterError("give at least one epsilon value to sweep, e.g. [0.5, 1, 2].")
+    eps = np.array([_check_epsilon(e) for e in eps_grid])
+    if not isinstance(region, Region):
+        raise ParameterError("the sweep needs a public region: pass region=Region(lat_min, ...).")
+    report = progress or (lambda _f, _t: None)
+    trials = int(trials)
+    with threadpool_limits(1, user_api="blas"):
+        la, lo = region.clip(*validate_latlon(lat, lon, table=True))
+        proj = region.projection()
+        x, y = proj.forward(la, lo)
+        m_lat, m_lon = proj.inverse(x.mean(), y.mean())
+        boxes = random_boxes(region, n_queries, Sampler.diagnostic(seed))
+        grids = {"uniform_grid", "adaptive_grid"} & set(mechanisms)
+        data = _SweepData(
+            lat=la,
+            lon=lo,
+            visits=prepare_visits(users, la, lo, region),
+            region=region,
+            hs_m=float(hs_m),
+            n_clusters=n_clusters,
+            grid_size=grid_size,
+            boxes=boxes,
+            truth=true_box_counts(la, lo, boxes, region) if grids else None,
+            proj=proj,
+            mean_xy=(float(x.mean()), float(y.mean())),
+            mean_latlon=(float(m_lat), float(m_lon)),
+        )
+        frames = []
+        total, done = len(mechanisms) * eps.size, 0
+        for mech in mechanisms:
+            sampler = Sampler.diagnostic(_seed(seed, mech))
+            label, metric = MECHANISMS[mech]
+            report(done / total, f"{label}...")
+            if mech == "planar_laplace":
+                values = _planar_laplace(data, eps, trials, sampler)
+            elif mech in ("blowfish_mean", "dp_mean"):
+                values = _mean(data, mech, eps, trials, sampler)
+            else:
+                values = np.empty((trials, eps.size))
+                for i, e in enumerate(eps):
+                    report((done + i) / total, f"{label}: ε = {e:g}")
+                    for t in range(trials):
+                        values[t, i] = (
+                            _prilocation(data, e, sampler)
+                            if mech == "prilocation"
+                            else _grid(data, mech, e, sampler)
+                        )
+            done += eps.size
+            t_idx, e_idx = np.meshgrid(np.arange(trials), np.arange(eps.size), indexing="ij")
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "mechanism": mech,
+                        "label": label,
+                        "epsilon": eps[e_idx.ravel()],
+                        "trial": t_idx.ravel(),
+                        "metric": metric,
+                        "value": values.ravel(),
+                    }
+                )
+            )
+    report(1.0, "done")
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True)[COLUMNS]

@@ -2,6 +2,7 @@
 
 - :func:`true_vs_released`: true and released points side by side, lon/lat axes at equal ground scale
   (scaleratio 1 / cos(latitude)); ``tiles=True`` draws them on an OpenStreetMap basemap instead.
+- :func:`released_map`: released points alone (no raw data: fit for a release report).
 - :func:`density_heatmap`: a released density grid's level-1 counts.
 - :func:`displacement_histogram`: great-circle displacements with the Gamma(2, 1/eps) density.
 - :func:`error_vs_eps`: median and 10-90% band over trials per mechanism, from ``location_sweep``.
@@ -76,6 +77,33 @@ def true_vs_released(
         fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x2", scaleratio=ratio, row=1, col=2)
     fig.update_layout(title=title, legend_title_text="Points")
     return diagnostic_annotation(fig) if diagnostic else fig
+
+
+def released_map(
+    lat: ArrayLike, lon: ArrayLike, *, tiles: bool = False, title: str = "Released locations"
+) -> go.Figure:
+    """Released points alone at equal ground scale (or on an OpenStreetMap basemap with ``tiles=True``)."""
+    la, lo = np.asarray(lat, dtype=float), np.asarray(lon, dtype=float)
+    if la.size == 0:
+        raise ParameterError("there are no released points to draw.")
+    if tiles:
+        fig = go.Figure(
+            go.Scattermap(lat=la, lon=lo, mode="markers", name="released", marker={"color": RELEASED_COLOR})
+        )
+        fig.update_maps(
+            style="open-street-map", center={"lat": float(la.mean()), "lon": float(lo.mean())}, zoom=3
+        )
+    else:
+        fig = go.Figure(
+            go.Scattergl(
+                x=lo, y=la, mode="markers", name="released", marker={"color": RELEASED_COLOR, "size": 4}
+            )
+        )
+        ratio = 1.0 / max(math.cos(math.radians(float(la.mean()))), 0.05)
+        fig.update_xaxes(title_text="Longitude (°)")
+        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
+    fig.update_layout(title=title)
+    return fig
 
 
 def density_heatmap(grid: DensityGrid, *, title: str | None = None) -> go.Figure:
@@ -159,5 +187,6 @@ def error_vs_eps(sweep: pd.DataFrame, *, metric: str | None = None, log_y: bool 
         title_text=METRIC_TITLES.get(str(metrics[0]), "error") if len(metrics) == 1 else "error (see legend)",
         type="log" if log_y else "linear",
     )
-    fig.update_layout(title="Error vs ε (median over trials, band 10-90%)")
+    what = METRIC_TITLES.get(str(metrics[0]), "Error") if len(metrics) == 1 else "Error"
+    fig.update_layout(title=f"{what} vs ε (median over trials, band 10-90%)")
     return diagnostic_annotation(fig)

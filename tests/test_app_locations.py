@@ -1,0 +1,166 @@
+"""The Locations page (AppTest): airports sample, comparison charts, one debit per release, bad inputs.
+
+The US airports sample is loaded through the page's own button (the app's dataset helper); comparisons use
+a 2-value eps range and 2 trials to stay fast.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore import config
+from dpcore.data import fingerprint, infer_schema
+from dpcore.ledger import Ledger
+from ui.state import Dataset
+
+TIMEOUT = 120
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def _page(ds: Dataset | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if ds is not None:
+        at.session_state["dp_dataset"] = ds
+    at.run()
+    at.switch_page("pages/locations.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _airports() -> AppTest:
+    at = _page()
+    assert any("No dataset yet" in i.value for i in at.info)
+    at.button(key="loc_load_airports").click().run()
+    assert not at.exception and not _errors(at)
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _ledger(at: AppTest, eps: float) -> tuple[Ledger, str]:
+    ds = at.session_state["dp_dataset"]
+    ledger = Ledger(config.ledger_url())
+    ledger.set_budget(ds.dataset_id, eps, 0.0)
+    return ledger, ds.dataset_id
+
+
+def test_airports_sample_loads_and_comparison_draws_charts():
+    at = _airports()
+    assert at.session_state["dp_dataset"].name == "Sample: US airports"
+    assert (
+        at.selectbox(key="loc_lat").value == "latitude" and at.selectbox(key="loc_lon").value == "longitude"
+    )
+    assert any("Diagnostics (non-private)" in w.value for w in at.warning)
+    assert any("outside the public region" in w.value for w in at.warning)  # Alaska, Hawaii, ...
+    assert any(
+        "within" in i.value and "probability 50%" in i.value for i in at.info
+    )  # geo radii, plain words
+    assert at.checkbox(key="loc_tiles").value is False  # offline maps by default
+    assert not at.get("plotly_chart")
+    at.select_slider(key="loc_eps_range").set_value((0.5, 1.0))
+    at.number_input(key="loc_trials").set_value(2)
+    at.button(key="loc_run").click().run()
+    assert not at.exception and not _errors(at)
+    _, frame = at.session_state["loc_sweep"]
+    assert set(frame["mechanism"]) == {
+        "planar_laplace",
+        "prilocation",
+        "uniform_grid",
+        "adaptive_grid",
+        "blowfish_mean",
+        "dp_mean",
+    }
+    assert len(frame) == 6 * 2 * 2 and sorted(set(frame["epsilon"])) == [0.5, 1.0]
+    titles = _titles(at)
+    assert [t for t in titles if "vs ε" in t] == [
+        "Distance error DE (fraction of HS) vs ε (median over trials, band 10-90%)",
+        "Median relative error of rectangle queries vs ε (median over trials, band 10-90%)",
+        "Error of the mean position (m) vs ε (median over trials, band 10-90%)",
+    ]
+    assert any(t.startswith("Planar Laplace displacement") for t in titles)
+    assert any(t.startswith("PriLocation, ε = ") for t in titles)
+    assert sum(t.startswith("Private density") for t in titles) == 2
+    maps = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    assert not any(t.get("type") == "scattermap" for m in maps for t in m["data"])  # no tile server
+    at.run()
+    assert at.session_state["loc_sweep"][1] is frame  # a rerun keeps the comparison
+
+
+def test_release_debits_once_across_reruns(downloads):
+    at = _airports()
+    ledger, dataset_id = _ledger(at, 3.0)
+    at.run()
+    assert at.selectbox(key="loc_rel_mech").value == "planar_laplace"
+    assert any("NOT ε-DP" in i.value for i in at.info)  # geo-indistinguishability is not DP
+    assert not at.download_button
+    at.button(key="locations_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(dataset_id)
+    assert record.definition == "geo_ind" and record.mechanism == "Planar Laplace (per location)"
+    assert record.epsilon == pytest.approx(1.0)  # level 1 within r = 2000 m
+    stem = f"locations-{record.request_id[:8]}"
+    assert sorted(b.label for b in at.download_button) == sorted(
+        f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
+    )
+    table = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
+    assert list(table.columns) == ["lat", "lon"] and len(table) == 3376
+    assert table["lat"].between(24, 50).all() and table["lon"].between(-125, -66).all()  # clamped to region
+    manifest = json.loads(downloads[f"{stem}-manifest.json"])
+    assert manifest["definition"] == "geo_ind" and manifest["sampling_mode"] == "secure"
+    assert manifest["parameters"]["epsilon_per_metre"] == pytest.approx(0.0005)
+    report = downloads[f"{stem}-report.html"].decode()
+    assert "Planar Laplace (per location): released locations" in report
+    assert "True locations (raw data)" not in report and "Diagnostic:" not in report
+    at.run().run()
+    assert len(ledger.releases(dataset_id)) == 1
+    assert ledger.remaining(dataset_id)[0] == pytest.approx(2.0)
+
+
+def test_over_budget_release_is_refused_without_downloads():
+    at = _airports()
+    ledger, dataset_id = _ledger(at, 0.5)
+    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
+    at.number_input(key="loc_rel_eps").set_value(1.0).run()
+    assert any("costs more than the budget left" in w.value for w in at.warning)
+    at.button(key="locations_release").click().run()
+    assert not at.exception
+    assert len(_errors(at)) == 1 and _errors(at)[0].startswith("Budget exceeded")
+    assert not at.download_button and ledger.releases(dataset_id) == []
+
+
+def test_bad_inputs_show_messages():
+    at = _airports()
+    at.number_input(key="loc_lat_min").set_value(60.0).run()
+    assert not at.exception
+    assert any("lat_min < lat_max" in e for e in _errors(at))
+    assert "loc_run" not in [b.key for b in at.button]  # the rest of the page waits for a valid region
+    at.number_input(key="loc_lat_min").set_value(24.0).run()
+    assert not _errors(at)
+    at.selectbox(key="loc_rel_mech").set_value("dp_mean").run()
+    at.number_input(key="loc_rel_eps").set_value(0.0).run()
+    assert not at.exception and any("epsilon" in e for e in _errors(at))
+    assert "locations_release" not in [b.key for b in at.button]
+    at.number_input(key="loc_geo_level").set_value(0.0).run()
+    assert not at.exception and any("level" in e for e in _errors(at))
+
+
+def test_out_of_range_coordinates_show_a_message():
+    raw = pd.DataFrame({"latitude": [40.0, 95.0, 41.0], "longitude": [-100.0, -101.0, -102.0]})
+    schema = infer_schema(raw).with_kind("latitude", "latitude")  # as the curator marks it on the Data page
+    ds = Dataset(name="bad", raw=raw, schema=schema, cleaned=raw, fingerprint=fingerprint(raw))
+    at = _page(ds)
+    assert not at.exception
+    assert any("latitude must be in [-90, 90]" in e for e in _errors(at))
+    assert "loc_run" not in [b.key for b in at.button]
