@@ -83,6 +83,13 @@ def test_prilocation_budget_release_and_guarantee_structure(visits: pd.DataFrame
         rep.lat.to_numpy()[:, None], rep.lon.to_numpy()[:, None], m.centers_[:, 0], m.centers_[:, 1]
     )
     assert np.all(d.min(axis=1) <= 100_000.0 + 1e-6)
+    # The curator's user ids never leave: released users are pseudonyms, one per user, rows sorted by them.
+    assert not set(released.user) & set(visits.user.astype(str)) and not set(released.user) & set(visits.user)
+    assert released.user.str.fullmatch(r"user-\d{5}").all()
+    assert released.user.is_monotonic_increasing
+    per_user = visits.iloc[m.diagnostic_kept_index_].groupby("user").size().sort_values().to_numpy()
+    released_per_user = rep.groupby("user").size().sort_values().to_numpy()
+    assert np.array_equal(per_user, released_per_user)  # linkage within the release is kept
 
 
 def test_prilocation_errors(visits: pd.DataFrame) -> None:

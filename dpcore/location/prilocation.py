@@ -445,6 +445,10 @@ class PriLocation:
         self.replaced_ = pd.DataFrame({"user": visits.labels[visits.codes[kept]], "lat": r_lat, "lon": r_lon})
         self.added_counts_ = np.maximum(w_rel - run.w_true, 0)
         self.user_labels_ = visits.labels
+        # Released user ids are random pseudonyms (drawn with the release's sampler), never the curator's ids.
+        self.user_pseudonyms_ = np.array(
+            [f"user-{i:05d}" for i in sampler.rng.permutation(visits.labels.size)], dtype=object
+        )
         self.hs_m_ = hs
         self.grid_: DensityGrid = run.grid
         self.centers_ = np.column_stack([run.c_lat, run.c_lon])
@@ -464,15 +468,21 @@ class PriLocation:
         return self
 
     def released(self) -> pd.DataFrame:
-        """The release: replaced visits, then each cluster centre repeated ``added_counts_`` times a user."""
+        """The release: replaced visits and each cluster centre repeated ``added_counts_`` times a user.
+
+        Users appear under random pseudonyms; rows are sorted by (user, lat, lon, kind), a function of the
+        released values only, so the row order says nothing about the input's order.
+        """
         eu, ec = np.nonzero(self.added_counts_)
         reps = self.added_counts_[eu, ec]
-        added = pd.DataFrame(
+        code = {label: i for i, label in enumerate(self.user_labels_)}
+        replaced_users = np.array([code[u] for u in self.replaced_["user"]], dtype=np.int64)
+        out = pd.DataFrame(
             {
-                "user": self.user_labels_[np.repeat(eu, reps)],
-                "lat": np.repeat(self.centers_[ec, 0], reps),
-                "lon": np.repeat(self.centers_[ec, 1], reps),
-                "kind": "added",
+                "user": self.user_pseudonyms_[np.r_[replaced_users, np.repeat(eu, reps)].astype(np.int64)],
+                "lat": np.r_[self.replaced_["lat"].to_numpy(), np.repeat(self.centers_[ec, 0], reps)],
+                "lon": np.r_[self.replaced_["lon"].to_numpy(), np.repeat(self.centers_[ec, 1], reps)],
+                "kind": ["replaced"] * len(self.replaced_) + ["added"] * int(reps.sum()),
             }
         )
-        return pd.concat([self.replaced_.assign(kind="replaced"), added], ignore_index=True)
+        return out.sort_values(["user", "lat", "lon", "kind"], ignore_index=True)
