@@ -6,11 +6,13 @@ import logging
 
 import streamlit as st
 
+from ui import auth
 from ui.nav import PAGE_CONFIG, mark_entrypoint, registered_pages
 from ui.sidebar import render_sidebar
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 st.set_page_config(**PAGE_CONFIG)
+auth.require_sign_in()  # optional OIDC sign-in (.streamlit/secrets.toml [auth]); a no-op when not configured
 navigation = st.navigation(
     [st.Page(path, title=title, icon=icon) for path, title, icon in registered_pages()]
 )

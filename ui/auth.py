@@ -17,7 +17,15 @@ import streamlit as st
 
 from dpcore import config
 
-__all__ = ["auth_enabled", "authlib_installed", "current_user", "is_logged_in", "provider", "require_sign_in"]
+__all__ = [
+    "auth_enabled",
+    "authlib_installed",
+    "current_user",
+    "is_logged_in",
+    "provider",
+    "render_account",
+    "require_sign_in",
+]
 
 REQUIRED_KEYS = ("redirect_uri", "cookie_secret")
 PROVIDER_KEYS = ("client_id", "client_secret", "server_metadata_url")
@@ -84,15 +92,11 @@ def _login() -> None:
 
 
 def require_sign_in() -> None:
-    """With sign-in configured: a signed-out session sees only a sign-in prompt (then ``st.stop()``);
-    a signed-in one gets its identity and a sign-out button in the sidebar. Without it: nothing.
+    """With sign-in configured, a signed-out session sees only a sign-in prompt, then ``st.stop()``.
+
+    Does nothing when sign-in is off or the session is signed in; safe to call more than once per run.
     """
-    if not auth_enabled():
-        return
-    if is_logged_in():
-        with st.sidebar:
-            st.caption(f"Signed in as **{current_user()}**")
-            st.button("Sign out", on_click=st.logout, key="auth_sign_out", icon=":material/logout:")
+    if not auth_enabled() or is_logged_in():
         return
     st.title("Sign in")
     st.info(
@@ -108,3 +112,11 @@ def require_sign_in() -> None:
         label = "Sign in" if provider() == DEFAULT_PROVIDER else f"Sign in with {provider()}"
         st.button(label, on_click=_login, type="primary", key="auth_sign_in", icon=":material/login:")
     st.stop()
+
+
+def render_account() -> None:
+    """Sidebar lines for a signed-in session: who is signed in and a sign-out button (else nothing)."""
+    if not (auth_enabled() and is_logged_in()):
+        return
+    st.caption(f"Signed in as **{current_user()}**")
+    st.button("Sign out", on_click=st.logout, key="auth_sign_out", icon=":material/logout:")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import state
+from ui import auth, state
 from ui.errors import user_errors
 
 MODE_LABELS = {
@@ -54,8 +54,14 @@ def _mode_section() -> None:
 
 
 def render_sidebar() -> None:
-    """Draw the shared sidebar (call once per run, before the page)."""
+    """Draw the shared sidebar (call once per run, before the page).
+
+    With sign-in configured, a signed-out session stops here at the sign-in prompt (this also guards a
+    page that runs without app.py, see ``ui.nav.ensure_entrypoint``).
+    """
+    auth.require_sign_in()
     with st.sidebar:
+        auth.render_account()
         _dataset_section()
         pol = state.policy()
         st.subheader("Privacy policy")

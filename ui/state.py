@@ -19,6 +19,7 @@ from dpcore.errors import DataError
 from dpcore.ledger import Ledger
 from dpcore.mechanisms import Sampler
 from dpcore.policy import ApproxDP, Policy
+from ui import auth
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -192,8 +193,8 @@ def ledger() -> Ledger:
 
 
 def user() -> str:
-    """Name recorded with releases: ``DPCORE_USER`` or ``"local"``."""
-    return config.local_user()
+    """Name recorded with releases: the signed-in identity (``ui.auth``), else ``DPCORE_USER`` or "local"."""
+    return auth.current_user()
 
 
 # -- sampling mode -----------------------------------------------------------------------------------

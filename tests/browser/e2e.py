@@ -1,0 +1,152 @@
+"""Small Playwright helpers for the dashboard: navigation inside one session, widgets, downloads."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from dpcore.data import fingerprint
+from dpcore.data import load_sample as load_sample_table
+from tests.browser.conftest import wait_for_app
+
+TRACE = re.compile(r"Traceback \(most recent call last\)|File \"/|\b\w+(Error|Exception|Warning): ")
+MARKETING = "Sample: Marketing Campaign"
+AIRPORTS = "Sample: US airports"
+
+
+def sample_fingerprint(name: str = "marketing_campaign") -> str:
+    """SHA-256 fingerprint of a bundled sample's table."""
+    return fingerprint(load_sample_table(name))
+
+
+def sample_dataset_id(name: str = "marketing_campaign") -> str:
+    """Ledger id of a bundled sample: the first 16 hex digits of its table fingerprint."""
+    return sample_fingerprint(name)[:16]
+
+
+def go(page: Page, title: str) -> None:
+    """Open a page through the sidebar navigation (keeps the Streamlit session and its state)."""
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
+    wait_for_app(page)
+    expect(page.get_by_role("heading", level=1).first).to_be_visible()
+
+
+def main(page: Page) -> Locator:
+    """The page body (not the sidebar)."""
+    return page.get_by_test_id("stMain")
+
+
+def click(page: Page, name: str, *, exact: bool = False) -> None:
+    main(page).get_by_role("button", name=name, exact=exact).click()
+    wait_for_app(page)
+
+
+def load_sample(page: Page, label: str = MARKETING) -> None:
+    go(page, "Data")
+    main(page).get_by_test_id("stRadio").first.get_by_text(label, exact=True).click()
+    wait_for_app(page)
+    click(page, f"Load {label}")
+    expect(main(page).get_by_text("fingerprint").first).to_be_visible()
+
+
+def multiselect(page: Page, label: str, options: list[str]) -> None:
+    """Pick ``options`` in the multiselect labelled ``label``."""
+    box = main(page).get_by_test_id("stMultiSelect").filter(has_text=label)
+    for option in options:
+        box.locator("input").first.click()
+        box.locator("input").first.fill(option)
+        page.get_by_role("option", name=option, exact=True).click()
+        wait_for_app(page)
+        page.keyboard.press("Escape")
+    for option in options:
+        expect(box.get_by_label(option, exact=True).first).to_be_visible()
+
+
+def set_number(page: Page, label: str, value: float | str, *, scope: Locator | None = None) -> None:
+    """Type into a number input and commit it (Enter), then wait for the rerun."""
+    box = (scope or main(page)).get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Enter")
+    wait_for_app(page)
+
+
+def choose_radio(page: Page, option: str, *, scope: Locator | None = None) -> None:
+    (scope or main(page)).get_by_test_id("stRadio").get_by_text(option, exact=True).click()
+    wait_for_app(page)
+
+
+def select(page: Page, label: str, option: str, *, scope: Locator | None = None) -> None:
+    """Choose ``option`` in the selectbox labelled ``label`` (retried if a rerun closes the list)."""
+    box = (scope or main(page)).get_by_test_id("stSelectbox").filter(has_text=label)
+    choice = page.get_by_role("option", name=option, exact=True)
+    for attempt in range(3):
+        wait_for_app(page)
+        box.locator("input").first.click()
+        try:
+            choice.click(timeout=3_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+            if attempt == 2:
+                raise
+    wait_for_app(page)
+    expect(box.locator("input").first).to_have_value(option)
+
+
+def prepare_with_data_bounds(
+    page: Page, features: list[str], scaling: str = "Min-max to [-1, 1] using the public bounds"
+) -> None:
+    """On the Data page: select features, allow data-derived bounds (with its warning), Prepare."""
+    multiselect(page, "Features to cluster on", features)
+    main(page).get_by_text("Use bounds from the data (leaks information: not private)").click()
+    wait_for_app(page)
+    expect(main(page).get_by_text("reveal the extreme values").first).to_be_visible()
+    choose_radio(page, scaling)
+    click(page, "Prepare")
+    expect(main(page).get_by_text("features ready").first).to_be_visible()
+
+
+def set_budget(page: Page, epsilon: float, delta: float) -> None:
+    go(page, "Privacy policy")
+    set_number(page, "Total ε for this dataset", epsilon)
+    set_number(page, "Total δ for this dataset (0 for pure DP)", delta)
+    click(page, "Save budget")
+    expect(main(page).get_by_text("Budget saved").first).to_be_visible()
+
+
+def download(page: Page, name: str, scope: Locator | None = None) -> tuple[str, bytes]:
+    """Click the download button ``name``; return the suggested file name and the bytes."""
+    with page.expect_download() as info:
+        (scope or main(page)).get_by_role("button", name=name).first.click()
+    dl = info.value
+    path = dl.path()
+    return dl.suggested_filename, Path(path).read_bytes()
+
+
+def zip_members(content: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(content)) as archive:
+        return {n: archive.read(n) for n in archive.namelist()}
+
+
+def manifest_of(json_bytes: bytes) -> dict[str, Any]:
+    doc = json.loads(json_bytes)
+    return doc.get("manifest", doc)
+
+
+def errors_on_page(page: Page) -> list[str]:
+    return [t.strip() for t in main(page).get_by_test_id("stAlertContentError").all_inner_texts()]
+
+
+def assert_no_exception(page: Page) -> None:
+    """No Streamlit exception box and no Python traceback text anywhere on the page."""
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    body = page.locator("body").inner_text()
+    found = TRACE.search(body)
+    assert found is None, f"{found.group(0)!r} reached the page:\n{body[:2000]}"

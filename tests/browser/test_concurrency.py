@@ -1,0 +1,95 @@
+"""Two browser sessions releasing against one dataset budget at the same moment never overspend, and each
+sees the other's releases on its Ledger page.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pandas as pd
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from dpcore.ledger import Ledger
+from tests.browser.conftest import Server, open_app, screenshot, wait_for_app
+from tests.browser.e2e import assert_no_exception, click, download, go, main, sample_dataset_id
+
+pytestmark = pytest.mark.browser
+
+RELEASE = "Release (spends ε = 1)"  # planar Laplace, level 1 within 2,000 m: the page's defaults
+REQUEST = re.compile(r"recorded in the ledger as request ([0-9a-f]{8})")
+
+
+def _ready(page: Page) -> None:
+    go(page, "Locations")
+    click(page, "Load the US airports sample")
+    expect(main(page).get_by_role("button", name=RELEASE)).to_be_visible()
+
+
+def _outcome(page: Page, previous: str | None) -> str | None:
+    """The request id prefix of the release this page just made (not ``previous``), or None if refused."""
+    body = main(page)
+    refused = body.get_by_test_id("stAlertContentError").filter(has_text="Budget exceeded")
+    for _ in range(120):
+        wait_for_app(page)
+        if refused.count():
+            return None
+        found = REQUEST.findall(body.inner_text())
+        if found and found[-1] != previous:
+            return found[-1]
+        page.wait_for_timeout(250)
+    raise AssertionError(f"no release outcome on the page:\n{body.inner_text()[-2000:]}")
+
+
+def _both_click(pages: list[Page], name: str, previous: list[str | None]) -> list[str | None]:
+    buttons = [main(p).get_by_role("button", name=name) for p in pages]
+    for b in buttons:
+        expect(b).to_be_visible()
+    for b in buttons:  # dispatch both clicks before either run finishes
+        b.click()
+    return [_outcome(p, prev) for p, prev in zip(pages, previous, strict=True)]
+
+
+def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
+    pages = [open_app(browser, server), open_app(browser, server)]
+    try:
+        for p in pages:
+            _ready(p)
+        dataset_id = sample_dataset_id("us_airports")
+        ledger = Ledger(server.ledger_url)
+        before = ledger.budget(dataset_id)
+        spent = before.epsilon_spent if before else 0.0
+        ledger.set_budget(dataset_id, spent + 3.5, before.delta_total if before else 0.0)
+        n_before = len(ledger.releases(dataset_id))
+
+        first = _both_click(pages, RELEASE, [None, None])  # 3.5 left: both fit
+        assert all(first), first
+        for p in pages:
+            main(p).get_by_text("Make another release with these settings").click()
+            wait_for_app(p)
+        second = _both_click(pages, "Release again", first)  # 1.5 left: exactly one fits
+        assert sum(r is not None for r in second) == 1, second
+        loser = pages[second.index(None)]
+        message = main(loser).get_by_test_id("stAlertContentError").first.inner_text()
+        assert "Budget exceeded" in message and "raise the budget" in message
+
+        status = ledger.budget(dataset_id)
+        records = ledger.releases(dataset_id)
+        ledger.close()
+        assert len(records) == n_before + 3
+        assert status.epsilon_spent == pytest.approx(spent + 3.0)
+        assert status.epsilon_spent <= status.epsilon_total
+        ours = {r.request_id[:8] for r in records[n_before:]}
+        assert ours == {*first, *(r for r in second if r)}
+
+        for p in pages:
+            go(p, "Ledger")
+            table = pd.read_csv(io.BytesIO(download(p, "Download the ledger as CSV")[1]))
+            shown = {rid[:8] for rid in table.loc[table["dataset_id"] == dataset_id, "request_id"]}
+            assert ours <= shown  # its own releases and the other session's
+            assert_no_exception(p)
+    finally:
+        for i, p in enumerate(pages):
+            screenshot(p, f"test_two_sessions_never_overspend_{i}")
+            p.context.close()

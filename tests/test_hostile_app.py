@@ -1,0 +1,284 @@
+"""Hostile inputs through the app's pages (AppTest): a clear st.error, no exception, the state kept.
+
+One AppTest session per test walks many bad inputs in turn, which also shows the app keeps working
+after each of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from dpcore.data import load_table
+from dpcore.errors import DataError
+from dpcore.policy import ApproxDP
+from tests.test_hostile_engine import BAD_FILES
+
+TIMEOUT = 60
+MARKETING = "Sample: Marketing Campaign"
+# The uploader itself refuses other extensions (and empty files), so .xls junk arrives named .xlsx.
+UPLOAD_CASES = [
+    (case, data, name + "x" if name.endswith(".xls") else name, pattern)
+    for case, data, name, pattern in BAD_FILES
+    if case not in {"empty", "whitespace only"}
+]
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    for text in [*_errors(at), *(w.value for w in at.warning), *(i.value for i in at.info)]:
+        assert "Traceback" not in text and 'File "/' not in text
+
+
+def _with_marketing(app_path: str) -> AppTest:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value(MARKETING).run()
+    at.button(key="data_load_sample").click().run()
+    assert at.session_state["dp_dataset"].name == MARKETING
+    return at
+
+
+def _upload(at: AppTest, name: str, data: bytes) -> None:
+    at.file_uploader(key="data_upload").set_value((name, data, "application/octet-stream")).run()
+
+
+def test_bad_uploads_show_the_engine_message_and_keep_the_dataset(app_path: str) -> None:
+    at = _with_marketing(app_path)
+    before = at.session_state["dp_dataset"].fingerprint
+    at.radio(key="data_source").set_value("Upload a file").run()
+    for case, data, name, _ in UPLOAD_CASES:
+        with pytest.raises(DataError) as expected:
+            load_table(data, filename=name)
+        _upload(at, name, data)
+        _clean(at)
+        assert _errors(at) == [str(expected.value)], case
+        assert at.session_state["dp_dataset"].fingerprint == before, case
+        assert any(f"still {MARKETING}" in c.value for c in at.caption), case
+    assert len(UPLOAD_CASES) >= 15
+
+
+def test_upload_over_the_limit_is_refused_on_the_page(app_path: str) -> None:
+    at = _with_marketing(app_path)
+    at.radio(key="data_source").set_value("Upload a file").run()
+    old = st_config.get_option("server.maxUploadSize")
+    st_config.set_option("server.maxUploadSize", 1)
+    try:
+        _upload(at, "big.csv", b"x,y\n" + b"1,2\n" * 300_000)
+    finally:
+        st_config.set_option("server.maxUploadSize", old)
+    _clean(at)
+    assert len(at.error) == 1 and "above the 1 MB upload limit" in at.error[0].value
+    assert "raise server.maxUploadSize" in at.error[0].value
+    assert at.session_state["dp_dataset"].name == MARKETING
+
+
+def _prepare(at: AppTest, features: list[str], *, scaling: str = "none", data_bounds: bool = True) -> None:
+    ds = at.session_state["dp_dataset"]
+    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(features).run()
+    at.radio(key="data_scaling").set_value(scaling).run()
+    box = at.checkbox(key="data_bounds_ok")
+    (box.check() if data_bounds else box.uncheck()).run()
+    at.button(key="data_prepare").click().run()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "kind_change", "features", "scaling", "message"),
+    [
+        ("one.csv", b"a,b\n1,2\n", None, ["a"], "none", "at least 2 are needed"),
+        ("flat.csv", b"a,b\n5,1\n5,2\n5,3\n", None, ["a", "b"], "standardize", "Cannot standardise constant"),
+        ("holes.csv", b"a,b\n1,2\n,3\n4,5\n", None, ["a", "b"], "none", "missing or infinite values"),
+        ("inf.csv", b"a,b\n1,2\ninf,3\n4,5\n", None, ["a", "b"], "none", "1 infinite"),
+        ("huge.csv", b"a,b\n1e400,2\n1,3\n4,5\n", None, ["a", "b"], "none", "1 infinite"),
+        (
+            "geo.csv",
+            b"lat,lon\n95,1\n10,2\n",
+            ("lat", "latitude"),
+            ["lat", "lon"],
+            "none",
+            "outside [-90, 90]",
+        ),
+    ],
+    ids=["one row", "constant column", "NaN", "inf", "huge number", "latitude out of range"],
+)
+def test_bad_tables_are_refused_at_prepare(
+    app_path: str,
+    name: str,
+    content: bytes,
+    kind_change: tuple[str, str] | None,
+    features: list[str],
+    scaling: str,
+    message: str,
+) -> None:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    _upload(at, name, content)
+    _clean(at)
+    assert not _errors(at) and at.session_state["dp_dataset"].name == name
+    if kind_change is not None:
+        column, kind = kind_change
+        ds = at.session_state["dp_dataset"]
+        at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value(column).run()
+        at.selectbox(key=f"data_kind_{ds.dataset_id}_{column}").set_value(kind).run()
+        at.button(key="data_set_kind").click().run()
+        assert at.session_state["dp_dataset"].schema.kinds[column] == kind
+    _prepare(at, features, scaling=scaling)
+    _clean(at)
+    assert len(at.error) == 1 and message in at.error[0].value, _errors(at)
+    assert at.session_state["dp_dataset"].prepared is None
+    # the app keeps working: a valid choice on the same table prepares (or explains the missing values)
+    _prepare(at, features[:1] if name != "one.csv" else ["a"], scaling="none")
+    _clean(at)
+
+
+POLICY_CASES = [
+    ("approx_dp", "pol_eps", 0.0, "epsilon must be a finite number > 0 (got 0)"),
+    ("approx_dp", "pol_eps", -1.0, "epsilon must be a finite number > 0 (got -1)"),
+    ("approx_dp", "pol_delta", 1.0, "delta must be in (0, 1)"),
+    ("approx_dp", "pol_delta", 2.5, "delta must be in (0, 1)"),
+    ("approx_dp", "pol_delta", 0.0, "delta must be in (0, 1)"),
+    ("local_pdp", "pol_delta", 1.0, "delta must be in (0, 1)"),
+    ("pure_dp", "pol_eps", -0.5, "epsilon must be a finite number > 0"),
+    ("blowfish", "pol_theta", 0.0, "theta must be a finite number > 0"),
+    ("blowfish", "pol_theta", -2.0, "theta must be a finite number > 0"),
+    ("geo_ind", "pol_geo_radius", 0.0, "radius_m must be a finite number > 0"),
+    ("geo_ind", "pol_geo_level", -1.0, "must be a finite number > 0"),
+]
+GOOD_VALUES = {
+    "pol_eps": 0.7,
+    "pol_delta": 1e-7,
+    "pol_theta": 1.0,
+    "pol_geo_radius": 500.0,
+    "pol_geo_level": 1.0,
+}
+
+
+def test_bad_policy_parameters_keep_the_policy(app_path: str) -> None:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/policy.py").run()
+    good = ApproxDP(0.7, 1e-7)
+    at.number_input(key="pol_eps").set_value(0.7).run()
+    at.number_input(key="pol_delta").set_value(1e-7).run()
+    assert at.session_state["dp_policy"] == good
+    for definition, key, value, message in POLICY_CASES:
+        at.selectbox(key="pol_definition").set_value(definition).run()
+        if definition == "blowfish":
+            at.selectbox(key="pol_graph").set_value("distance_threshold").run()
+        at.number_input(key=key).set_value(value).run()
+        _clean(at)
+        assert any(message in e for e in _errors(at)), (definition, key, value, _errors(at))
+        assert any("Nothing was changed" in c.value for c in at.caption)
+        at.number_input(key=key).set_value(GOOD_VALUES[key]).run()
+        _clean(at)
+        assert not _errors(at), (definition, key, _errors(at))
+        at.selectbox(key="pol_definition").set_value("approx_dp").run()
+        at.number_input(key="pol_eps").set_value(0.7).run()
+        at.number_input(key="pol_delta").set_value(1e-7).run()
+        assert at.session_state["dp_policy"] == good
+
+
+def test_bad_budgets_are_refused_and_the_budget_kept(app_path: str) -> None:
+    at = _with_marketing(app_path)
+    at.switch_page("pages/policy.py").run()
+    at.number_input(key="pol_budget_eps").set_value(2.0).run()
+    at.number_input(key="pol_budget_delta").set_value(1e-5).run()
+    _save_budget(at)
+    assert any("Budget saved" in s.value for s in at.success)
+    for eps, delta, message in [
+        (0.0, 1e-5, "must be > 0"),
+        (-3.0, 1e-5, "must be > 0"),
+        (2.0, 1.0, "delta must be in [0, 1)"),
+        (2.0, -1e-3, "delta must be in [0, 1)"),
+    ]:
+        at.number_input(key="pol_budget_eps").set_value(eps).run()
+        at.number_input(key="pol_budget_delta").set_value(delta).run()
+        _save_budget(at)
+        _clean(at)
+        assert any(message in e for e in _errors(at)), (eps, delta, _errors(at))
+        status = _ledger_status(at)
+        assert (status.epsilon_total, status.delta_total) == (2.0, 1e-5)
+
+
+def _save_budget(at: AppTest) -> None:
+    next(b for b in at.button if b.label == "Save budget").click().run()
+
+
+def _ledger_status(at: AppTest):
+    from dpcore.ledger import Ledger
+
+    ds = at.session_state["dp_dataset"]
+    ledger = Ledger()
+    try:
+        return ledger.budget(ds.dataset_id)
+    finally:
+        ledger.close()
+
+
+def _uploaded(app_path: str, name: str, content: bytes) -> AppTest:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    _upload(at, name, content)
+    assert at.session_state["dp_dataset"].name == name
+    return at
+
+
+def test_k_larger_than_rows_is_refused_on_the_kmeans_page(app_path: str) -> None:
+    at = _uploaded(app_path, "five.csv", b"a,b\n0.1,0.2\n0.3,0.1\n0.9,0.8\n0.7,0.9\n0.5,0.5\n")
+    _prepare(at, ["a", "b"], scaling="minmax")
+    assert at.session_state["dp_dataset"].prepared is not None
+    at.switch_page("pages/kmeans.py").run()
+    _clean(at)
+    at.number_input(key="km_k").set_value(9).run()
+    _clean(at)
+    assert any("exceeds the number of rows (5)" in e for e in _errors(at)), _errors(at)
+    at.number_input(key="km_k").set_value(2).run()
+    _clean(at)
+    assert not _errors(at)
+
+
+def test_out_of_range_coordinates_and_bad_region_on_the_locations_page(app_path: str) -> None:
+    at = _uploaded(app_path, "geo.csv", b"lat,lon\n95,1\n10,2\n12,3\n")
+    ds = at.session_state["dp_dataset"]
+    at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value("lat").run()
+    at.selectbox(key=f"data_kind_{ds.dataset_id}_lat").set_value("latitude").run()
+    at.button(key="data_set_kind").click().run()
+    at.switch_page("pages/locations.py").run()
+    _clean(at)
+    assert any("latitude must be in [-90, 90]" in e for e in _errors(at)), _errors(at)
+
+    at = _uploaded(app_path, "ok.csv", b"lat,lon\n45,1\n10,2\n12,3\n")
+    at.switch_page("pages/locations.py").run()
+    _clean(at)
+    assert not _errors(at)
+    at.number_input(key="loc_lat_min").set_value(60.0).run()  # south edge above the north edge
+    _clean(at)
+    assert any("lat_min < lat_max" in e for e in _errors(at)), _errors(at)
+    at.number_input(key="loc_lat_min").set_value(0.0).run()
+    _clean(at)
+    assert not _errors(at)
+
+
+def _sampler_script() -> None:
+    import streamlit as st
+
+    from ui import state
+
+    s = state.sampler()
+    st.markdown(f"{s.mode} {s.seed}")
+
+
+def test_ui_sampler_is_secure_in_release_mode_even_with_a_stale_seed() -> None:
+    at = AppTest.from_function(_sampler_script, default_timeout=TIMEOUT)
+    at.session_state["dp_seed"] = 7  # a seed left over from demo mode
+    at.run()
+    assert [m.value for m in at.markdown] == ["secure None"]
+    at.session_state["dp_mode"] = "demo"
+    at.run()
+    assert [m.value for m in at.markdown] == ["demo 7"]

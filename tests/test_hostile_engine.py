@@ -1,0 +1,329 @@
+"""Hostile inputs to the engine: every bad file or parameter raises a DPCoreError subclass whose message
+names the problem and the fix; nothing else (no pandas/numpy/pyarrow/openpyxl exception) escapes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import warnings
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.data import infer_schema, load_table, prepare
+from dpcore.errors import DataError, DPCoreError, ParameterError, PolicyError
+from dpcore.kmeans import ColoredNoiseKMeans, WhiteNoiseKMeans
+from dpcore.kmeans.lloyd import DPLloydKMeans
+from dpcore.ledger import BudgetExceeded, BudgetNotSet, Ledger, LedgerError
+from dpcore.location.geometry import Region
+from dpcore.location.laplace import PlanarLaplace, planar_laplace
+from dpcore.mechanisms import Sampler, gaussian_sigma, laplace_scale
+from dpcore.policy import (
+    ApproxDP,
+    AttributeGraph,
+    DistanceThresholdGraph,
+    GeoIndistinguishability,
+    LocalPDP,
+    PartitionGraph,
+    PureDP,
+    make_policy,
+)
+
+NAN, INF = math.nan, math.inf
+
+
+def _zip_of(member: str, text: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr(member, text)
+    return buf.getvalue()
+
+
+def _junk(n: int = 2048) -> bytes:
+    return np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+# (id, file bytes, file name, regex the message must match: the problem and the fix)
+BAD_FILES: list[tuple[str, bytes, str, str]] = [
+    ("empty", b"", "t.csv", r"empty.*Upload a file with a header"),
+    ("whitespace only", b" \n\n\t\n", "t.csv", r"empty"),
+    ("header only", b"a,b,c\n", "t.csv", r"no data rows.*at least one data row"),
+    ("ragged rows", b"a,b,c\n1,2,3\n4,5\n6,7,8\n", "t.csv", r"line 3 has 2 fields but the header has 3"),
+    ("unbalanced quote", b'a,b\n"1,2\n3,4\n', "t.csv", r"unbalanced quote"),
+    ("binary junk", _junk(), "t.csv", r"binary data.*Supported formats"),
+    ("png image", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "photo.csv", r"binary data"),
+    ("control chars", bytes(range(1, 8)) * 300, "t.csv", r"binary data, not a text table"),
+    ("duplicate columns", b"age,income,age\n1,2,3\n4,5,6\n", "t.csv", r"duplicate column names: 'age'"),
+    ("text named parquet", b"a,b\n1,2\n", "t.parquet", r"not a valid Parquet file. Export it again"),
+    ("damaged parquet", b"PAR1" + _junk(200), "t.parquet", r"not a readable Parquet file"),
+    ("zip not xlsx", _zip_of("t.csv", "a,b\n1,2\n"), "t.xlsx", r"not an Excel .xlsx workbook"),
+    ("damaged zip", b"PK\x03\x04" + _junk(100), "t.xlsx", r"damaged zip/Excel"),
+    ("legacy xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + _junk(100), "t.xls", r"Save it as .xlsx"),
+    ("not gzip", b"a,b\n1,2\n", "t.csv.gz", r"not gzip-compressed"),
+    ("damaged gzip", b"\x1f\x8b" + _junk(100), "t.csv.gz", r"damaged or truncated"),
+    ("gzip of nothing", gzip.compress(b""), "t.csv.gz", r"decompresses to an empty file"),
+    ("gzip twice", gzip.compress(gzip.compress(b"a,b\n1,2\n")), "t.csv.gz", r"compressed twice"),
+    ("bad utf-16", b"\xff\xfea\x00,\x00b\x00\n\x00\x00\xd8", "t.csv", r"not valid UTF-16; save it as UTF-8"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "pattern"), [c[1:] for c in BAD_FILES], ids=[c[0] for c in BAD_FILES]
+)
+def test_bad_file_raises_data_error(data: bytes, name: str, pattern: str) -> None:
+    with pytest.raises(DataError, match=pattern):
+        load_table(data, filename=name)
+
+
+def test_missing_path_names_it(tmp_path) -> None:
+    with pytest.raises(DataError, match=r"Could not open .*nope\.csv.*Check the path"):
+        load_table(tmp_path / "nope.csv")
+
+
+@pytest.mark.parametrize(
+    ("data", "encoding"),
+    [
+        ("name;val\ncafé;1\nnaïve;2\n".encode("cp1252"), "Windows-1252"),
+        ("name,val\nZürich,1\nMünchen,2\n".encode("utf-16"), "UTF-16"),
+        (b"\xef\xbb\xbfname,val\nx,1\ny,2\n", "UTF-8 with BOM"),
+    ],
+    ids=["cp1252", "utf-16", "utf-8-bom"],
+)
+def test_other_encodings_are_read_not_refused(data: bytes, encoding: str) -> None:
+    df = load_table(data, filename="t.csv")
+    assert list(df.columns) == ["name", "val"]
+    assert df["val"].tolist() == [1, 2]
+    assert encoding in df.attrs["dpcore_source"]
+    assert not df["name"].str.contains("\ufffd").any()
+
+
+# -- preparing features --------------------------------------------------------------------------------
+
+NUM = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [10.0, 20.0, 30.0, 40.0], "id": ["u1", "u2", "u3", "u4"]})
+CONST = pd.DataFrame({"a": [5.0, 5.0, 5.0]})
+WITH_NAN = pd.DataFrame({"a": [1.0, NAN, 3.0]})
+WITH_INF = pd.DataFrame({"a": [1.0, INF, 3.0]})
+TEXTY = pd.DataFrame({"a": ["1", "2", "three", "4"]})
+COORDS = pd.DataFrame({"lat": [95.0, 10.0], "lon": [1.0, 2.0]})
+
+
+def _prep(df: pd.DataFrame, features: list[str], schema_kinds: dict[str, str] | None = None, **kw: Any):
+    schema = infer_schema(df)
+    for col, kind in (schema_kinds or {}).items():
+        schema = schema.with_kind(col, kind)
+    return lambda: prepare(df, schema, features, **kw)
+
+
+BAD_PREPARE: list[tuple[str, Callable[[], Any], str]] = [
+    ("no features", _prep(NUM, []), r"No features selected"),
+    ("unknown feature", _prep(NUM, ["zzz"]), r"Unknown feature.*'zzz'.*choose from"),
+    ("feature twice", _prep(NUM, ["a", "a"], bounds={"a": (0, 5)}), r"selected twice"),
+    ("identifier feature", _prep(NUM, ["id"], {"id": "identifier"}), r"identifier and cannot be a feature"),
+    ("NaN without strategy", _prep(WITH_NAN, ["a"], bounds={"a": (0, 5)}), r"missing.*strategy.*'drop'"),
+    ("inf without strategy", _prep(WITH_INF, ["a"], bounds={"a": (0, 5)}), r"1 infinite.*strategy"),
+    ("one row", _prep(pd.DataFrame({"a": [1.0]}), ["a"], bounds={"a": (0, 2)}), r"at least 2 are needed"),
+    ("no bounds", _prep(NUM, ["a"]), r"No public bounds for 'a'.*known without looking at the data"),
+    ("bounds reversed", _prep(NUM, ["a"], bounds={"a": (5, 1)}), r"Lower bound for 'a' must be smaller"),
+    ("bounds NaN", _prep(NUM, ["a"], bounds={"a": (NAN, 1)}), r"must be finite numbers"),
+    ("bounds infinite", _prep(NUM, ["a"], bounds={"a": (0, INF)}), r"must be finite numbers"),
+    ("bounds not a pair", _prep(NUM, ["a"], bounds={"a": 3}), r"must be a pair \(lower, upper\)"),
+    ("bounds for stray column", _prep(NUM, ["a"], bounds={"zz": (0, 1)}), r"unknown column.*'zz'"),
+    (
+        "standardise constant",
+        _prep(CONST, ["a"], bounds={"a": (0, 10)}, scaling="standardize"),
+        r"Cannot standardise constant column.*use minmax",
+    ),
+    ("text marked numeric", _prep(TEXTY, ["a"], {"a": "numeric"}, bounds={"a": (0, 5)}), r"holds text"),
+    ("latitude over 90", _prep(COORDS, ["lat", "lon"], {"lat": "latitude"}), r"outside \[-90, 90\].*swapped"),
+    ("unknown scaling", _prep(NUM, ["a"], bounds={"a": (0, 5)}, scaling="log"), r"Unknown scaling 'log'"),
+]
+
+
+@pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in BAD_PREPARE], ids=[c[0] for c in BAD_PREPARE])
+def test_bad_preparation_raises_data_error(call: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(DataError, match=pattern):
+        call()
+
+
+def test_huge_finite_values_are_clipped_to_public_bounds() -> None:
+    df = pd.DataFrame({"a": [1e308, -1e308, 0.5, 0.25]})
+    prep = prepare(df, infer_schema(df), ["a"], bounds={"a": (-1, 1)}, scaling="minmax")
+    assert np.isfinite(prep.X).all()
+    assert prep.X[:, 0].tolist() == [1.0, -1.0, 0.5, 0.25]
+
+
+def test_constant_column_is_kept_with_a_warning_under_minmax() -> None:
+    prep = prepare(CONST, infer_schema(CONST), ["a"], bounds={"a": (0, 10)}, scaling="minmax")
+    assert np.allclose(prep.X, 0.0)
+    assert any("constant column" in w for w in prep.warnings)
+
+
+# -- privacy parameters ----------------------------------------------------------------------------------
+
+BAD_POLICIES: list[tuple[str, Callable[[], Any], str]] = [
+    ("eps 0", lambda: PureDP(0.0), r"epsilon must be a finite number > 0 \(got 0\)"),
+    ("eps negative", lambda: PureDP(-1.0), r"epsilon must be a finite number > 0 \(got -1\)"),
+    ("eps NaN", lambda: PureDP(NAN), r"\(got nan\)"),
+    ("eps inf", lambda: ApproxDP(INF, 1e-6), r"\(got inf\)"),
+    ("eps text", lambda: PureDP("1"), r"\(got '1'\)"),  # type: ignore[arg-type]
+    ("delta 0", lambda: ApproxDP(1.0, 0.0), r"delta must be in \(0, 1\).*1e-6"),
+    ("delta 1", lambda: ApproxDP(1.0, 1.0), r"delta must be in \(0, 1\)"),
+    ("delta above 1", lambda: LocalPDP(1.0, 1.5), r"delta must be in \(0, 1\)"),
+    ("delta NaN", lambda: ApproxDP(1.0, NAN), r"delta must be in \(0, 1\)"),
+    ("theta 0", lambda: DistanceThresholdGraph(0.0, "l2"), r"theta must be a finite number > 0"),
+    ("theta negative", lambda: DistanceThresholdGraph(-3.0, "l1"), r"theta must be a finite number > 0"),
+    ("theta NaN", lambda: DistanceThresholdGraph(NAN, "haversine"), r"theta must be a finite number > 0"),
+    ("unknown metric", lambda: DistanceThresholdGraph(1.0, "cosine"), r"metric must be one of"),
+    ("block width 0", lambda: PartitionGraph(0.0), r"block_width must be a finite number > 0"),
+    ("attribute c 0", lambda: AttributeGraph(0), r"c must be a whole number >= 1"),
+    ("geo eps negative", lambda: GeoIndistinguishability(-0.1), r"epsilon_per_metre must be.*> 0"),
+    ("geo radius 0", lambda: GeoIndistinguishability.from_level(1.0, 0.0), r"radius_m must be.*> 0"),
+    ("neighbours", lambda: PureDP(1.0, "sideways"), r"neighbours must be one of"),  # type: ignore[arg-type]
+    ("unknown definition", lambda: make_policy("renyi", epsilon=1.0), r"definition must be one of"),
+    ("delta on pure DP", lambda: make_policy("pure_dp", epsilon=1.0, delta=1e-6), r"delta does not apply"),
+]
+
+
+@pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in BAD_POLICIES], ids=[c[0] for c in BAD_POLICIES])
+def test_bad_policy_raises_policy_error(call: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(PolicyError, match=pattern):
+        call()
+
+
+BAD_NOISE: list[tuple[str, Callable[[], Any], str]] = [
+    ("sigma eps 0", lambda: gaussian_sigma(1.0, 0.0, 1e-6), r"epsilon must be a finite number > 0"),
+    ("sigma delta 1", lambda: gaussian_sigma(1.0, 1.0, 1.0), r"delta must be in the open interval \(0, 1\)"),
+    ("classic eps > 1", lambda: gaussian_sigma(1.0, 2.0, 1e-6, "classic"), r"use the analytic calibration"),
+    ("unknown calibration", lambda: gaussian_sigma(1.0, 1.0, 1e-6, "magic"), r"unknown calibration 'magic'"),  # type: ignore[arg-type]
+    ("negative sensitivity", lambda: laplace_scale(-1.0, 1.0), r"sensitivity must be a finite number >= 0"),
+    ("seed in release mode", lambda: Sampler(7, mode="secure"), r"secure sampling refuses a seed"),
+    ("demo without seed", lambda: Sampler(mode="demo"), r"demo mode needs a fixed seed"),
+    ("negative seed", lambda: Sampler(-1), r"seed must be an integer >= 0"),
+    ("unknown mode", lambda: Sampler(mode="fast"), r"unknown sampling mode"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in BAD_NOISE], ids=[c[0] for c in BAD_NOISE])
+def test_bad_noise_parameters_raise(call: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(DPCoreError, match=pattern):
+        call()
+
+
+# -- k-means ---------------------------------------------------------------------------------------------
+
+X10 = np.random.default_rng(0).normal(size=(10, 2))
+X_NAN = np.vstack([X10, [NAN, 1.0]])
+
+BAD_KMEANS: list[tuple[str, Callable[[], Any], str]] = [
+    (
+        "colored K > rows",
+        lambda: ColoredNoiseKMeans(11, random_state=0).fit(X10),
+        r"exceeds the number of rows",
+    ),
+    ("colored K 0", lambda: ColoredNoiseKMeans(0, random_state=0).fit(X10), r"n_clusters must be an integer"),
+    ("colored eps 0", lambda: ColoredNoiseKMeans(2, 0.0, random_state=0).fit(X10), r"epsilon must be"),
+    ("colored delta 1", lambda: ColoredNoiseKMeans(2, delta=1.0, random_state=0).fit(X10), r"delta must be"),
+    ("colored NaN rows", lambda: ColoredNoiseKMeans(2, random_state=0).fit(X_NAN), r"drop or impute NaN/inf"),
+    ("colored one row", lambda: ColoredNoiseKMeans(1, random_state=0).fit(X10[:1]), r"single row.*smaller K"),
+    ("white K = rows", lambda: WhiteNoiseKMeans(10, random_state=0).fit(X10), r"single row.*smaller K"),
+    (
+        "colored constant X",
+        lambda: ColoredNoiseKMeans(2, random_state=0).fit(np.ones((10, 2))),
+        r"constant data",
+    ),
+    ("lloyd no bounds", lambda: DPLloydKMeans(2, 1.0).fit(X10), r"bounds are missing.*public bounds"),
+    ("lloyd eps negative", lambda: DPLloydKMeans(2, -1.0, (-3, 3)).fit(X10), r"epsilon must be"),
+    ("lloyd eps NaN", lambda: DPLloydKMeans(2, NAN, (-3, 3)).fit(X10), r"\(got nan\)"),
+    ("lloyd K > rows", lambda: DPLloydKMeans(20, 1.0, (-3, 3)).fit(X10), r"exceeds the number of rows"),
+    ("lloyd infinite bounds", lambda: DPLloydKMeans(2, 1.0, (-INF, 3)).fit(X10), r"bounds must be finite"),
+    ("lloyd flat bounds", lambda: DPLloydKMeans(2, 1.0, (3, 3)).fit(X10), r"lower < upper"),
+    ("lloyd NaN rows", lambda: DPLloydKMeans(2, 1.0, (-3, 3)).fit(X_NAN), r"missing or infinite"),
+]
+
+
+@pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in BAD_KMEANS], ids=[c[0] for c in BAD_KMEANS])
+def test_bad_kmeans_input_raises(call: Callable[[], Any], pattern: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scikit-learn's ConvergenceWarning on constant data
+        with pytest.raises(DPCoreError, match=pattern):
+            call()
+
+
+# -- locations -------------------------------------------------------------------------------------------
+
+BAD_LOCATIONS: list[tuple[str, Callable[[], Any], str]] = [
+    ("latitude 91", lambda: planar_laplace([91.0], [0.0], 0.01, 0), r"latitude must be in \[-90, 90\]"),
+    ("longitude 200", lambda: planar_laplace([1.0], [200.0], 0.01, 0), r"longitude must be in \[-180, 180\]"),
+    ("NaN coordinate", lambda: planar_laplace([NAN], [1.0], 0.01, 0), r"missing or infinite latitude"),
+    ("shapes differ", lambda: planar_laplace([1.0, 2.0], [1.0], 0.01, 0), r"different shapes"),
+    ("no points", lambda: planar_laplace([], [], 0.01, 0), r"no locations were given"),
+    ("eps 0", lambda: planar_laplace([1.0], [1.0], 0.0, 0), r"epsilon must be a finite number > 0"),
+    ("region upside down", lambda: Region(10.0, 5.0, 0.0, 1.0), r"lat_min < lat_max"),
+    ("region antimeridian", lambda: Region(0.0, 5.0, 170.0, -170.0), r"antimeridian"),
+    ("level without radius", lambda: PlanarLaplace(level=1.0).epsilon_per_metre, r"level within a radius"),
+    ("radius 0", lambda: PlanarLaplace(level=1.0, radius_m=0.0).epsilon_per_metre, r"radius_m must be"),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"), [c[1:] for c in BAD_LOCATIONS], ids=[c[0] for c in BAD_LOCATIONS]
+)
+def test_bad_location_input_raises(call: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(ParameterError, match=pattern):
+        call()
+
+
+# -- ledger ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    led = Ledger("sqlite://")
+    led.set_budget("ds", 1.0, 1e-6)
+    return led
+
+
+def test_release_without_budget_is_refused(ledger: Ledger) -> None:
+    with pytest.raises(BudgetNotSet, match=r"no privacy budget.*Set one on the Privacy policy page"):
+        ledger.spend("other", 0.1, 0.0, "m", "r1")
+
+
+def test_overspend_is_refused_and_records_nothing(ledger: Ledger) -> None:
+    ledger.spend("ds", 0.75, 0.0, "m", "r1")
+    with pytest.raises(BudgetExceeded, match=r"asked eps=0\.5.*left eps=0\.25.*raise the budget"):
+        ledger.spend("ds", 0.5, 0.0, "m", "r2")
+    assert [r.request_id for r in ledger.releases("ds")] == ["r1"]
+    assert ledger.remaining("ds")[0] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    ("eps", "delta", "pattern"),
+    [
+        (NAN, 0.0, r"epsilon must be finite"),
+        (-0.1, 0.0, r"epsilon must be > 0"),
+        (0.1, 1.0, r"delta must be in \[0, 1\)"),
+        (0.1, -1e-9, r"delta must be in \[0, 1\)"),
+    ],
+    ids=["eps NaN", "eps negative", "delta 1", "delta negative"],
+)
+def test_bad_release_parameters_are_refused(ledger: Ledger, eps: float, delta: float, pattern: str) -> None:
+    with pytest.raises(PolicyError, match=pattern):
+        ledger.spend("ds", eps, delta, "m", "r1")
+    assert ledger.releases("ds") == []
+
+
+def test_budget_cannot_drop_below_spend(ledger: Ledger) -> None:
+    ledger.spend("ds", 0.5, 0.0, "m", "r1")
+    with pytest.raises(LedgerError, match=r"already spent.*at least eps=0\.5"):
+        ledger.set_budget("ds", 0.1, 1e-6)
+
+
+def test_diagnostic_noise_is_never_recorded_as_a_release(ledger: Ledger) -> None:
+    with pytest.raises(ParameterError, match=r"diagnostic noise is never released"):
+        ledger.spend("ds", 0.1, 0.0, "m", "r1", sampling_mode="diagnostic")
