@@ -652,3 +652,10 @@ def test_make_blobs() -> None:
     assert sorted(np.bincount(km.labels_)) == [200, 200, 200]
     with pytest.raises(DataError, match="n_samples >= 2"):
         make_blobs(n_samples=1)
+
+
+@pytest.mark.parametrize("scaling", ["none", "minmax", "standardize"])
+def test_bounds_wider_than_a_float_are_refused(scaling: str) -> None:
+    df = pd.DataFrame({"a": [1e308, -1e308, 0.0], "b": [1.0, 2.0, 3.0]})
+    with pytest.raises(DataError, match="span more than the largest float"):
+        prepare(df, infer_schema(df), ["a", "b"], scaling=scaling, data_bounds_ok=True)

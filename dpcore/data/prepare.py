@@ -302,6 +302,13 @@ def prepare(
             warnings.append(f"{name}: {count} value(s) outside the public bounds were clipped to them.")
     X = np.clip(X, lower, upper)
 
+    with np.errstate(over="ignore"):
+        too_wide = [n for n, w in zip(names, upper - lower, strict=True) if not np.isfinite(w)]
+    if too_wide:
+        raise DataError(
+            f"The bounds of {', '.join(map(repr, too_wide))} span more than the largest float "
+            "(values near ±1e308). Enter narrower public bounds or rescale the column (e.g. to thousands)."
+        )
     spread = X.max(axis=0) - X.min(axis=0)
     constant = [name for name, s in zip(names, spread, strict=True) if s == 0]
     for name in constant:
