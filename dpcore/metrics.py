@@ -46,27 +46,31 @@ def _as_centers(centers: np.ndarray, d: int) -> np.ndarray:
 
 
 def _min_dist_many(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For centre sets (T, K, d): nearest-centre index (T, n) and squared distance (T, n)."""
+    """For centre sets (T, K, d): nearest-centre index (T, n) and squared distance (T, n).
+
+    Per chunk of rows one product C X' (T K x rows); the index of the minimum over the short K axis is
+    found by K vectorised comparisons with the minimum (ties go to the lowest index), faster than argmin.
+    """
     t, k, d = centers.shape
     n = X.shape[0]
     mean = X.mean(axis=0)
     flat = (centers - mean).reshape(t * k, d)
-    c_sq = np.einsum("ij,ij->i", flat, flat)
+    c_sq = np.einsum("ij,ij->i", flat, flat)[:, None]
+    flat *= -2.0
     labels = np.empty((t, n), dtype=np.intp)
     best = np.empty((t, n))
     step = max(1, _CHUNK_ENTRIES // (t * k))
     for start in range(0, n, step):
-        xc = X[start : start + step] - mean
-        x_sq = np.einsum("ij,ij->i", xc, xc)
-        dist = xc @ flat.T
-        dist *= -2.0
+        rows = slice(start, start + step)
+        xc = X[rows] - mean
+        dist = flat @ xc.T
         dist += c_sq
-        dist = dist.reshape(-1, t, k)
-        idx = np.argmin(dist, axis=2)
-        mins = np.take_along_axis(dist, idx[:, :, None], axis=2)[:, :, 0]
-        mins += x_sq[:, None]
-        labels[:, start : start + step] = idx.T
-        best[:, start : start + step] = np.maximum(mins, 0.0).T
+        dist = dist.reshape(t, k, -1)
+        low, lab = dist.min(axis=1), labels[:, rows]
+        for j in range(k - 1, -1, -1):  # downwards: the lowest index of the minimum wins ties
+            np.copyto(lab, j, where=dist[:, j] == low)
+        low += np.einsum("ij,ij->i", xc, xc)
+        best[:, rows] = np.maximum(low, 0.0)
     return labels, best
 
 

@@ -12,8 +12,17 @@ from scipy import stats
 from dpcore.errors import DPCoreError, ParameterError
 from dpcore.kmeans.lloyd import (
     DPLloydKMeans,
+    auto_iterations,
     budget_schedule,
+    informative_count,
     nearest,
+    nearest_many,
+    noisy_lloyd,
+    noisy_lloyd_trials,
+    plan_rounds,
+    privatized_noise,
+    reseed_centres,
+    sphere_packing_init,
     su_count_share,
     su_iterations,
 )
@@ -86,6 +95,95 @@ def test_iteration_rule_range_and_growth() -> None:
     assert su_iterations(100.0, 1e6, 2, 2) == 7
     values = [su_iterations(e, 5000, 3, 2) for e in (0.1, 0.5, 1.0, 2.0, 5.0)]
     assert values == sorted(values) and 2 <= min(values) and max(values) <= 7
+
+
+def test_auto_iterations_never_below_su_and_grows_with_eps() -> None:
+    share = su_count_share(28)
+    su = [su_iterations(e, 2216, 4, 28) for e in (0.5, 1.0, 10.0)]
+    auto = [auto_iterations(e, 2216, 4, 28, share) for e in (0.5, 1.0, 10.0)]
+    assert su == [2, 2, 2] and auto == [2, 2, 5]  # Marketing: Su keeps T = 2 up to eps ~ 26
+    for n, k, d in ((100, 5, 10), (5000, 4, 2), (1e6, 2, 2), (2216, 4, 28)):
+        values = [auto_iterations(e, n, k, d, su_count_share(d)) for e in (0.01, 0.1, 0.5, 1, 3, 10, 100)]
+        assert values == sorted(values) and min(values) >= 2 and max(values) <= 7
+        assert all(
+            a >= su_iterations(e, n, k, d)
+            for a, e in zip(values, (0.01, 0.1, 0.5, 1, 3, 10, 100), strict=True)
+        )
+
+
+@pytest.mark.parametrize("neighbours", ["unbounded", "bounded"])
+def test_batched_loop_with_one_run_is_the_estimator(neighbours: str) -> None:
+    """Demo seed, B = 1: noisy_lloyd with privatized noise reproduces the estimator bit for bit."""
+    X = blobs(n=700, d=3, k=4, seed=5)
+    lo, hi = np.array([-1.0, -1.5, -1.0]), np.array([1.0, 1.0, 2.0])
+    est = DPLloydKMeans(4, 2.0, (lo, hi), neighbours=neighbours, random_state=17).fit(X)
+    sampler = Sampler(seed=17)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    n_rows = 700.0
+    if neighbours == "unbounded":
+        n_rows += sampler.laplace(1, 1.0 / (2.0 * 0.02))[0]
+    T, log, eps_rounds = plan_rounds(2.0, None, n_rows, 4, 3, su_count_share(3), neighbours == "unbounded")
+    init = sphere_packing_init(4, lo, hi, sampler.rng) - mid
+    run = noisy_lloyd(
+        np.clip(X, lo, hi) - mid,
+        init[None],
+        eps_rounds[None],
+        half,
+        privatized_noise(sampler),
+        est._batch_sensitivities(half),
+        sampler.rng,
+    )
+    assert T == est.n_iter_ and log == est.budget_log_
+    np.testing.assert_array_equal(run.noisy_counts[0], est.noisy_counts_)
+    np.testing.assert_array_equal(run.noisy_sums[0], est.noisy_sums_)
+    np.testing.assert_array_equal(run.centers_history[0] + mid, est.centers_history_)
+    np.testing.assert_array_equal(run.sum_sensitivity[0], est.sum_sensitivity_)
+
+
+def test_batched_trials_match_the_estimator_in_distribution() -> None:
+    """noisy_lloyd_trials (diagnostic, all runs at once) vs 40 estimator fits: same loss distribution."""
+    rng = np.random.default_rng(2)
+    truth = np.array([[-0.6, -0.6], [0.6, 0.6], [-0.6, 0.6]])
+    X = np.clip(truth[rng.integers(0, 3, 800)] + rng.normal(0, 0.1, (800, 2)), -1, 1)
+    est = DPLloydKMeans(3, 0.5, (-1, 1))
+    batched = noisy_lloyd_trials(est, X, [0.5, 2.0], 40, Sampler.diagnostic(0))
+    assert batched.shape == (2, 40, 3, 2)
+    one_by_one = np.stack(
+        [
+            DPLloydKMeans(3, 0.5, (-1, 1), random_state=Sampler.diagnostic(s)).fit(X).cluster_centers_
+            for s in range(60)
+        ]
+    )
+
+    def wcss(c: np.ndarray) -> np.ndarray:
+        return ((X[None, :, None, :] - c[:, None]) ** 2).sum(-1).min(-1).sum(-1)
+
+    assert stats.ks_2samp(wcss(batched[0]), wcss(one_by_one)).pvalue > 1e-3
+    assert np.median(wcss(batched[1])) < np.median(wcss(batched[0]))  # larger eps, better centres
+    with pytest.raises(ParameterError, match="diagnostic"):
+        noisy_lloyd_trials(est, X, [1.0], 2, Sampler(seed=0))
+
+
+def test_reseeding_reads_only_the_release_and_splits_the_largest_cluster() -> None:
+    half = np.ones(2)
+    centres = np.array([[[0.5, 0.5], [-0.9, 0.9], [0.9, -0.9]]])
+    counts = np.array([[900.0, 3.0, 40.0]])
+    n_min = informative_count(np.array([10.0]), half)
+    assert n_min[0] == pytest.approx(np.sqrt(2) * 10.0)
+    moved = reseed_centres(centres, counts, n_min, half, np.random.default_rng(0))
+    np.testing.assert_array_equal(moved[0, [0, 2]], centres[0, [0, 2]])  # informative clusters stay
+    assert np.linalg.norm(moved[0, 1] - centres[0, 0]) < 0.1  # the dead one sits next to the largest
+    assert not np.array_equal(moved[0, 1], centres[0, 0])  # offset: the next bisector splits it
+    small = reseed_centres(centres, np.array([[100.0, 3.0, 40.0]]), n_min, half, np.random.default_rng(0))
+    np.testing.assert_array_equal(small, centres)  # 100 < 2 x 8 n_min: too small to split
+
+
+def test_nearest_many_matches_brute_force() -> None:
+    rng = np.random.default_rng(4)
+    X, C = rng.normal(size=(300, 5)), rng.normal(size=(7, 4, 5))
+    brute = np.argmin(((X[None, :, None] - C[:, None]) ** 2).sum(-1), axis=2)
+    np.testing.assert_array_equal(nearest_many(X, C), brute)
+    np.testing.assert_array_equal(nearest(X, C[3]), brute[3])
 
 
 def test_clipping_to_the_public_box() -> None:

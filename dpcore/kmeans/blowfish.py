@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpcore.errors import ParameterError, PolicyError
-from dpcore.kmeans.lloyd import NoisyLloydBase
+from dpcore.kmeans.lloyd import NoisyLloydBase, SensitivityFn
 from dpcore.mechanisms import Sampler
 from dpcore.policy import (
     AttributeGraph,
@@ -83,21 +83,22 @@ def edge_length_bound(graph: BlowfishGraph, widths: NDArray) -> float:
     return float(np.sum(np.sort(widths)[::-1][: graph.c]))
 
 
-def edge_reach(graph: BlowfishGraph, u: NDArray, widths: NDArray) -> float:
-    """delta(u) >= max u.(y - x) over edges (x, y) inside the box."""
+def edge_reach(graph: BlowfishGraph, u: NDArray, widths: NDArray) -> NDArray:
+    """delta(u) >= max u.(y - x) over edges (x, y) inside the box, for directions u (..., d) -> (...)."""
     au = np.abs(u)
     if isinstance(graph, FullDomainGraph):
-        return float(au @ widths)
+        return au @ widths
     if isinstance(graph, PartitionGraph):
-        return float(au @ np.minimum(graph.block_width, widths))
+        return au @ np.minimum(graph.block_width, widths)
     if isinstance(graph, DistanceThresholdGraph):
         if graph.metric == "l2":
-            return float(graph.theta)
-        order = np.argsort(-au)
-        used_before = np.concatenate(([0.0], np.cumsum(widths[order])[:-1]))
-        alloc = np.clip(graph.theta - used_before, 0.0, widths[order])
-        return float(au[order] @ alloc)
-    return float(np.sum(np.sort(au * widths)[::-1][: graph.c]))
+            return np.full(au.shape[:-1], float(graph.theta))
+        order = np.argsort(-au, axis=-1)
+        w = widths[order]
+        used_before = np.cumsum(w, axis=-1) - w
+        alloc = np.clip(graph.theta - used_before, 0.0, w)
+        return np.sum(np.take_along_axis(au, order, axis=-1) * alloc, axis=-1)
+    return np.sum(-np.sort(-(au * widths), axis=-1)[..., : graph.c], axis=-1)
 
 
 def _sign_vertices(half: NDArray) -> NDArray:
@@ -129,25 +130,41 @@ def slab_l1_max(half: NDArray, u: NDArray, low: float, high: float) -> float:
 
 def blowfish_sum_sensitivity(graph: BlowfishGraph, centres: NDArray, half: NDArray) -> float:
     """Delta_S for the (K x d) per-cluster sums, rows in the centred box [-h, h], public centres (centred)."""
+    return float(blowfish_sum_sensitivity_many(graph, np.asarray(centres, dtype=float)[None], half)[0])
+
+
+def blowfish_sum_sensitivity_many(graph: BlowfishGraph, centres: NDArray, half: NDArray) -> NDArray:
+    """Delta_S of the module docstring for B public centre sets (B, K, d) at once -> (B,).
+
+    Every cell pair's direction, offset and reach are computed for all sets together; the slab maxima
+    M(S) are closed-form (sum h whenever the slab is non-empty) above MAX_ENUM_DIM, enumerated per set
+    (slab_l1_max) at or below it.
+    """
     widths = 2.0 * half
     D = edge_length_bound(graph, widths)
-    worst = D
-    k = centres.shape[0]
-    for a in range(k):
-        for b in range(a + 1, k):
-            diff = centres[b] - centres[a]
-            norm = float(np.linalg.norm(diff))
-            if norm == 0.0:
-                continue  # identical centres: ties go to a, cell b is empty of a's competitors
-            u = diff / norm
-            beta = float(u @ (centres[a] + centres[b])) / 2.0
-            delta = edge_reach(graph, u, widths)
-            m_ab = slab_l1_max(half, u, beta - delta, beta)
-            m_ba = slab_l1_max(half, u, beta, beta + delta)
-            if not (np.isfinite(m_ab) and np.isfinite(m_ba)):
-                continue
-            worst = max(worst, min(m_ab + m_ba, 2 * m_ab + D, 2 * m_ba + D))
-    return float(min(worst, np.sum(widths)))
+    total = float(np.sum(half))
+    nb, k, _ = centres.shape
+    worst = np.full(nb, D)
+    for a, b in itertools.combinations(range(k), 2):
+        diff = centres[:, b] - centres[:, a]
+        norm = np.linalg.norm(diff, axis=1)
+        live = norm > 0.0  # identical centres: ties go to a, cell b is empty of a's competitors
+        u = diff / np.where(live, norm, 1.0)[:, None]
+        beta = np.einsum("ij,ij->i", u, centres[:, a] + centres[:, b]) / 2.0
+        delta = edge_reach(graph, u, widths)
+        reach = np.abs(u) @ half  # |u.z| <= reach on the box
+        if half.size > MAX_ENUM_DIM:
+            m_ab = np.where(beta - delta > reach, -np.inf, total)  # slab [beta - delta, beta] meets the box?
+            m_ab = np.where(beta < -reach, -np.inf, m_ab)
+            m_ba = np.where((beta > reach) | (beta + delta < -reach), -np.inf, total)
+        else:
+            runs = list(zip(u, beta, delta, strict=True))
+            m_ab = np.array([slab_l1_max(half, ui, bi - di, bi) for ui, bi, di in runs])
+            m_ba = np.array([slab_l1_max(half, ui, bi, bi + di) for ui, bi, di in runs])
+        ok = live & np.isfinite(m_ab) & np.isfinite(m_ba)
+        pair = np.minimum(m_ab + m_ba, np.minimum(2 * m_ab + D, 2 * m_ba + D))
+        worst = np.where(ok, np.maximum(worst, pair), worst)
+    return np.minimum(worst, np.sum(widths))
 
 
 class BlowfishKMeans(NoisyLloydBase):
@@ -195,8 +212,14 @@ class BlowfishKMeans(NoisyLloydBase):
             )
         return policy
 
-    def _sensitivities(self, prev_centred: NDArray, half: NDArray) -> tuple[float, float]:
-        return 2.0, blowfish_sum_sensitivity(self.graph, prev_centred, half)  # type: ignore[arg-type]
+    def _batch_sensitivities(self, half: NDArray) -> SensitivityFn:
+        """Delta_N = 2, Delta_S from blowfish_sum_sensitivity_many on each run's previous centres."""
+        graph = self.graph
+
+        def per_run(centres: NDArray) -> tuple[NDArray, NDArray]:
+            return np.full(centres.shape[0], 2.0), blowfish_sum_sensitivity_many(graph, centres, half)  # type: ignore[arg-type]
+
+        return per_run
 
     def fit(self, X: Any, y: object = None) -> BlowfishKMeans:
         super().fit(X)

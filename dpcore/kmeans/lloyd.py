@@ -22,12 +22,28 @@ rho = 0.225 (their analysis minimises the centroid MSE with budget cbrt(4 d rho^
 each of the d coordinate sums; one L1 Laplace on the sum vector with budget d gives the same noise).
 diffprivlib's KMeans swaps these two factors when it returns them, so for d >= 5 it spends
 eps (1 + d cbrt(4 d rho^2)) / (d + cbrt(4 d rho^2)) > eps (MECHANISMS.md s.3.4); we do not.
-Rounds: Su et al.'s rule T = clip(eps / eps_m, 2, 7) with eps_m = sqrt(500 K^3 / n^2 (d + cbrt(4 d
-rho^2))^3). It needs n, which is public under bounded neighbours; under unbounded neighbours n is private,
-so 2% of eps buys a Laplace count of the rows first (logged like every other query). Lee & Kifer
-(seed 003 s.4) fix T = 5, inside the same range. Initial centres: Su et al.'s sphere packing in the box
-(K centres at least 2a apart and a from the faces, a halved until they fit), drawn from the sampler:
-data-independent.
+Rounds (:func:`auto_iterations`): Su et al.'s T = clip(eps / eps_m, 2, 7), eps_m = sqrt(500 K^3 / n^2
+(d + cbrt(4 d rho^2))^3), raised (never lowered) to eps / eps_r where a round still gives an average
+cluster a centre with per-coordinate noise sd <= 4% of the box half-width: Su's eps_m grows as d^1.5 and
+kept T = 2 up to eps ~ 26 on the 28-feature Marketing table. It needs n, which is public under bounded
+neighbours; under unbounded neighbours n is private, so 2% of eps buys a Laplace count of the rows first
+(logged like every other query). Lee & Kifer (seed 003 s.4) fix T = 5, inside the same range. Initial
+centres: Su et al.'s sphere packing in the box (K centres at least 2a apart and a from the faces, a
+halved until they fit), drawn from the sampler: data-independent.
+
+Empty cells (:func:`reseed_centres`). In a box whose centre is far from the data (skewed columns), most
+packed centres win almost no rows; their noisy centres are pure noise and they stay dead, so the run
+degenerates to about one cluster (Marketing: fractional loss ~0.4 = the K = 1 loss, ARI ~0, even at
+eps = 10 and even without noise for 1 in 5 inits). Between rounds, a cluster whose noisy count is below
+n_min = sqrt(2) b_S / mean(h) (its noisy centre's noise sd would exceed the mean half-width) is moved next
+to the centre of the largest noisy cluster, which the next round splits (only while that cluster's
+pieces keep >= 8 n_min rows). This reads only released counts, public centres and the sampler:
+post-processing, no budget.
+
+Batching (:func:`noisy_lloyd`): every round runs for B independent runs at once (one product C X' for
+all assignments, one batched matmul for the sums, one noise call); the estimator calls it with B = 1 and
+``Sampler.privatize`` noise, :func:`noisy_lloyd_trials` (the sweep) with B = eps values x trials and
+diagnostic noise, so there is one implementation of a round.
 
 Exact accounting: ``budget_log_`` lists one (query, eps) per noisy query, the last entry being eps minus
 the math.fsum of the others, so ``math.fsum`` of the log equals ``epsilon`` and ``budget_spent_`` is
@@ -37,6 +53,7 @@ the math.fsum of the others, so ``math.fsum`` of the log equals ``epsilon`` and 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,6 +69,9 @@ Neighbours = Literal["unbounded", "bounded"]
 SU_RHO = 0.225
 SIZE_SHARE = 0.02
 MIN_ITER, MAX_ITER = 2, 7
+NOISE_TARGET = 0.04
+SPLIT_FACTOR = 8.0
+BATCH_ENTRIES = 4_000_000  # rows x (runs x K) per batched distance block (~32 MB of float64)
 BOUNDS_HELP = (
     "DP k-means needs public bounds=(lower, upper) for every feature, entered by the curator from domain "
     "knowledge (e.g. age in [18, 100]); computing them from X would leak the extreme rows. "
@@ -75,6 +95,22 @@ def su_iterations(
     c = float(np.cbrt(4.0 * n_features * rho**2))
     eps_m = math.sqrt(500.0 * n_clusters**3 / max(n_rows, 1.0) ** 2 * (n_features + c) ** 3)
     return int(min(max(epsilon / eps_m, MIN_ITER), MAX_ITER))
+
+
+def auto_iterations(
+    epsilon: float, n_rows: float, n_clusters: int, n_features: int, count_share: float
+) -> int:
+    """T = clip(max(Su et al.'s eps / eps_m, eps / eps_r), 2, 7), eps_r = sqrt(2) d K / (tau (1 - share) n).
+
+    eps_r is the per-round eps at which a cluster of n / K rows gets a noisy centre whose per-coordinate
+    noise sd is tau = NOISE_TARGET of the mean box half-width (Laplace(sum h / eps_S) on each sum
+    coordinate, eps_S = (1 - share) eps_r). Su et al.'s eps_m grows as d^1.5 K^1.5 and keeps T = 2 up to
+    eps ~ 26 on the 28-feature Marketing table, where 5 rounds at eps = 10 still carry 4% noise; the max
+    only adds rounds where that noise criterion allows them. Public inputs only (eps, n or a noisy n, K, d).
+    """
+    eps_r = math.sqrt(2.0) * n_features * n_clusters / (NOISE_TARGET * (1.0 - count_share) * max(n_rows, 1.0))
+    su = su_iterations(epsilon, n_rows, n_clusters, n_features)
+    return int(min(max(su, epsilon / eps_r), MAX_ITER))
 
 
 def sphere_packing_init(n_clusters: int, lower: NDArray, upper: NDArray, rng: np.random.Generator) -> NDArray:
@@ -146,10 +182,142 @@ def make_sampler(random_state: int | Sampler | None) -> Sampler:
     return Sampler(seed=random_state)
 
 
+def nearest_many(X: NDArray, centres: NDArray) -> NDArray[np.intp]:
+    """(B, n) index of the nearest centre for B centre sets (B, K, d): one product C X' for all sets.
+
+    argmin_k ||c_k||^2 - 2 x.c_k (the ||x||^2 term is common to every k); ties go to the lowest index.
+    The argmin is K comparisons with the minimum (K is small; numpy's argmin over a short axis is slow).
+    """
+    b, k, d = centres.shape
+    flat = centres.reshape(b * k, d)
+    scores = (-2.0 * flat) @ X.T
+    scores += np.einsum("ij,ij->i", flat, flat)[:, None]
+    scores = scores.reshape(b, k, X.shape[0])
+    best = scores.min(axis=1)
+    labels = np.empty((b, X.shape[0]), dtype=np.intp)
+    for j in range(k - 1, -1, -1):  # downwards: the lowest index of the minimum wins ties
+        np.copyto(labels, j, where=scores[:, j] == best)
+    return labels
+
+
 def nearest(X: NDArray, centres: NDArray) -> NDArray[np.intp]:
-    """Index of the nearest centre (squared L2; ties go to the lowest index)."""
-    d2 = (X * X).sum(axis=1)[:, None] - 2.0 * X @ centres.T + (centres * centres).sum(axis=1)[None, :]
-    return np.argmin(d2, axis=1)
+    """Index of the nearest centre (K, d) for each row (squared L2; ties go to the lowest index)."""
+    return nearest_many(X, centres[None])[0]
+
+
+def cluster_statistics(X: NDArray, labels: NDArray, n_clusters: int) -> tuple[NDArray, NDArray]:
+    """Per-cluster counts (B, K) and sums (B, K, d) of the rows of X under B labellings (B, n)."""
+    onehot = (labels[:, None, :] == np.arange(n_clusters)[None, :, None]).astype(float)
+    return onehot.sum(axis=2), onehot @ X
+
+
+NoiseFn = Callable[[NDArray, NDArray], NDArray]
+SensitivityFn = Callable[[NDArray], tuple[NDArray, NDArray]]
+
+
+def privatized_noise(sampler: Sampler) -> NoiseFn:
+    """Laplace noise through ``sampler.privatize`` (snapped to the noise lattice): the release path."""
+
+    def add(values: NDArray, scales: NDArray) -> NDArray:
+        return np.stack(
+            [sampler.privatize(v, "laplace", float(s)) for v, s in zip(values, scales, strict=True)]
+        )
+
+    return add
+
+
+def diagnostic_noise(sampler: Sampler) -> NoiseFn:
+    """values + Laplace(scale_b) for the whole batch in one draw: sweeps only, never released."""
+    if sampler.mode != "diagnostic":
+        raise ParameterError("batched Lloyd trials are a diagnostic: pass Sampler.diagnostic(seed).")
+
+    def add(values: NDArray, scales: NDArray) -> NDArray:
+        return values + sampler.laplace(values.shape, 1.0) * scales.reshape(-1, *(1,) * (values.ndim - 1))
+
+    return add
+
+
+@dataclass(frozen=True)
+class LloydBatch:
+    """B independent noisy-Lloyd runs of T rounds (centred coordinates; no row of the data)."""
+
+    noisy_counts: NDArray  # (B, T, K)
+    noisy_sums: NDArray  # (B, T, K, d)
+    centers_history: NDArray  # (B, T + 1, K, d)
+    count_sensitivity: NDArray  # (B, T)
+    sum_sensitivity: NDArray  # (B, T)
+
+
+def _scales(sensitivity: NDArray, epsilon: NDArray) -> NDArray:
+    scale = sensitivity / epsilon
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ParameterError("epsilon is too small: the Laplace noise scale overflows. Use a larger epsilon.")
+    return scale
+
+
+def noisy_lloyd(
+    Xc: NDArray,
+    init: NDArray,
+    eps_rounds: NDArray,
+    half: NDArray,
+    noise: NoiseFn,
+    sensitivities: SensitivityFn,
+    rng: np.random.Generator,
+) -> LloydBatch:
+    """The noisy Lloyd loop (module docstring) for B runs at once: THE implementation of a round.
+
+    Xc (n, d) rows clipped and centred; init (B, K, d) centred; eps_rounds (B, T, 2) per-round eps of
+    the counts and the sums; ``sensitivities(centres (B, K, d)) -> (Delta_N (B,), Delta_S (B,))``;
+    ``noise(values (B, ...), scales (B,))`` adds Laplace noise of scale_b to run b; ``rng`` draws the
+    offsets of :func:`reseed_centres` (between rounds, never after the last).
+    """
+    b, k, d = init.shape
+    T = eps_rounds.shape[1]
+    centres = init.copy()
+    history = np.empty((b, T + 1, k, d))
+    history[:, 0] = centres
+    counts_out, sums_out = np.empty((b, T, k)), np.empty((b, T, k, d))
+    sens_n, sens_s = np.empty((b, T)), np.empty((b, T))
+    for t in range(T):
+        sens_n[:, t], sens_s[:, t] = sensitivities(centres)
+        true_n, true_s = cluster_statistics(Xc, nearest_many(Xc, centres), k)
+        counts_out[:, t] = noise(true_n, _scales(sens_n[:, t], eps_rounds[:, t, 0]))
+        sums_out[:, t] = noise(true_s, _scales(sens_s[:, t], eps_rounds[:, t, 1]))
+        centres = update_centres(centres, counts_out[:, t], sums_out[:, t], half)
+        if t < T - 1:
+            n_min = informative_count(sens_s[:, t] / eps_rounds[:, t, 1], half)
+            centres = reseed_centres(centres, counts_out[:, t], n_min, half, rng)
+        history[:, t + 1] = centres
+    return LloydBatch(counts_out, sums_out, history, sens_n, sens_s)
+
+
+def plan_rounds(
+    epsilon: float,
+    n_iter: int | None,
+    n_rows: float,
+    n_clusters: int,
+    n_features: int,
+    share: float,
+    size_query: bool,
+) -> tuple[int, list[tuple[str, float]], NDArray]:
+    """(T, budget log, per-round eps (T, 2) of counts and sums); math.fsum of the log is exactly eps.
+
+    T = n_iter, else :func:`auto_iterations` on ``n_rows`` (the public n, or a noisy n when ``size_query``:
+    then SIZE_SHARE of eps was spent on it and is logged first).
+    """
+    T = (
+        int(n_iter)
+        if n_iter is not None
+        else auto_iterations(epsilon, max(n_rows, 1.0), n_clusters, n_features, share)
+    )
+    names = ["row count (sets the number of rounds)"] if size_query else []
+    shares = [SIZE_SHARE] if size_query else []
+    loop_share = 1.0 - (SIZE_SHARE if size_query else 0.0)
+    for t in range(1, T + 1):
+        names += [f"iteration {t} counts", f"iteration {t} sums"]
+        shares += [loop_share / T * share, loop_share / T * (1.0 - share)]
+    log = budget_schedule(epsilon, names, shares)
+    return T, log, np.array([e for _, e in log[len(log) - 2 * T :]]).reshape(T, 2)
 
 
 @dataclass(frozen=True)
@@ -202,7 +370,8 @@ class NoisyLloydBase(BaseEstimator):
     def _check_extra(self, lower: NDArray, upper: NDArray) -> None:
         """Subclass validation of further parameters (called before any noise is drawn)."""
 
-    def _sensitivities(self, prev_centred: NDArray, half: NDArray) -> tuple[float, float]:
+    def _batch_sensitivities(self, half: NDArray) -> SensitivityFn:
+        """centres (B, K, d) -> (Delta_N (B,), Delta_S (B,)) for the next round."""
         raise TypeError("NoisyLloydBase is abstract: use DPLloydKMeans or BlowfishKMeans.")
 
     # validation --------------------------------------------------------
@@ -248,41 +417,25 @@ class NoisyLloydBase(BaseEstimator):
         Xc = np.clip(arr, lower, upper) - mid
 
         share = su_count_share(d) if self.count_share is None else float(self.count_share)
-        log: list[tuple[str, float]] = []
+        size_query = self.n_iter is None and not self._rows_are_public()
         noisy_n: float | None = None
-        if self.n_iter is not None:
-            T = int(self.n_iter)
-        elif self._rows_are_public():
-            T = su_iterations(eps, n, k, d)
-        else:
-            size_eps = eps * SIZE_SHARE
-            noisy_n = float(n + sampler.laplace(1, laplace_scale(1.0, size_eps))[0])
-            T = su_iterations(eps, max(noisy_n, 1.0), k, d)
-            log.append(("row count (sets the number of rounds)", size_eps))
-
-        loop_share = 1.0 - (SIZE_SHARE if noisy_n is not None else 0.0)
-        names = [name for name, _ in log]
-        shares = [SIZE_SHARE] if noisy_n is not None else []
-        for t in range(1, T + 1):
-            names += [f"iteration {t} counts", f"iteration {t} sums"]
-            shares += [loop_share / T * share, loop_share / T * (1.0 - share)]
-        log = budget_schedule(eps, names, shares)
-        eps_rounds = np.array([e for _, e in log[len(log) - 2 * T :]]).reshape(T, 2)
-
-        centres = sphere_packing_init(k, lower, upper, sampler.rng) - mid
-        history = np.empty((T + 1, k, d))
-        history[0] = centres
-        counts_out, sums_out = np.empty((T, k)), np.empty((T, k, d))
-        sens_n, sens_s = np.empty(T), np.empty(T)
-        for t in range(T):
-            sens_n[t], sens_s[t] = self._sensitivities(centres, half)
-            labels = nearest(Xc, centres)
-            true_n = np.bincount(labels, minlength=k).astype(float)
-            true_s = np.stack([np.bincount(labels, weights=Xc[:, j], minlength=k) for j in range(d)], axis=1)
-            counts_out[t] = sampler.privatize(true_n, "laplace", laplace_scale(sens_n[t], eps_rounds[t, 0]))
-            sums_out[t] = sampler.privatize(true_s, "laplace", laplace_scale(sens_s[t], eps_rounds[t, 1]))
-            centres = update_centres(centres, counts_out[t], sums_out[t], half)
-            history[t + 1] = centres
+        if size_query:
+            noisy_n = float(n + sampler.laplace(1, laplace_scale(1.0, eps * SIZE_SHARE))[0])
+        T, log, eps_rounds = plan_rounds(
+            eps, self.n_iter, n if noisy_n is None else noisy_n, k, d, share, size_query
+        )
+        init = sphere_packing_init(k, lower, upper, sampler.rng) - mid
+        run = noisy_lloyd(
+            Xc,
+            init[None],
+            eps_rounds[None],
+            half,
+            privatized_noise(sampler),
+            self._batch_sensitivities(half),
+            sampler.rng,
+        )
+        counts_out, sums_out, history = run.noisy_counts[0], run.noisy_sums[0], run.centers_history[0]
+        sens_n, sens_s = run.count_sensitivity[0], run.sum_sensitivity[0]
 
         self.bounds_ = (lower, upper)
         self.n_features_in_ = d
@@ -330,12 +483,85 @@ class NoisyLloydBase(BaseEstimator):
         return nearest(arr, self.cluster_centers_)
 
 
+def noisy_lloyd_trials(
+    estimator: NoisyLloydBase, X: ArrayLike, eps_grid: ArrayLike, trials: int, sampler: Sampler
+) -> NDArray:
+    """Final centres (E, trials, K, d) of ``trials`` independent fits of ``estimator`` at every eps.
+
+    Same distribution as ``trials`` calls of ``estimator.set_params(epsilon=eps).fit(X)`` (same budget
+    plan, init, sensitivities and noise scales), but all runs with the same T go through
+    :func:`noisy_lloyd` together, with ``Sampler.diagnostic`` noise drawn at once (never released).
+    """
+    noise = diagnostic_noise(sampler)
+    grid = np.asarray(eps_grid, dtype=float).ravel()
+    if grid.size == 0 or isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ParameterError("give at least one eps > 0 and trials >= 1 (an integer; 20 is a good default).")
+    inits: list[NDArray] = []
+    plans: list[tuple[int, NDArray]] = []
+    for eps in grid:
+        est = type(estimator)(**{**estimator.get_params(deep=False), "epsilon": float(eps)})
+        arr, lower, upper, k, e = est._validate(X)
+        n, d = arr.shape
+        share = su_count_share(d) if est.count_share is None else float(est.count_share)
+        size_query = est.n_iter is None and not est._rows_are_public()
+        rows = np.full(trials, float(n))
+        if size_query:
+            rows += sampler.laplace(trials, 1.0) * laplace_scale(1.0, e * SIZE_SHARE)
+        for r in rows:
+            T, _, eps_rounds = plan_rounds(e, est.n_iter, r, k, d, share, size_query)
+            plans.append((T, eps_rounds))
+            inits.append(sphere_packing_init(k, lower, upper, sampler.rng))
+    mid, half = (lower + upper) / 2.0, (upper - lower) / 2.0
+    sensitivities = est._batch_sensitivities(half)
+    Xc = np.clip(arr, lower, upper) - mid
+    init = np.stack(inits) - mid
+    out = np.empty_like(init)
+    T_all = np.array([T for T, _ in plans])
+    chunk = max(1, BATCH_ENTRIES // (arr.shape[0] * k))
+    for T in np.unique(T_all):
+        idx = np.flatnonzero(T_all == T)
+        for part in np.array_split(idx, -(-idx.size // chunk)):
+            rounds = np.stack([plans[i][1] for i in part])
+            run = noisy_lloyd(Xc, init[part], rounds, half, noise, sensitivities, sampler.rng)
+            out[part] = run.centers_history[:, -1]
+    return (out + mid).reshape(grid.size, trials, k, arr.shape[1])
+
+
+def informative_count(sum_scale: NDArray, half: NDArray) -> NDArray:
+    """n_min = sqrt(2) b_S / mean(h): below it, a noisy centre's per-coordinate noise sd exceeds mean h."""
+    return np.maximum(np.sqrt(2.0) * sum_scale / float(np.mean(half)), 1.0)
+
+
+def reseed_centres(
+    centres: NDArray, noisy_counts: NDArray, n_min: NDArray, half: NDArray, rng: np.random.Generator
+) -> NDArray:
+    """Split the largest noisy cluster to replace clusters whose noisy count is below n_min (post-processing).
+
+    Run b: a cluster with n~_k < n_min_b carries no usable centre; it moves to the centre of the cluster
+    with the largest n~ plus a data-independent offset N(0, (0.01 h)^2) per coordinate, so the next
+    round's bisector splits that cluster. At most floor(n~_max / (SPLIT_FACTOR n_min)) - 1 clusters move
+    (each piece keeps about 8 n_min rows: noisier pieces lost utility at small eps on Marketing).
+    Reads only released counts, public centres and the sampler: no budget.
+    """
+    rows = np.arange(centres.shape[0])
+    big = np.argmax(noisy_counts, axis=1)
+    dead = noisy_counts < n_min[:, None]
+    dead[rows, big] = False
+    dead &= (
+        np.cumsum(dead, axis=1) <= (np.floor(noisy_counts[rows, big] / (SPLIT_FACTOR * n_min)) - 1)[:, None]
+    )
+    offset = rng.normal(size=centres.shape) * (0.01 * half)
+    moved = np.clip(centres[rows, big][:, None, :] + offset, -half, half)
+    return np.where(dead[..., None], moved, centres)
+
+
 def update_centres(prev: NDArray, noisy_counts: NDArray, noisy_sums: NDArray, half: NDArray) -> NDArray:
-    """c_k = clip(s~_k / n~_k) to the centred box; a cluster with n~_k < 1 keeps its previous centre."""
+    """c_k = clip(s~_k / n~_k) to the centred box; a cluster with n~_k < 1 keeps its previous centre.
+
+    Batched: prev and noisy_sums (..., K, d), noisy_counts (..., K)."""
     ok = noisy_counts >= 1.0
-    new = prev.copy()
-    new[ok] = np.clip(noisy_sums[ok] / noisy_counts[ok, None], -half, half)
-    return new
+    ratio = noisy_sums / np.where(ok, noisy_counts, 1.0)[..., None]
+    return np.where(ok[..., None], np.clip(ratio, -half, half), prev)
 
 
 class DPLloydKMeans(NoisyLloydBase):
@@ -343,7 +569,7 @@ class DPLloydKMeans(NoisyLloydBase):
     (``neighbours="unbounded"``) or for one row's value replaced (``"bounded"``), given public bounds.
 
     Parameters: n_clusters K; epsilon (total, exactly spent); bounds (lo, hi) public, scalars or length-d
-    arrays; n_iter T (None: Su et al.'s rule); count_share (None: Su et al.'s split); neighbours;
+    arrays; n_iter T (None: auto_iterations); count_share (None: Su et al.'s split); neighbours;
     random_state (None: secure sampling for releases; an int: labelled demo mode; a Sampler: as given).
     Fitted: cluster_centers_, noisy_counts_ (T, K), noisy_sums_ (T, K, d, centred rows),
     centers_history_ (T + 1, K, d), n_iter_, budget_log_, budget_spent_ (== epsilon), guarantee_,
@@ -380,7 +606,12 @@ class DPLloydKMeans(NoisyLloydBase):
     def _rows_are_public(self) -> bool:
         return self.neighbours == "bounded"
 
-    def _sensitivities(self, prev_centred: NDArray, half: NDArray) -> tuple[float, float]:
-        """Unbounded: (1, sum h); bounded: (2, 2 sum h), h the half-widths of the box."""
+    def _batch_sensitivities(self, half: NDArray) -> SensitivityFn:
+        """Unbounded: (1, sum h); bounded: (2, 2 sum h), h the box half-widths (no centre dependence)."""
         factor = 2.0 if self.neighbours == "bounded" else 1.0
-        return factor, factor * float(np.sum(half))
+        total = factor * float(np.sum(half))
+
+        def fixed(centres: NDArray) -> tuple[NDArray, NDArray]:
+            return np.full(centres.shape[0], factor), np.full(centres.shape[0], total)
+
+        return fixed

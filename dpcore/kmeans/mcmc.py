@@ -32,7 +32,14 @@ from scipy.special import logsumexp
 from sklearn.cluster import KMeans
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.lloyd import DPLloydKMeans, LloydRelease, Neighbours, NoisyLloydBase, make_sampler
+from dpcore.kmeans.lloyd import (
+    DPLloydKMeans,
+    LloydRelease,
+    Neighbours,
+    NoisyLloydBase,
+    make_sampler,
+    nearest_many,
+)
 from dpcore.mechanisms import Sampler
 
 CHUNK = 4096
@@ -82,16 +89,16 @@ def _largest_remainder(weights: NDArray, total: int) -> NDArray[np.intp]:
     return out
 
 
-def _assign(Z: NDArray, centres: NDArray, h2: NDArray) -> NDArray[np.intp]:
-    """(m, T) nearest centre of each z in every round, distances in original units (weights h^2)."""
-    diff = Z[:, None, None, :] - centres[None, :, :, :]
-    return np.argmin((diff * diff * h2).sum(axis=-1), axis=-1)
+def _assign(Z: NDArray, centres: NDArray, h: NDArray) -> NDArray[np.intp]:
+    """(m, T) nearest centre of each z in every round, distances in original units (z h vs c h)."""
+    return nearest_many(Z * h, centres * h).T
 
 
 def _log_q(Z: NDArray, mix_centres: NDArray, log_w: NDArray, variance: float) -> NDArray:
     """log of the GMM proposal density (up to the constant shared by every point)."""
-    diff = Z[:, None, None, :] - mix_centres[None, :, :, :]
-    return logsumexp(log_w[None] - (diff * diff).sum(axis=-1) / (2.0 * variance), axis=(1, 2))
+    flat = mix_centres.reshape(-1, Z.shape[1])
+    sq = np.einsum("ij,ij->i", Z, Z)[:, None] - 2.0 * Z @ flat.T + np.einsum("ij,ij->i", flat, flat)
+    return logsumexp(log_w.ravel()[None] - np.maximum(sq, 0.0) / (2.0 * variance), axis=1)
 
 
 def mcmc_postprocess(
@@ -115,7 +122,6 @@ def mcmc_postprocess(
 
     lower, upper = state.lower, state.upper
     mid, h = (lower + upper) / 2.0, (upper - lower) / 2.0
-    h2 = h * h
     T, K = state.noisy_counts.shape
     counts, sums, total_n = consistent_statistics(state)
     n_points = max(round(total_n), K)
@@ -136,7 +142,7 @@ def mcmc_postprocess(
     # initial state: round(n^_k(T)) points at c_k(T)
     Z = np.repeat(mix[-1], _largest_remainder(counts[-1], n_points), axis=0)
     Z = np.concatenate((Z, np.ones((n_points, 1))), axis=1)
-    rows = _assign(Z[:, :d], assign_centres, h2) + offsets  # (N, T) flat residual rows
+    rows = _assign(Z[:, :d], assign_centres, h) + offsets  # (N, T) flat residual rows
     logq_cur = _log_q(Z[:, :d], mix, log_w, proposal_variance).tolist()
     R = targets.copy()
     for t in range(T):
@@ -145,6 +151,7 @@ def mcmc_postprocess(
     initial, best = loglik, loglik
     Z_best, pending = Z.copy(), []
 
+    weights2 = np.concatenate((weights, weights)).ravel()
     flat_p = np.exp(log_w.ravel())
     flat_p /= flat_p.sum()
     accepted = 0
@@ -153,7 +160,7 @@ def mcmc_postprocess(
         comp = rng.choice(flat_p.size, size=m, p=flat_p)
         noise = rng.normal(0.0, np.sqrt(proposal_variance), (m, d))
         prop = np.clip(mix.reshape(-1, d)[comp] + noise, -1.0, 1.0)
-        rows_prop = _assign(prop, assign_centres, h2) + offsets
+        rows_prop = _assign(prop, assign_centres, h) + offsets
         logq_prop = _log_q(prop, mix, log_w, proposal_variance)
         prop = np.concatenate((prop, np.ones((m, 1))), axis=1)
         picks = rng.integers(0, n_points, size=m).tolist()
@@ -163,11 +170,10 @@ def mcmc_postprocess(
             p = picks[s]
             x, xn, ia, ib = Z[p], prop[s], rows[p], rows_prop[s]
             same = (ia == ib)[:, None]
-            old_a, old_b = R[ia], R[ib]
-            new_a = old_a + x - same * xn  # x leaves row a (and xn joins it when a == b)
-            new_b = old_b - (~same) * xn
-            change = (np.abs(new_a) - np.abs(old_a) + np.abs(new_b) - np.abs(old_b)) * weights
-            delta = -float(change.sum())
+            old = R[np.concatenate((ia, ib))]  # rows a then rows b of every round
+            # x leaves row a (and xn joins it when a == b); xn joins row b when a != b
+            new = old + np.concatenate((x - same * xn, (same - 1.0) * xn))
+            delta = float((np.abs(old) - np.abs(new)).ravel() @ weights2)
             if log_u[s] < delta + logq_cur[p] - logq_list[s]:
                 R[ia] += x
                 R[ib] -= xn

@@ -7,7 +7,8 @@ for a release, a labelled demo seed otherwise) and returns a :class:`CentroidRel
 Speed (seed 000's local mechanisms): the optimal covariance only rescales with gamma = s*(eps, delta)^2,
 so its shape is solved once per clustering (and cached), then ``.rescaled`` per eps; all trials' noise
 is drawn at once; WCSS, labels and ARI of every (eps, trial) centre set come from one batched distance
-computation (:mod:`dpcore.metrics`). DP-Lloyd and Blowfish trials run the estimators one by one.
+computation (:mod:`dpcore.metrics`). DP-Lloyd and Blowfish run all (eps, trial) fits as one batch
+(:func:`dpcore.kmeans.lloyd.noisy_lloyd_trials`); DP-Lloyd + MCMC fits one chain at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dpcore.kmeans.covariance import (
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
+from dpcore.kmeans.lloyd import noisy_lloyd_trials
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
 from dpcore.metrics import ari_many, match_centers, nearest, scale_to_unit
 
@@ -236,9 +238,8 @@ def _local_trials(
 # ---------------------------------------------------------------- DP-Lloyd family
 
 
-def _run_lloyd(
+def _lloyd_estimator(
     key: str,
-    X: np.ndarray,
     k: int,
     epsilon: float,
     bounds: Any,
@@ -246,24 +247,21 @@ def _run_lloyd(
     n_iter: int | None,
     sampler: Sampler,
     mcmc_steps: int,
-) -> tuple[np.ndarray, Any]:
-    """Fit DP-Lloyd, Blowfish or DP-Lloyd + MCMC (Lee & Kifer, reads only the release) once."""
+) -> Any:
+    """DP-Lloyd, Blowfish or DP-Lloyd + MCMC (Lee & Kifer, reads only the release), not yet fitted."""
     if key == "blowfish":
         from dpcore.kmeans.blowfish import BlowfishKMeans
 
-        est: Any = BlowfishKMeans(k, epsilon, bounds=bounds, graph=graph, n_iter=n_iter, random_state=sampler)
-    elif key == "dp_lloyd_mcmc":
+        return BlowfishKMeans(k, epsilon, bounds=bounds, graph=graph, n_iter=n_iter, random_state=sampler)
+    if key == "dp_lloyd_mcmc":
         from dpcore.kmeans.mcmc import LeeKiferKMeans
 
-        est = LeeKiferKMeans(
+        return LeeKiferKMeans(
             k, epsilon, bounds=bounds, n_iter=n_iter, n_steps=mcmc_steps, random_state=sampler
         )
-    else:
-        from dpcore.kmeans.lloyd import DPLloydKMeans
+    from dpcore.kmeans.lloyd import DPLloydKMeans
 
-        est = DPLloydKMeans(k, epsilon, bounds=bounds, n_iter=n_iter, random_state=sampler)
-    est.fit(X)
-    return np.asarray(est.cluster_centers_, dtype=float), est
+    return DPLloydKMeans(k, epsilon, bounds=bounds, n_iter=n_iter, random_state=sampler)
 
 
 # ---------------------------------------------------------------- sweep
@@ -319,14 +317,19 @@ def sweep(
         done += 1
     for m in lloyd:
         sampler = Sampler.diagnostic(seeds[keys.index(m)])
-        out = np.empty((grid.size, trials, k, data.shape[1]))
-        for i, eps in enumerate(grid):
-            report(done / work, f"{MECHANISMS[m].label}: eps = {eps:.3g}, {trials} trials")
-            for t in range(trials):
-                centers, _ = _run_lloyd(m, data, k, float(eps), bounds, graph, n_iter, sampler, mcmc_steps)
-                out[i, t] = match_centers(centers, true_centers)
-            done += trials
-        blocks.append(out)
+        est = _lloyd_estimator(m, k, float(grid[0]), bounds, graph, n_iter, sampler, mcmc_steps)
+        if m == "dp_lloyd_mcmc":
+            out = np.empty((grid.size, trials, k, data.shape[1]))
+            for i, eps in enumerate(grid):
+                report(done / work, f"{MECHANISMS[m].label}: eps = {eps:.3g}, {trials} trials")
+                for t in range(trials):
+                    out[i, t] = est.set_params(epsilon=float(eps)).fit(data).cluster_centers_
+                    done += 1
+        else:
+            report(done / work, f"{MECHANISMS[m].label}: {grid.size} eps x {trials} trials, batched")
+            out = noisy_lloyd_trials(est, data, grid, trials, sampler)
+            done += grid.size * trials
+        blocks.append(np.stack([[match_centers(c, true_centers) for c in row] for row in out]))
 
     report(done / work, "scoring all centre sets")
     centers = np.stack(blocks)  # (M, E, T, K, d)
@@ -417,7 +420,8 @@ def release(
     k = n_clusters if n_clusters is not None else (None if labels is None else int(np.max(labels)) + 1)
     if k is None:
         raise ParameterError(f"{info.label} needs the number of clusters: pass n_clusters (K).")
-    centers, est = _run_lloyd(key, data, int(k), eps, bounds, graph, n_iter, sampler, mcmc_steps)
+    est = _lloyd_estimator(key, int(k), eps, bounds, graph, n_iter, sampler, mcmc_steps).fit(data)
+    centers = est.cluster_centers_
     details: dict[str, Any] = {
         "n_clusters": int(k),
         "n_features": int(data.shape[1]),
