@@ -1,10 +1,11 @@
-"""Locations: compare planar Laplace, PriLocation, density grids and Blowfish means, then release one.
+"""Locations: compare planar Laplace, PriLocation, density grids, Blowfish means and hotspots; release one.
 
 Diagnostics (sections 1-3) read the raw coordinates and cost no budget; the release (section 4) runs one
 mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) and is the only output meant
 to leave. Maps draw without a tile server unless the curator ticks the basemap option.
 """
 
+import numpy as np
 import streamlit as st
 
 from dpcore.errors import ParameterError
@@ -16,6 +17,7 @@ from dpcore.plots.location import (
     density_heatmap,
     displacement_histogram,
     error_vs_eps,
+    hotspot_map,
     true_vs_released,
 )
 from dpcore.policy import Blowfish, DistanceThresholdGraph, GeoIndistinguishability
@@ -138,7 +140,23 @@ def _parameters() -> view.Params:
             f"An adversary may learn the region a person is in, but not their position within {theta:,.0f} m."
         )
     geo_eps, radius = _geo()
-    return view.Params(hs, theta, geo_eps, radius, clusters, grid)
+    st.subheader("Hotspots (private k-means on projected coordinates)")
+    k = int(
+        st.number_input(
+            "Number of hotspots K",
+            min_value=1,
+            max_value=30,
+            value=8,
+            step=1,
+            help="Blowfish hotspots check every pair of cells each round: their cost grows as K².",
+            key="loc_hotspot_k",
+        )
+    )
+    st.caption(
+        "Locations are clamped into the public region and projected to metres around its centre; DP hotspots "
+        f"run DP-Lloyd, Blowfish hotspots Blowfish k-means with θ = {theta:,.0f} m (above)."
+    )
+    return view.Params(hs, theta, geo_eps, radius, clusters, grid, k)
 
 
 def _geo() -> tuple[float, float]:
@@ -185,16 +203,19 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     trials = int(b.number_input("Trials per ε", min_value=1, max_value=50, value=3, key="loc_trials"))
     st.caption(
         "Planar Laplace runs at ε / HS per metre and the Blowfish mean at θ = HS, so every mechanism is "
-        "compared at the same ε."
+        "compared at the same ε. Hotspots: fractional WCSS loss (WCSS of the released centres minus WCSS of "
+        f"non-private k-means, over the latter; projected m²) with K = {params.hotspot_k} and the Blowfish "
+        f"hotspots at θ = {params.theta_m:,.0f} m."
     )
     args = (tuple(chosen), eps, trials, (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
-    settings = (key, *args, hs, clusters, grid)
+    hot = (params.hotspot_k, params.theta_m)
+    settings = (key, *args, hs, clusters, grid, *hot)
     if st.button("Run comparison", type="primary", disabled=not chosen, key="loc_run"):
         with (
             st.status(f"Comparing {len(chosen)} mechanisms × {len(eps)} ε × {trials} trials...") as status,
             user_errors("running the comparison") as outcome,
         ):
-            frame = view.sweep(key, coords.lat, coords.lon, coords.users, *args, hs, clusters, grid)
+            frame = view.sweep(key, coords.lat, coords.lon, coords.users, *args, hs, clusters, grid, *hot)
             st.session_state[SWEEP_KEY] = (settings, frame)
         status.update(
             label="Comparison failed" if outcome.failed else "Comparison done",
@@ -247,6 +268,40 @@ def _maps(
     left, right = st.columns(2)
     left.plotly_chart(density_heatmap(d.uniform), key="loc_heat_ug")
     right.plotly_chart(density_heatmap(d.adaptive), key="loc_heat_ag")
+    _hotspot_map(key, coords, box, params, tiles, eps, la, lo)
+
+
+def _hotspot_map(
+    key: str,
+    coords: view.Coordinates,
+    box: tuple[float, float, float, float],
+    params: view.Params,
+    tiles: bool,
+    eps: float,
+    la: np.ndarray,
+    lo: np.ndarray,
+) -> None:
+    k, theta = params.hotspot_k, params.theta_m
+    with user_errors("fitting the hotspots") as outcome:
+        h = view.hotspot_diagnostics(key, coords.lat, coords.lon, box, eps, k, theta)
+    if outcome.failed:
+        return
+    released = {
+        f"{view.RELEASES[m].label}: {h.mean_distance_m[m] / 1000:,.0f} km": (c[:, 0], c[:, 1])
+        for m, c in h.released.items()
+    }
+    fig = hotspot_map(
+        released,
+        true_centres=(h.true[:, 0], h.true[:, 1]),
+        points=(la, lo),
+        tiles=tiles,
+        title=f"Hotspots, ε = {eps:g}, K = {k}: true vs released centres",
+    )
+    st.plotly_chart(fig, key="loc_map_hotspots")
+    st.caption(
+        "Legend: mean great-circle distance from each true hotspot (non-private k-means) to the nearest "
+        "released one, for this one diagnostic draw."
+    )
 
 
 def _release(coords: view.Coordinates, region: Region, params: view.Params, tiles: bool) -> None:
@@ -290,6 +345,7 @@ def _release(coords: view.Coordinates, region: Region, params: view.Params, tile
         n_clusters=clusters,
         grid_size=grid,
         tiles=tiles,
+        hotspot_k=params.hotspot_k,
     )
     release_params = {
         "mechanism_key": mech,
@@ -298,7 +354,8 @@ def _release(coords: view.Coordinates, region: Region, params: view.Params, tile
         "epsilon_per_metre": geo_eps if mech == "planar_laplace" else None,
         "ledger_radius_m": radius if mech == "planar_laplace" else None,
         "hs_m": hs if mech == "prilocation" else None,
-        "theta_m": theta if mech == "blowfish_mean" else None,
+        "theta_m": theta if mech in ("blowfish_mean", "blowfish_hotspots") else None,
+        "hotspot_k": params.hotspot_k if mech in view.HOTSPOTS else None,
         "n_clusters": clusters if mech == "prilocation" else None,
         "grid_size": grid if mech == "prilocation" else None,
     }

@@ -6,10 +6,12 @@ a 2-value eps range and 2 trials to stay fast.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -43,6 +45,17 @@ def _airports() -> AppTest:
 
 def _titles(at: AppTest) -> list[str]:
     return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+
+
+def _title(el) -> str:
+    return json.loads(el.proto.spec)["layout"]["title"]["text"]
+
+
+def _size(values: list | dict) -> int:
+    """Length of a Plotly JSON array (a list, or a base64 typed array {"dtype", "bdata"})."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).size
+    return len(values)
 
 
 def _errors(at: AppTest) -> list[str]:
@@ -81,17 +94,32 @@ def test_airports_sample_loads_and_comparison_draws_charts():
         "adaptive_grid",
         "blowfish_mean",
         "dp_mean",
+        "dp_hotspots",
+        "blowfish_hotspots",
     }
-    assert len(frame) == 6 * 2 * 2 and sorted(set(frame["epsilon"])) == [0.5, 1.0]
+    assert len(frame) == 8 * 2 * 2 and sorted(set(frame["epsilon"])) == [0.5, 1.0]
+    hot = frame[frame["metric"] == "fractional_wcss_loss"]
+    assert set(hot["label"]) == {"DP hotspots (DP-Lloyd)", "Blowfish hotspots (distance threshold θ)"}
+    assert len(hot) == 8 and hot["value"].between(-0.05, 20).all()
     titles = _titles(at)
     assert [t for t in titles if "vs ε" in t] == [
         "Distance error DE (fraction of HS) vs ε (median over trials, band 10-90%)",
         "Median relative error of rectangle queries vs ε (median over trials, band 10-90%)",
         "Error of the mean position (m) vs ε (median over trials, band 10-90%)",
+        "Hotspot fractional WCSS loss (projected m², vs non-private k-means) vs ε (median over trials, "
+        "band 10-90%)",
     ]
     assert any(t.startswith("Planar Laplace displacement") for t in titles)
     assert any(t.startswith("PriLocation, ε = ") for t in titles)
     assert sum(t.startswith("Private density") for t in titles) == 2
+    (hotspots,) = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "Hotspots, ε" in _title(el)]
+    assert hotspots["layout"]["title"]["text"] == "Hotspots, ε = 1, K = 8: true vs released centres"
+    names = [t["name"] for t in hotspots["data"]]
+    assert names[:2] == ["locations (raw data)", "true hotspots (non-private k-means)"]
+    assert names[2].startswith("DP hotspots (DP-Lloyd): ") and names[2].endswith(" km")
+    assert names[3].startswith("Blowfish hotspots (distance threshold θ): ")
+    assert [_size(t["x"]) for t in hotspots["data"][1:]] == [8, 8, 8]
+    assert hotspots["layout"]["yaxis"]["scaleanchor"] == "x"  # equal ground scale, offline
     maps = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     assert not any(t.get("type") == "scattermap" for m in maps for t in m["data"])  # no tile server
     at.run()
@@ -123,6 +151,40 @@ def test_release_debits_once_across_reruns(downloads):
     report = downloads[f"{stem}-report.html"].decode()
     assert "Planar Laplace (per location): released locations" in report
     assert "True locations (raw data)" not in report and "Diagnostic:" not in report
+    at.run().run()
+    assert len(ledger.releases(dataset_id)) == 1
+    assert ledger.remaining(dataset_id)[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("mech", ["dp_hotspots", "blowfish_hotspots"])
+def test_hotspot_release_debits_once_and_offers_downloads(downloads, mech):
+    at = _airports()
+    ledger, dataset_id = _ledger(at, 3.0)
+    at.number_input(key="loc_hotspot_k").set_value(5).run()
+    at.selectbox(key="loc_rel_mech").set_value(mech).run()
+    at.number_input(key="loc_rel_eps").set_value(1.0).run()
+    label = "DP hotspots (DP-Lloyd)" if mech == "dp_hotspots" else "Blowfish hotspots (distance threshold θ)"
+    sentence = "ε-DP (unbounded neighbours" if mech == "dp_hotspots" else "not their position within θ"
+    assert any(sentence in i.value for i in at.info)
+    at.button(key="locations_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(dataset_id)
+    assert record.mechanism == label and record.epsilon == pytest.approx(1.0)
+    assert record.definition == ("pure_dp" if mech == "dp_hotspots" else "blowfish")
+    stem = f"locations-{record.request_id[:8]}"
+    assert sorted(b.label for b in at.download_button) == sorted(
+        f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
+    )
+    table = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
+    assert list(table.columns) == ["hotspot", "lat", "lon"] and len(table) == 5
+    assert table["lat"].between(24, 50).all() and table["lon"].between(-125, -66).all()
+    manifest = json.loads(downloads[f"{stem}-manifest.json"])
+    assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["hotspot_k"] == 5
+    assert manifest["parameters"]["theta_m"] == (None if mech == "dp_hotspots" else 50_000.0)
+    report = downloads[f"{stem}-report.html"].decode()
+    assert f"<title>Locations released with {label}</title>" in report
+    assert "released hotspot centres (K = 5" in report
+    assert "true hotspots" not in report and "Diagnostic:" not in report
     at.run().run()
     assert len(ledger.releases(dataset_id)) == 1
     assert ledger.remaining(dataset_id)[0] == pytest.approx(2.0)

@@ -11,9 +11,12 @@ from dpcore.location.grids import uniform_grid
 from dpcore.location.prilocation import synthetic_visits
 from dpcore.location.sweep import MECHANISMS, location_sweep
 from dpcore.plots.location import (
+    LOCATION_COLORS,
+    METRIC_TITLES,
     density_heatmap,
     displacement_histogram,
     error_vs_eps,
+    hotspot_map,
     released_map,
     true_vs_released,
 )
@@ -36,6 +39,11 @@ def test_sweep_is_tidy_and_sensible(sweep: pd.DataFrame) -> None:
     med = sweep.groupby(["mechanism", "epsilon"]).value.median()
     assert med["planar_laplace", 2.0] == pytest.approx(1.0, rel=0.15)  # 2 / eps
     assert med["dp_mean", 2.0] > med["blowfish_mean", 2.0]
+    hot = sweep[sweep.metric == "fractional_wcss_loss"]
+    assert set(hot.mechanism) == {"dp_hotspots", "blowfish_hotspots"} and (hot.value > -0.01).all()
+    assert {m for _, m in MECHANISMS.values()} <= set(METRIC_TITLES) and set(MECHANISMS) <= set(
+        LOCATION_COLORS
+    )
     with pytest.raises(ParameterError, match="unknown mechanism"):
         location_sweep([40.0], [-100.0], [1], ["nope"], [1.0], 1, region=US)
 
@@ -83,3 +91,31 @@ def test_released_map_shows_released_points_only() -> None:
     assert isinstance(released_map([40.0], [-100.0], tiles=True).data[0], go.Scattermap)
     with pytest.raises(ParameterError, match="no released points"):
         released_map([], [])
+
+
+def test_hotspot_map_diagnostic_and_release_forms() -> None:
+    true = (np.array([40.0, 30.0]), np.array([-100.0, -90.0]))
+    rel = {
+        "DP": (np.array([40.5, 30.2]), np.array([-99.0, -91.0])),
+        "Blowfish": ([41.0, 29.0], [-98.0, -92.0]),
+    }
+    fig = hotspot_map(rel, true_centres=true, points=([35.0, 36.0, 37.0], [-95.0, -96.0, -97.0]), title="H")
+    assert [t.name for t in fig.data] == [
+        "locations (raw data)",
+        "true hotspots (non-private k-means)",
+        "DP",
+        "Blowfish",
+    ]
+    assert all(isinstance(t, go.Scattergl) for t in fig.data)
+    assert list(fig.data[2].x) == [-99.0, -91.0] and list(fig.data[2].y) == [40.5, 30.2]  # x = lon, y = lat
+    assert fig.data[2].marker.color != fig.data[3].marker.color
+    assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.xaxis.title.text == "Longitude (°)"
+    mean_lat = np.mean([35, 36, 37, 40, 30, 40.5, 30.2, 41, 29])
+    assert fig.layout.yaxis.scaleratio == pytest.approx(1 / np.cos(np.radians(mean_lat)))
+    assert fig.layout.annotations and fig.layout.annotations[0].text.startswith("Diagnostic")
+    release = hotspot_map({"DP": rel["DP"]}, title="Released")
+    assert [t.name for t in release.data] == ["DP"] and not release.layout.annotations  # released values only
+    tiles = hotspot_map(rel, true_centres=true, tiles=True)
+    assert all(isinstance(t, go.Scattermap) for t in tiles.data) and len(tiles.data) == 3
+    with pytest.raises(ParameterError, match="no released hotspot"):
+        hotspot_map({"DP": ([], [])})

@@ -1,11 +1,15 @@
 """PriLocation, private density grids, Blowfish mean position, exponential selection (MECHANISMS.md s.4)."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
 from dpcore.errors import DataError, ParameterError
+from dpcore.kmeans.blowfish import BlowfishKMeans
+from dpcore.kmeans.lloyd import DPLloydKMeans
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity, mean_position
 from dpcore.location.geometry import EARTH_RADIUS_M, Region, destination_point, haversine_m, unit_vectors
 from dpcore.location.grids import (
@@ -14,6 +18,13 @@ from dpcore.location.grids import (
     relative_error,
     true_box_counts,
     uniform_grid,
+)
+from dpcore.location.hotspots import (
+    hotspot_trials,
+    location_hotspots,
+    nearest_hotspot_distance_m,
+    project_locations,
+    true_hotspots,
 )
 from dpcore.location.prilocation import (
     PriLocation,
@@ -28,7 +39,8 @@ from dpcore.location.prilocation import (
     synthetic_visits,
 )
 from dpcore.location.sweep import location_sweep
-from dpcore.mechanisms import Sampler, exponential_probabilities
+from dpcore.mechanisms import Sampler, exponential_probabilities, snap_to_noise_grid
+from dpcore.metrics import wcss, wcss_many
 
 US = Region(24.0, 50.0, -125.0, -66.0)
 
@@ -201,18 +213,100 @@ def test_mean_position_release() -> None:
 
 
 def test_location_hotspots_dp_and_blowfish(airports: pd.DataFrame) -> None:
-    from dpcore.kmeans.blowfish import BlowfishKMeans
-    from dpcore.location.hotspots import location_hotspots
-
     la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
     c, model = location_hotspots(la, lo, 4, 1.0, US, random_state=2)
     assert c.shape == (4, 2) and model.budget_spent_ == pytest.approx(1.0)
+    assert isinstance(model, DPLloydKMeans) and model.sampling_mode_ == "demo"
+    assert US.contains(c[:, 0], c[:, 1]).all()
     _, mb = location_hotspots(la, lo, 4, 1.0, US, policy="blowfish", theta_m=20_000.0, random_state=2)
     assert isinstance(mb, BlowfishKMeans)
     assert mb.graph.theta == pytest.approx(20_000.0 * US.projection().max_scale(US))
     assert mb.graph.theta > 20_000.0
     with pytest.raises(ParameterError, match="theta_m"):
         location_hotspots(la, lo, 4, 1.0, US, policy="blowfish")
+    with pytest.raises(ParameterError, match="policy"):
+        location_hotspots(la, lo, 4, 1.0, US, policy="geo")
+    with pytest.raises(ParameterError, match="public region"):
+        location_hotspots(la, lo, 4, 1.0, (24, 50, -125, -66))  # type: ignore[arg-type]
+
+
+def test_hotspots_come_back_to_the_right_places() -> None:
+    """Tight clusters, huge eps: each released hotspot (lat, lon) sits on its city (projection round trip)."""
+    cities = np.array([[47.6, -122.3], [25.8, -80.2], [41.9, -87.6]])  # Seattle, Miami, Chicago
+    pts = np.repeat(cities, 400, axis=0) + np.random.default_rng(0).normal(0.0, 0.01, (1200, 2))
+    data = project_locations(pts[:, 0], pts[:, 1], US)
+    back = data.to_latlon(data.X)
+    assert haversine_m(pts[:, 0], pts[:, 1], back[:, 0], back[:, 1]).max() < 1e-3  # exact inverse
+    for policy in ("dp", "blowfish"):
+        c, _ = location_hotspots(
+            pts[:, 0], pts[:, 1], 3, 1e5, US, policy=policy, theta_m=10_000.0, random_state=1
+        )
+        d = haversine_m(cities[:, None, 0], cities[:, None, 1], c[None, :, 0], c[None, :, 1])
+        assert d.min(axis=1).max() < 500.0, policy  # metres: no swapped axes, no degrees-as-metres
+        assert nearest_hotspot_distance_m(cities, c) < 500.0
+
+
+@pytest.mark.parametrize("policy", ["dp", "blowfish"])
+def test_hotspot_release_noise_goes_through_privatize(
+    airports: pd.DataFrame, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every released count and sum lies on its noise lattice (Sampler.privatize), one call per query."""
+    calls: list[float] = []
+    original = Sampler.privatize
+
+    def spy(self: Sampler, value: np.ndarray, kind: str, scale: float) -> np.ndarray:
+        calls.append(scale)
+        return original(self, value, kind, scale)
+
+    monkeypatch.setattr(Sampler, "privatize", spy)
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    _, model = location_hotspots(
+        la, lo, 6, 0.7, US, policy=policy, theta_m=30_000.0, random_state=Sampler(seed=5)
+    )
+    state = model.released_state()
+    for t in range(model.n_iter_):
+        for values, scale in (
+            (state.noisy_counts[t], state.count_scale[t]),
+            (state.noisy_sums[t], state.sum_scale[t]),
+        ):
+            assert np.array_equal(snap_to_noise_grid(values, scale), values)
+            assert scale in calls
+    assert len(calls) == 2 * model.n_iter_
+    assert math.fsum(e for _, e in model.budget_log_) == 0.7
+
+
+def test_blowfish_hotspot_gain_is_as_small_as_the_guarantee_text_says(airports: pd.DataFrame) -> None:
+    la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
+    _, dp = location_hotspots(la, lo, 8, 1.0, US, random_state=3)
+    _, bf = location_hotspots(la, lo, 8, 1.0, US, policy="blowfish", theta_m=50_000.0, random_state=3)
+    print(f"Blowfish gain vs bounded DP: {np.round(bf.sensitivity_gain_, 3)}")
+    assert np.all(bf.sensitivity_gain_ < 1.1)  # "within a few percent of bounded DP's"
+    assert bf.sum_sensitivity_.min() > 1.8 * dp.sum_sensitivity_.max()  # "about twice DP hotspots'"
+    assert np.all(bf.count_sensitivity_ == 2.0) and np.all(dp.count_sensitivity_ == 1.0)
+
+
+def test_hotspot_trials_loss_falls_with_eps(airports: pd.DataFrame) -> None:
+    data = project_locations(airports.latitude.to_numpy(), airports.longitude.to_numpy(), US)
+    true = true_hotspots(data, 8)
+    centres = hotspot_trials(data, 8, [0.2, 5.0], 6, Sampler.diagnostic(0))
+    assert centres.shape == (2, 6, 8, 2)
+    base = wcss(data.X, true)
+    loss = (wcss_many(data.X, centres) - base) / base
+    print(f"median fractional WCSS loss: eps 0.2 {np.median(loss[0]):.3f}, eps 5 {np.median(loss[1]):.3f}")
+    assert loss.min() > -0.01  # non-private k-means is (near) optimal
+    assert np.median(loss[1]) < 0.5 * np.median(loss[0])
+    with pytest.raises(ParameterError, match="diagnostic"):
+        hotspot_trials(data, 8, [1.0], 1, Sampler(seed=1))
+    with pytest.raises(ParameterError, match="smaller K"):
+        true_hotspots(project_locations([40.0, 41.0], [-100.0, -101.0], US), 3)
+
+
+def test_nearest_hotspot_distance() -> None:
+    one_degree = EARTH_RADIUS_M * math.pi / 180.0
+    got = nearest_hotspot_distance_m([[0.0, 0.0], [0.0, 10.0]], [[0.0, 1.0], [0.0, 2.0], [0.0, 10.0]])
+    assert got == pytest.approx(one_degree / 2)
+    with pytest.raises(ParameterError, match="non-empty"):
+        nearest_hotspot_distance_m([[0.0, 0.0]], np.empty((0, 2)))
 
 
 def test_sample_log_weights_never_picks_zero_weight_and_matches_probabilities() -> None:

@@ -22,11 +22,17 @@ from dpcore.errors import DPCoreError
 from dpcore.location.blowfish import mean_position
 from dpcore.location.geometry import Region, validate_latlon
 from dpcore.location.grids import DensityGrid, adaptive_grid, uniform_grid
+from dpcore.location.hotspots import (
+    location_hotspots,
+    nearest_hotspot_distance_m,
+    project_locations,
+    true_hotspots,
+)
 from dpcore.location.laplace import PlanarLaplace
 from dpcore.location.prilocation import PriLocation
 from dpcore.location.sweep import location_sweep
 from dpcore.mechanisms import Sampler
-from dpcore.plots.location import density_heatmap, released_map
+from dpcore.plots.location import density_heatmap, hotspot_map, released_map
 from dpcore.policy import Blowfish, DistanceThresholdGraph, GeoIndistinguishability, Policy, PureDP
 
 __all__ = [
@@ -35,11 +41,13 @@ __all__ = [
     "RELEASES",
     "Coordinates",
     "Diagnostics",
+    "HotspotDiagnostics",
     "Params",
     "ReleaseSpec",
     "coordinates",
     "data_key",
     "diagnostics",
+    "hotspot_diagnostics",
     "release_policy",
     "release_runner",
     "sweep",
@@ -54,6 +62,7 @@ PRESETS: dict[str, tuple[float, float, float, float] | None] = {
 EPS_OPTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 PLOT_POINTS = 5000  # points drawn on a map (a fixed random subset beyond that)
 DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
+HOTSPOTS = {"dp_hotspots": "dp", "blowfish_hotspots": "blowfish"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,22 @@ RELEASES: dict[str, ReleaseSpec] = {
         "Bounded ε-DP: replacing one location by any other in the public region changes any output's "
         "probability by at most e^ε. The group size is treated as public.",
     ),
+    "dp_hotspots": ReleaseSpec(
+        "DP hotspots (DP-Lloyd)",
+        "ε-DP (unbounded neighbours: one location added or removed), with the public region as the bounds: "
+        "the released hotspot centres barely depend on any one location. Points outside the region are "
+        "clamped onto its edge.",
+    ),
+    "blowfish_hotspots": ReleaseSpec(
+        "Blowfish hotspots (distance threshold θ)",
+        "(ε, G^{d,θ})-Blowfish, NOT ε-DP: an adversary may learn the region a person is in but not their "
+        "position within θ metres (replacing one location inside the public region by one at most θ away "
+        "changes any output's probability by at most e^ε); the number of locations is public. Honest "
+        "gain: almost none here. A location crossing between two hotspot cells can still move a cluster "
+        "sum by nearly the region's width, so the noise is within a few percent of bounded DP's and about "
+        "twice DP hotspots' at the same ε (see sensitivity_gain_vs_bounded_dp in the manifest): prefer DP "
+        "hotspots unless you need this policy.",
+    ),
 }
 
 
@@ -112,6 +137,7 @@ class Params:
     radius_m: float
     n_clusters: int
     grid_size: int
+    hotspot_k: int = 8
 
 
 @dataclass(frozen=True)
@@ -156,6 +182,8 @@ def sweep(
     hs_m: float,
     n_clusters: int,
     grid_size: int,
+    hotspot_k: int,
+    theta_m: float,
 ) -> pd.DataFrame:
     """``dpcore.location.sweep.location_sweep`` (diagnostic noise), cached per data key and parameters."""
     return location_sweep(
@@ -169,6 +197,8 @@ def sweep(
         hs_m=hs_m,
         n_clusters=n_clusters,
         grid_size=grid_size,
+        hotspot_k=hotspot_k,
+        theta_m=theta_m,
         seed=DIAGNOSTIC_SEED,
     )
 
@@ -224,13 +254,53 @@ def diagnostics(
     )
 
 
+@dataclass(frozen=True)
+class HotspotDiagnostics:
+    """Non-private k-means hotspots and one diagnostic draw of each private one, as (K, 2) (lat, lon)."""
+
+    true: np.ndarray
+    released: dict[str, np.ndarray]
+    mean_distance_m: dict[str, float]
+
+
+@st.cache_data(show_spinner="Fitting the hotspots...", max_entries=8)
+def hotspot_diagnostics(
+    key: str,
+    _lat: np.ndarray,
+    _lon: np.ndarray,
+    box: tuple[float, float, float, float],
+    eps: float,
+    hotspot_k: int,
+    theta_m: float,
+) -> HotspotDiagnostics:
+    """True hotspots vs DP and Blowfish hotspots at one eps (fixed diagnostic seed; never released)."""
+    region = Region(*box)
+    data = project_locations(_lat, _lon, region)
+    true = data.to_latlon(true_hotspots(data, hotspot_k, DIAGNOSTIC_SEED))
+    released = {
+        mech: location_hotspots(
+            _lat,
+            _lon,
+            hotspot_k,
+            eps,
+            region,
+            policy=policy,
+            theta_m=theta_m,
+            random_state=Sampler.diagnostic(DIAGNOSTIC_SEED),
+        )[0]
+        for mech, policy in HOTSPOTS.items()
+    }
+    dist = {mech: nearest_hotspot_distance_m(true, c) for mech, c in released.items()}
+    return HotspotDiagnostics(true, released, dist)
+
+
 def release_policy(mech: str, eps: float, *, hs_m: float, theta_m: float) -> Policy:
     """The policy a mechanism's release satisfies (recorded in the ledger and the manifest)."""
     if mech == "planar_laplace":
         return GeoIndistinguishability(eps)
     if mech == "prilocation":
         return Blowfish(eps, DistanceThresholdGraph(hs_m, "haversine"))
-    if mech == "blowfish_mean":
+    if mech in ("blowfish_mean", "blowfish_hotspots"):
         return Blowfish(eps, DistanceThresholdGraph(theta_m, "haversine"))
     return PureDP(eps, neighbours="bounded" if mech == "dp_mean" else "unbounded")
 
@@ -250,6 +320,7 @@ def release_runner(
     n_clusters: int,
     grid_size: int,
     tiles: bool,
+    hotspot_k: int = 8,
 ) -> Callable[[Sampler], ReleaseOutput]:
     """``run(sampler)`` for ``ui.release.release_panel``: one run of ``mech``; figures show released data."""
     label = RELEASES[mech].label
@@ -277,6 +348,8 @@ def release_runner(
             }
             figure = density_heatmap(grid, title=f"{label}: released noisy counts (ε = {epsilon:g})")
             return table, [figure], {**extra, "region": region.to_dict()}
+        elif mech in HOTSPOTS:
+            return _hotspot_release(mech, coords, region, epsilon, theta_m, hotspot_k, tiles, sampler)
         else:
             policy = "blowfish" if mech == "blowfish_mean" else "dp"
             out = mean_position(lat, lon, epsilon, region, policy=policy, theta_m=theta_m, rng=sampler)
@@ -286,3 +359,48 @@ def release_runner(
         return table, [figure], {**extra, "region": region.to_dict()}
 
     return run
+
+
+def _hotspot_release(
+    mech: str,
+    coords: Coordinates,
+    region: Region,
+    epsilon: float,
+    theta_m: float,
+    hotspot_k: int,
+    tiles: bool,
+    sampler: Sampler,
+) -> ReleaseOutput:
+    """One DP-Lloyd / Blowfish k-means run on the projected locations; the figure shows released centres."""
+    policy = HOTSPOTS[mech]
+    centres, model = location_hotspots(
+        coords.lat,
+        coords.lon,
+        hotspot_k,
+        epsilon,
+        region,
+        policy=policy,
+        theta_m=theta_m,
+        random_state=sampler,
+    )
+    table = pd.DataFrame({"hotspot": np.arange(1, hotspot_k + 1), "lat": centres[:, 0], "lon": centres[:, 1]})
+    lat0, lon0 = region.centre
+    extra: dict[str, Any] = {
+        "n_clusters": hotspot_k,
+        "n_iter": int(model.n_iter_),
+        "budget_log": [[name, float(e)] for name, e in model.budget_log_],
+        "projection": f"azimuthal equidistant around the region centre ({lat0:g}, {lon0:g}), metres",
+        "count_sensitivity": [float(v) for v in model.count_sensitivity_],
+        "sum_l1_sensitivity_m": [float(v) for v in model.sum_sensitivity_],
+    }
+    if policy == "blowfish":
+        extra["theta_m"] = theta_m
+        extra["theta_projected_m"] = float(model.graph.theta)
+        extra["sensitivity_gain_vs_bounded_dp"] = [float(v) for v in np.atleast_1d(model.sensitivity_gain_)]
+    label = RELEASES[mech].label
+    figure = hotspot_map(
+        {label: (table["lat"], table["lon"])},
+        tiles=tiles,
+        title=f"{label}: released hotspot centres (K = {hotspot_k}, ε = {epsilon:g})",
+    )
+    return table, [figure], {**extra, "region": region.to_dict()}

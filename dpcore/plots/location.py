@@ -5,12 +5,15 @@
 - :func:`released_map`: released points alone (no raw data: fit for a release report).
 - :func:`density_heatmap`: a released density grid's level-1 counts.
 - :func:`displacement_histogram`: great-circle displacements with the Gamma(2, 1/eps) density.
+- :func:`hotspot_map`: hotspot centres of one or more mechanisms (optionally with the true hotspots and
+  points, then stamped as a diagnostic), at equal ground scale.
 - :func:`error_vs_eps`: median and 10-90% band over trials per mechanism, from ``location_sweep``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -30,11 +33,16 @@ LOCATION_COLORS: dict[str, str] = {
     "adaptive_grid": "#17becf",
     "blowfish_mean": "#9467bd",
     "dp_mean": "#ff7f0e",
+    "dp_hotspots": "#8c564b",
+    "blowfish_hotspots": "#e377c2",
 }
+HOTSPOT_SYMBOLS = ("diamond", "square", "triangle-up", "cross")
+HOTSPOT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#ff7f0e")
 METRIC_TITLES: dict[str, str] = {
     "distance_error": "Distance error DE (fraction of HS)",
     "median_relative_error": "Median relative error of rectangle queries",
     "mean_error_m": "Error of the mean position (m)",
+    "fractional_wcss_loss": "Hotspot fractional WCSS loss (projected m², vs non-private k-means)",
 }
 
 
@@ -104,6 +112,60 @@ def released_map(
         fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
     fig.update_layout(title=title)
     return fig
+
+
+def hotspot_map(
+    released: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    *,
+    true_centres: tuple[ArrayLike, ArrayLike] | None = None,
+    points: tuple[ArrayLike, ArrayLike] | None = None,
+    tiles: bool = False,
+    title: str = "Hotspot centres",
+) -> go.Figure:
+    """Released hotspot centres per mechanism (name -> (lat, lon)) on one map at equal ground scale.
+
+    ``true_centres`` (non-private k-means) and ``points`` (the raw locations, drawn faintly) read the raw
+    data: with either, the figure is stamped as a diagnostic; without both it shows released values only.
+    """
+    if not released or any(np.asarray(la).size == 0 for la, _ in released.values()):
+        raise ParameterError("there are no released hotspot centres to draw.")
+    layers: list[tuple[str, np.ndarray, np.ndarray, dict]] = []
+    if points is not None:
+        layers.append(("locations (raw data)", *_latlon(points), {"color": "#bbbbbb", "size": 3}))
+    if true_centres is not None:
+        style = {"color": "black", "size": 14, "symbol": "x"}
+        layers.append(("true hotspots (non-private k-means)", *_latlon(true_centres), style))
+    for i, (name, latlon) in enumerate(released.items()):
+        style = {
+            "color": RELEASED_COLOR if len(released) == 1 else HOTSPOT_COLORS[i % len(HOTSPOT_COLORS)],
+            "size": 12,
+            "symbol": HOTSPOT_SYMBOLS[i % len(HOTSPOT_SYMBOLS)],
+            "line": {"width": 1, "color": "white"},
+        }
+        layers.append((name, *_latlon(latlon), style))
+    fig = go.Figure()
+    for name, la, lo, marker in layers:
+        if tiles:
+            tile_marker = {k: v for k, v in marker.items() if k in ("color", "size")}
+            fig.add_trace(go.Scattermap(lat=la, lon=lo, mode="markers", name=name, marker=tile_marker))
+        else:
+            fig.add_trace(go.Scattergl(x=lo, y=la, mode="markers", name=name, marker=marker))
+    all_lat = np.concatenate([la for _, la, _, _ in layers])
+    if tiles:
+        all_lon = np.concatenate([lo for _, _, lo, _ in layers])
+        centre = {"lat": float(all_lat.mean()), "lon": float(all_lon.mean())}
+        fig.update_maps(style="open-street-map", center=centre, zoom=3)
+    else:
+        ratio = 1.0 / max(math.cos(math.radians(float(all_lat.mean()))), 0.05)
+        fig.update_xaxes(title_text="Longitude (°)")
+        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
+    fig.update_layout(title=title, legend_title_text="Hotspots")
+    diagnostic = true_centres is not None or points is not None
+    return diagnostic_annotation(fig) if diagnostic else fig
+
+
+def _latlon(pair: tuple[ArrayLike, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(pair[0], dtype=float).ravel(), np.asarray(pair[1], dtype=float).ravel()
 
 
 def density_heatmap(grid: DensityGrid, *, title: str | None = None) -> go.Figure:
