@@ -211,7 +211,10 @@ class PartitionGraph(_Graph):
     kind: ClassVar[str] = "partition"
 
     def __post_init__(self) -> None:
-        hint = "It is the width of the intervals (in feature units) an adversary may learn a value lies in."
+        hint = (
+            "It is the width of the intervals (in the scaled feature space prepared on the Data page) "
+            "an adversary may learn a value lies in."
+        )
         object.__setattr__(self, "block_width", _positive("block_width", self.block_width, hint))
 
     @property

@@ -3,7 +3,9 @@
 Diagnostics read the raw data and cost no budget; the release runs one mechanism once, debits the ledger
 once (``ui.release.release_panel``) and is the only output meant to leave. A local mechanism (white,
 white per cluster, colored) is released under its own local PDP guarantee; when the current policy is
-a DP definition, the page asks for an explicit acknowledgement before it offers the release.
+a DP definition, the page asks for an explicit acknowledgement before it offers the release. DP-Lloyd is
+calibrated for the policy's neighbour relation (bounded or unbounded). A K that leaves a one-row cluster
+blocks the local mechanisms only. Widget values are kept across pages (``ui.state.persist``).
 """
 
 from typing import Any
@@ -15,9 +17,9 @@ import streamlit as st
 
 from dpcore import plots
 from dpcore.data import PreparedData
-from dpcore.kmeans.sweep import MECHANISMS, release
+from dpcore.kmeans.sweep import MECHANISMS, local_unavailable, mechanism_guarantee, release
 from dpcore.mechanisms import Sampler, gaussian_ratio
-from dpcore.plots.kmeans import METRIC_TITLES
+from dpcore.plots.kmeans import METRIC_TITLES, released_centers_figure
 from dpcore.policy import Blowfish, FullDomainGraph, Graph
 from ui import kmeans_view as view
 from ui import state
@@ -32,10 +34,19 @@ DIAGNOSTIC_BANNER = (
     "clustering, true centres, losses over many noisy trials). It costs no budget and is for the curator "
     "only: do not share these charts."
 )
+BLOWFISH_UNITS = (
+    "Graph distances (θ, block width) are in the scaled feature space prepared on the Data page; with "
+    "min-max scaling, 1.0 = half the public range."
+)
+GAIN_EPS = 1.0
 
 
 def _label(key: str) -> str:
     return MECHANISMS[key].label
+
+
+def _neighbours() -> str:
+    return view.policy_neighbours(state.policy())
 
 
 def _mechanism_header(key: str, *, guarantee: bool = True) -> None:
@@ -43,7 +54,7 @@ def _mechanism_header(key: str, *, guarantee: bool = True) -> None:
     if info.is_local:
         st.badge(LOCAL_BADGE, icon=":material/warning:", color="red")
     if guarantee:
-        st.caption(f"{info.guarantee} (seed {info.seed})")
+        st.caption(f"{mechanism_guarantee(key, _neighbours())} (seed {info.seed})")
 
 
 def _data_summary(prep: PreparedData) -> None:
@@ -56,7 +67,7 @@ def _data_summary(prep: PreparedData) -> None:
 
 
 def _choose_k(key: str, prep: PreparedData) -> int:
-    k = int(st.number_input("K (number of clusters)", min_value=1, value=4, step=1, key="km_k"))
+    k = int(st.number_input("K (number of clusters)", min_value=1, step=1, key=state.persist("km_k", 4)))
     with st.expander("Elbow chart (non-private diagnostic, costs no budget)", expanded=True):
         ks = tuple(range(1, min(ELBOW_MAX_K, prep.n_samples) + 1))
         with user_errors("computing the elbow chart"):
@@ -70,55 +81,82 @@ def _choose_k(key: str, prep: PreparedData) -> int:
 
 def _graph() -> Graph:
     pol = state.policy()
-    if isinstance(pol, Blowfish):
-        st.caption(f"Blowfish graph from the Privacy policy page: {pol.graph.label}.")
-        return pol.graph
-    st.caption(
-        "Blowfish graph: full domain (= bounded DP), because the current policy is not a Blowfish policy. "
-        "Choose a Blowfish policy with a partition or distance-threshold graph on the Privacy policy page to "
-        "see its gain. Graph distances apply to the prepared (scaled) features."
-    )
-    return FullDomainGraph()
+    return pol.graph if isinstance(pol, Blowfish) else FullDomainGraph()
 
 
-def _compare_inputs(k: int) -> view.SweepParams | None:
+def _blowfish_note(key: str, prep: PreparedData, k: int, graph: Graph) -> None:
+    """The graph in use, its units and Blowfish's sensitivity gain over bounded DP (next to Blowfish)."""
+    if isinstance(state.policy(), Blowfish):
+        st.caption(f"Blowfish graph from the Privacy policy page: {graph.label}. {BLOWFISH_UNITS}")
+    else:
+        st.caption(
+            "Blowfish graph: full domain (= bounded DP), because the current policy is not a Blowfish "
+            "policy. Choose a Blowfish policy with a partition or distance-threshold graph on the Privacy "
+            f"policy page to see its gain. {BLOWFISH_UNITS}"
+        )
+    with user_errors("measuring Blowfish's sensitivity gain"):
+        st.caption(view.blowfish_gain_text(key, prep.X, (prep.lower, prep.upper), k, graph, GAIN_EPS))
+
+
+def _blocked_error(blocked: str) -> None:
+    names = ", ".join(m.label for m in MECHANISMS.values() if m.is_local)
+    st.error(f"{names}: unavailable for this K, so left out of the comparison and the release: {blocked}")
+
+
+def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -> view.SweepParams | None:
     st.subheader("Mechanisms to compare")
     chosen = []
-    for key, info in MECHANISMS.items():
-        default = key in view.DEFAULT_MECHANISMS
-        label = info.label + (" (slow: one MCMC chain per trial and ε)" if key == "dp_lloyd_mcmc" else "")
-        if st.checkbox(label, value=default, key=f"km_mech_{key}"):
-            chosen.append(key)
-        _mechanism_header(key)
+    last_local = [m for m, info in MECHANISMS.items() if info.is_local][-1]
+    for mech, info in MECHANISMS.items():
+        label = info.label + (" (slow: one MCMC chain per trial and ε)" if mech == "dp_lloyd_mcmc" else "")
+        if info.is_local and blocked:
+            st.checkbox(label, value=False, disabled=True, key=f"km_mech_{mech}_blocked")
+        elif st.checkbox(label, key=state.persist(f"km_mech_{mech}", mech in view.DEFAULT_MECHANISMS)):
+            chosen.append(mech)
+        _mechanism_header(mech)
+        if mech == last_local and blocked:
+            _blocked_error(blocked)
+        if mech == "blowfish":
+            _blowfish_note(key, prep, k, _graph())
     if not chosen:
         st.info("Tick at least one mechanism to compare.")
         return None
     pol = state.policy()
     a, b, c, d = st.columns(4)
     lo, hi = a.select_slider(
-        "ε range (log grid)", options=view.EPS_OPTIONS, value=(0.1, 10.0), key="km_eps_range"
+        "ε range (log grid)",
+        options=view.EPS_OPTIONS,
+        value=(0.1, 10.0),  # a pair makes it a range slider; the kept value in session state wins
+        key=state.persist(
+            "km_eps_range",
+            (0.1, 10.0),
+            lambda v: isinstance(v, (tuple, list)) and all(e in view.EPS_OPTIONS for e in v),
+        ),
     )
     grid = tuple(e for e in view.EPS_OPTIONS if lo <= e <= hi)
     delta = b.number_input(
         "δ (Gaussian mechanisms)",
         min_value=0.0,
         max_value=1.0,
-        value=float(pol.delta) if 0 < pol.delta < 1 else 1e-5,
         format="%.1e",
         step=1e-6,
-        key="km_delta",
+        key=state.persist("km_delta", float(pol.delta) if 0 < pol.delta < 1 else 1e-5),
     )
     calibration = c.selectbox(
         "Gaussian calibration",
         list(view.CALIBRATIONS),
         format_func=view.CALIBRATIONS.__getitem__,
-        key="km_calibration",
+        key=state.persist("km_calibration", "analytic", view.CALIBRATIONS.__contains__),
     )
-    trials = int(d.number_input("Trials per ε", min_value=1, max_value=500, value=20, key="km_trials"))
+    trials = int(
+        d.number_input("Trials per ε", min_value=1, max_value=500, key=state.persist("km_trials", 20))
+    )
     mcmc_steps = 30000
     if "dp_lloyd_mcmc" in chosen:
         mcmc_steps = int(
-            st.number_input("MCMC chain length", min_value=100, value=30000, step=1000, key="km_mcmc_steps")
+            st.number_input(
+                "MCMC chain length", min_value=100, step=1000, key=state.persist("km_mcmc_steps", 30000)
+            )
         )
     if "dp_lloyd_mcmc" in chosen:
         st.caption(
@@ -126,6 +164,9 @@ def _compare_inputs(k: int) -> view.SweepParams | None:
             f"{mcmc_steps:,} steps each: this can take minutes. Lower the trials or the chain length."
         )
     graph = _graph() if "blowfish" in chosen else None
+    neighbours = _neighbours()
+    if any(MECHANISMS[m].needs_bounds and not MECHANISMS[m].uses_graph for m in chosen):
+        st.caption(f"DP-Lloyd noise is calibrated for the policy's neighbours: {neighbours}.")
     gaussian = any(MECHANISMS[m].needs_delta for m in chosen)
     if gaussian and calibration == "classic" and max(grid) >= 1:
         st.error(
@@ -147,6 +188,7 @@ def _compare_inputs(k: int) -> view.SweepParams | None:
         calibration=calibration,
         graph=graph,
         mcmc_steps=mcmc_steps,
+        neighbours=neighbours,
     )
 
 
@@ -179,7 +221,7 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     with user_errors("drawing the detailed view") as outcome:
         bounds = (prep.lower, prep.upper)
         args = (result.key, prep.X, labels, bounds, params.k)
-        rest = (params.delta, params.calibration, params.graph, params.mcmc_steps)
+        rest = (params.delta, params.calibration, params.graph, params.mcmc_steps, params.neighbours)
         draw = view.diagnostic_draw(*args, shown, float(eps), *rest)
         local = [m for m in params.mechanisms if MECHANISMS[m].is_local]
         ellipses = {m: view.diagnostic_draw(*args, m, float(eps), *rest) for m in local}
@@ -223,7 +265,9 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     numeric = [c for c in ds.schema.columns("numeric") if c in prep.frame.columns] if ds else []
     defaults = [f for f in prep.feature_names if f in numeric][:2]
     columns = st.multiselect(
-        "Columns for the per-cluster violins", numeric, default=defaults, key="km_violins"
+        "Columns for the per-cluster violins",
+        numeric,
+        key=state.persist("km_violins", defaults, lambda v: all(c in numeric for c in v)),
     )
     for column in columns:
         with user_errors(f"drawing the violins of {column}"):
@@ -235,9 +279,9 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
             )
 
 
-def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray) -> None:
+def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None) -> None:
     st.header("2. Compare mechanisms (diagnostics)")
-    params = _compare_inputs(k)
+    params = _compare_inputs(key, prep, k, blocked)
     if st.button("Run comparison", type="primary", disabled=params is None, key="km_run") and params:
         _run(key, prep, labels, params)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
@@ -254,21 +298,27 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray) -> None:
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
 
 
-def _release(prep: PreparedData, k: int, labels: np.ndarray) -> None:
+def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None) -> None:
     st.header("3. Release (the only output meant to leave)")
     pol = state.policy()
+    neighbours = view.policy_neighbours(pol)
+    options = [m for m, info in MECHANISMS.items() if not (info.is_local and blocked)]
+    if blocked:
+        st.caption(f"Local mechanisms are not offered for this K: {blocked}")
     a, b, c = st.columns(3)
     mech = a.selectbox(
         "Mechanism to release",
-        list(MECHANISMS),
-        index=list(MECHANISMS).index("dp_lloyd"),
+        options,
         format_func=_label,
-        key="km_rel_mech",
+        key=state.persist("km_rel_mech", "dp_lloyd", options.__contains__),
     )
     info = MECHANISMS[mech]
+    guarantee = mechanism_guarantee(mech, neighbours)
     default_eps = 1.0 if pol.definition == "geo_ind" else float(pol.epsilon)
     eps = float(
-        b.number_input("ε to spend", min_value=0.0, value=default_eps, format="%.4g", key="km_rel_eps")
+        b.number_input(
+            "ε to spend", min_value=0.0, format="%.4g", key=state.persist("km_rel_eps", default_eps)
+        )
     )
     delta, calibration = 0.0, "none (Laplace noise)"
     if info.is_local:
@@ -277,22 +327,23 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray) -> None:
                 "δ to spend",
                 min_value=0.0,
                 max_value=1.0,
-                value=float(pol.delta) if 0 < pol.delta < 1 else 1e-6,
                 format="%.1e",
                 step=1e-7,
-                key="km_rel_delta",
+                key=state.persist("km_rel_delta", float(pol.delta) if 0 < pol.delta < 1 else 1e-6),
             )
         )
         calibration = st.selectbox(
             "Gaussian calibration",
             list(view.CALIBRATIONS),
             format_func=view.CALIBRATIONS.__getitem__,
-            key="km_rel_calibration",
+            key=state.persist("km_rel_calibration", "analytic", view.CALIBRATIONS.__contains__),
         )
     _mechanism_header(mech, guarantee=False)
     graph = _graph() if info.uses_graph else None
+    if graph is not None:
+        _blowfish_note(view.data_key(prep), prep, k, graph)
     with user_errors("checking the release parameters") as outcome:
-        release_policy = view.mechanism_policy(mech, eps, delta, graph)
+        release_policy = view.mechanism_policy(mech, eps, delta, graph, neighbours)
         if info.is_local:
             gaussian_ratio(eps, delta, calibration)  # type: ignore[arg-type]
     if outcome.failed:
@@ -341,9 +392,10 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray) -> None:
             n_clusters=k,
             bounds=(prep.lower, prep.upper) if info.needs_bounds else None,
             graph=graph,
+            neighbours=neighbours,  # type: ignore[arg-type]
         )
         table = view.release_table(prep, released.centers)
-        figure = view.released_centers_figure(table, prep.feature_names, info.label)
+        figure = released_centers_figure(table, prep.feature_names, info.label)
         extra = {
             "columns": "'<feature> [scaled]': the prepared feature space; '<feature> [original units]': "
             "after undoing the scaling and decoding categories and dates",
@@ -361,11 +413,12 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray) -> None:
         "prepared_fingerprint": prep.fingerprint,
         "calibration": calibration,
         "graph": graph.to_dict() if graph is not None else None,
+        "neighbours": neighbours if info.needs_bounds and not info.uses_graph else None,
     }
     release_panel(
         key="kmeans",
         mechanism=info.label,
-        guarantee=info.guarantee,
+        guarantee=guarantee,
         epsilon=eps,
         delta=delta,
         run=run,
@@ -390,6 +443,7 @@ with user_errors("clustering the data") as clustered:
     true_labels = view.true_clustering(data_key, prepared.X, K)[0]
 if clustered.failed:
     st.stop()
-_compare(data_key, prepared, K, true_labels)
+local_blocked = local_unavailable(true_labels)
+_compare(data_key, prepared, K, true_labels, local_blocked)
 st.divider()
-_release(prepared, K, true_labels)
+_release(prepared, K, true_labels, local_blocked)

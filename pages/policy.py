@@ -29,6 +29,11 @@ GRAPHS = {
     "attribute": "Attribute: records differing in at most c attributes",
 }
 FLASH_KEY = "dp_policy_flash"
+GRAPH_UNITS = (
+    "θ and the block width are in the scaled feature space prepared on the Data page; with min-max "
+    "scaling, 1.0 = half the public range (K-means applies them to the prepared features). With the "
+    "great-circle metric (Locations page), θ is in metres."
+)
 
 
 def _defaults(current: Policy) -> None:
@@ -55,12 +60,23 @@ def _defaults(current: Policy) -> None:
 
 
 def _graph_inputs(kind: str):
+    if kind in ("partition", "distance_threshold"):
+        st.caption(f"Units: {GRAPH_UNITS}")
     if kind == "partition":
-        width = st.number_input("Block width (feature units)", step=0.5, format="%.4g", key="pol_block_width")
+        width = st.number_input(
+            "Block width (scaled feature units)",
+            step=0.5,
+            format="%.4g",
+            key="pol_block_width",
+            help=GRAPH_UNITS,
+        )
         return PartitionGraph(width)
     if kind == "distance_threshold":
         theta = st.number_input(
-            "θ (distance within which values stay hidden)", format="%.4g", key="pol_theta"
+            "θ (distance within which values stay hidden)",
+            format="%.4g",
+            key="pol_theta",
+            help=GRAPH_UNITS,
         )
         metric = st.selectbox("Metric", list(METRICS), format_func=METRICS.__getitem__, key="pol_metric")
         return DistanceThresholdGraph(theta, metric)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema, load_sample, prepare
 from dpcore.ledger import Ledger
+from dpcore.policy import Blowfish, PartitionGraph, PureDP
 from ui.kmeans_view import public_bounds
 from ui.state import Dataset
 
@@ -213,3 +215,92 @@ def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
     assert public_bounds(tiny.prepared) == dict.fromkeys(["x", "y"], "data-derived (not published)")
     at.number_input(key="km_k").set_value(7).run()
     assert not at.exception and any("exceeds the number of rows (6)" in e for e in _errors(at))
+
+
+def test_singleton_cluster_blocks_only_the_local_mechanisms(tiny: Dataset):
+    at = _page(tiny)  # K = 4 on 6 rows: one cluster has a single row
+    (error,) = _errors(at)
+    assert error.startswith("White Gaussian, White Gaussian per cluster, Colored Gaussian (optimal)")
+    assert "has a single row" in error and "Choose a smaller K" in error
+    assert all(at.checkbox(key=f"km_mech_{m}_blocked").disabled for m in ("white", "colored"))
+    assert at.selectbox(key="km_rel_mech").options == [
+        "DP-Lloyd (SuLQ)",
+        "Blowfish k-means",
+        "DP-Lloyd + MCMC",
+    ]
+    at.select_slider(key="km_eps_range").set_value((1.0, 2.0))
+    at.number_input(key="km_trials").set_value(2)
+    at.button(key="km_run").click().run()
+    assert not at.exception and _errors(at) == [error]
+    assert set(at.session_state["km_sweep"].frame["mechanism"]) == {"dp_lloyd", "blowfish"}
+    assert at.session_state["km_sweep"].params.k == 4
+
+
+def test_settings_survive_leaving_the_page(marketing: Dataset):
+    at = _page(marketing)
+    at.number_input(key="km_k").set_value(3)
+    at.checkbox(key="km_mech_white").uncheck()
+    at.checkbox(key="km_mech_blowfish").uncheck()
+    at.select_slider(key="km_eps_range").set_value((0.5, 0.7))
+    at.number_input(key="km_delta").set_value(1e-4)
+    at.selectbox(key="km_calibration").set_value("paper")
+    at.number_input(key="km_trials").set_value(2)
+    at.selectbox(key="km_rel_mech").set_value("colored").run()
+    at.number_input(key="km_rel_eps").set_value(0.7)
+    at.number_input(key="km_rel_delta").set_value(1e-7)
+    at.selectbox(key="km_rel_calibration").set_value("paper")
+    at.button(key="km_run").click().run()
+    at.multiselect(key="km_violins").set_value(["Recency"]).run()
+    assert not at.exception and not _errors(at)
+    expected = {
+        "km_k": 3,
+        "km_mech_white": False,
+        "km_mech_colored": True,
+        "km_mech_blowfish": False,
+        "km_eps_range": (0.5, 0.7),
+        "km_delta": 1e-4,
+        "km_calibration": "paper",
+        "km_trials": 2,
+        "km_rel_mech": "colored",
+        "km_rel_eps": 0.7,
+        "km_rel_delta": 1e-7,
+        "km_rel_calibration": "paper",
+        "km_violins": ["Recency"],
+    }
+    at.switch_page("pages/ledger.py").run()
+    assert not at.exception and "km_k" not in at.session_state  # Streamlit dropped the widget state
+    at.switch_page("pages/kmeans.py").run()
+    assert not at.exception
+    assert {key: at.session_state[key] for key in expected} == expected
+    assert at.number_input(key="km_k").value == 3 and at.selectbox(key="km_rel_mech").value == "colored"
+    assert list(at.select_slider(key="km_eps_range").value) == [0.5, 0.7]
+    assert at.multiselect(key="km_violins").value == ["Recency"]
+    assert _titles(at)[-1] == "Recency per cluster: true vs noisy labels"
+
+
+def test_bounded_policy_releases_dp_lloyd_calibrated_for_bounded_neighbours(marketing: Dataset, downloads):
+    ledger = _ledger(marketing, 2.0, 0.0)
+    at = _page(marketing, dp_policy=PureDP(1.0, neighbours="bounded"))
+    assert not any("2ε-DP" in w.value for w in at.warning)  # no acknowledgement needed any more
+    assert any("calibrated for the policy's neighbours: bounded" in c.value for c in at.caption)
+    at.number_input(key="km_rel_eps").set_value(0.5).run()
+    at.button(key="kmeans_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(marketing.dataset_id)
+    assert record.definition == "pure_dp" and record.epsilon == pytest.approx(0.5)
+    manifest = json.loads(next(v for k, v in downloads.items() if k.endswith("-manifest.json")))
+    assert manifest["guarantee"].startswith("eps-DP, bounded neighbours (one row's value replaced)")
+    assert manifest["parameters"]["neighbours"] == "bounded"
+    log = [query for query, _ in manifest["parameters"]["budget_log"]]
+    assert log and not any(q.startswith("row count") for q in log)  # n is public under bounded neighbours
+
+
+def test_blowfish_shows_its_units_and_sensitivity_gain(marketing: Dataset):
+    at = _page(marketing, dp_policy=Blowfish(1.0, PartitionGraph(0.5)))
+    captions = [c.value for c in at.caption]
+    units = "in the scaled feature space prepared on the Data page; with min-max scaling, 1.0 = half the"
+    assert any("Partition (blocks of width 0.5)" in c and units in c for c in captions)
+    (gain,) = [c for c in captions if c.startswith("Sensitivity gain of Blowfish over bounded DP")]
+    assert "at most 4× from the graph alone" in gain  # 5 widths of 2 over 5 blocks of 0.5
+    low, high = (float(x) for x in re.search(r"; ([\d.]+)×–([\d.]+)×", gain).groups())
+    assert 1.0 <= low <= high <= 4.0

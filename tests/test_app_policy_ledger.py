@@ -72,6 +72,9 @@ def test_blowfish_graph_validation(app_path: str):
     assert any("block_width must be a finite number > 0" in e.value for e in at.error)
     at.number_input(key="pol_block_width").set_value(2.5).run()
     assert not at.error and at.session_state["dp_policy"].graph.block_width == 2.5
+    units = "in the scaled feature space prepared on the Data page; with min-max scaling, 1.0 = half the"
+    assert any(units in c.value for c in at.caption)  # the K-means page applies them to scaled features
+    assert at.number_input(key="pol_block_width").label == "Block width (scaled feature units)"
 
 
 def test_budget_saved_shows_in_sidebar_and_ledger(app_path: str, small_dataset: Dataset, downloads):

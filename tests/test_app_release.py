@@ -172,3 +172,18 @@ def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset,
     exported = pd.read_csv(io.BytesIO(downloads["ledger.csv"]))
     assert exported["request_id"].tolist() == [record.request_id]
     assert exported["artifact_hash"].tolist() == [record.artifact_hash]
+
+
+def test_refused_release_again_shows_no_stale_downloads(dataset: Dataset, ledger: Ledger):
+    at = _panel(dataset, eps=0.6)
+    at.button(key="fake_release").click().run()
+    assert len(at.download_button) == 4 and ledger.remaining(dataset.dataset_id) == pytest.approx((0.4, 0.0))
+    next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
+    at.button(key="fake_release_again").click().run()  # 0.6 > 0.4 left: the ledger refuses it
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("Budget exceeded for dataset")
+    assert not at.download_button and not at.dataframe and not at.success  # nothing of the previous release
+    assert len(ledger.releases(dataset.dataset_id)) == 1 and at.session_state["runs"] == 2
+    at.run()
+    assert not at.download_button and at.button(key="fake_release")  # a fresh request, not yet paid

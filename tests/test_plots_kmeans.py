@@ -172,3 +172,25 @@ def test_elbow() -> None:
     assert any(a.text == "K = 3" for a in fig.layout.annotations)
     with pytest.raises(ParameterError, match="equal length"):
         plots.elbow([1, 2], [1.0])
+
+
+def test_released_centers_figure_bars_per_centre_without_diagnostic_stamp() -> None:
+    from dpcore.plots.kmeans import released_centers_figure
+
+    table = pd.DataFrame(
+        {
+            "cluster": [0, 1, 2],
+            "a [scaled]": [0.1, -0.5, 0.9],
+            "a [original units]": [55.0, 25.0, 95.0],
+            "b [scaled]": [-1.0, 0.0, 0.3],
+        }
+    )
+    fig = released_centers_figure(table, ("a", "b"), "DP-Lloyd (SuLQ)")
+    assert [t.type for t in fig.data] == ["bar"] * 3
+    assert [t.name for t in fig.data] == ["centre 0", "centre 1", "centre 2"]
+    assert list(fig.data[1].x) == ["a", "b"] and list(fig.data[1].y) == [-0.5, 0.0]  # scaled values only
+    assert fig.layout.title.text == "Released centroids (DP-Lloyd (SuLQ)), scaled feature space"
+    assert fig.layout.barmode == "group" and fig.layout.yaxis.title.text == "released value (scaled)"
+    assert DIAGNOSTIC_TEXT not in _annotations(fig)  # released values only: it may leave with the release
+    with pytest.raises(ParameterError, match="c \\[scaled\\]"):
+        released_centers_figure(table, ("a", "c"), "DP-Lloyd (SuLQ)")

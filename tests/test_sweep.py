@@ -7,7 +7,18 @@ import pandas as pd
 import pytest
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.sweep import MECHANISMS, CentroidRelease, noise_shape, release, sweep
+from dpcore.kmeans.sweep import (
+    MECHANISMS,
+    CentroidRelease,
+    blowfish_gain,
+    diagnostic_draw,
+    local_unavailable,
+    mechanism_guarantee,
+    noise_shape,
+    release,
+    sweep,
+    true_clustering,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
 
@@ -211,3 +222,105 @@ def test_marketing_preprocessing() -> None:
     assert sorted(np.bincount(d.labels).tolist()) == sorted(np.bincount(d.labels, minlength=4).tolist())
     assert np.bincount(d.labels).sum() == 2216 and d.true_centers.shape == (4, 28)
     assert np.all(d.bounds[0] < d.bounds[1])
+
+
+# ---------------------------------------------------------------- true clustering, draws, neighbours
+
+
+def test_true_clustering_is_sklearn_kmeans_with_exact_means(data: tuple) -> None:
+    from sklearn.cluster import KMeans
+
+    import dpcore.kmeans
+
+    X, _, _ = data
+    labels, centers = dpcore.kmeans.true_clustering(X, 3, random_state=0, n_init=10)
+    ref = KMeans(n_clusters=3, n_init=10, random_state=0).fit(X)
+    np.testing.assert_array_equal(labels, ref.labels_)
+    np.testing.assert_allclose(centers, np.stack([X[labels == j].mean(axis=0) for j in range(3)]))
+    np.testing.assert_allclose(centers, ref.cluster_centers_, atol=1e-8)
+    assert local_unavailable(labels) is None
+    tiny = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [5.0, 5.0]])
+    lab, cen = true_clustering(tiny, 2)  # a one-row cluster is allowed here ...
+    assert sorted(np.bincount(lab).tolist()) == [1, 3] and cen.shape == (2, 2)
+    message = local_unavailable(lab)  # ... but blocks the local mechanisms, with their own message
+    assert message is not None and "has a single row" in message and "Choose a smaller K" in message
+    with pytest.raises(ParameterError, match=message.split(":")[0]):
+        noise_shape("white", tiny, lab, 1.0, 1e-5)
+    with pytest.raises(ParameterError, match="exceeds the number of rows"):
+        true_clustering(tiny, 5)
+    with pytest.raises(ParameterError, match="distinct clusters"):
+        true_clustering(np.zeros((4, 2)), 2)
+
+
+def test_diagnostic_draw_local_is_true_centres_plus_seeded_noise(data: tuple) -> None:
+    X, labels, _ = data
+    draw = diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, seed=3)
+    cov = noise_shape("colored", X, labels, 0.5, 1e-5)
+    np.testing.assert_allclose(draw, cov.centers + cov.sample(Sampler.diagnostic(3)))
+    np.testing.assert_array_equal(draw, diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, seed=3))
+    far = diagnostic_draw("colored", X, labels, 50.0, delta=1e-5, seed=3)
+    assert np.abs(far - cov.centers).max() < np.abs(draw - cov.centers).max()  # noise shrinks with eps
+
+
+def test_diagnostic_draw_lloyd_family_matches_the_estimators(data: tuple) -> None:
+    from dpcore.kmeans.lloyd import DPLloydKMeans
+    from dpcore.metrics import match_centers
+
+    X, labels, bounds = data
+    true_centers = np.stack([X[labels == j].mean(axis=0) for j in range(3)])
+    for nb in ("unbounded", "bounded"):
+        draw = diagnostic_draw("dp_lloyd", X, labels, 2.0, bounds=bounds, neighbours=nb, seed=4)
+        est = DPLloydKMeans(3, 2.0, bounds=bounds, neighbours=nb, random_state=Sampler.diagnostic(4))
+        np.testing.assert_array_equal(draw, match_centers(est.fit(X).cluster_centers_, true_centers))
+    graph = DistanceThresholdGraph(1.0, "l1")
+    blow = diagnostic_draw("blowfish", X, labels, 2.0, bounds=bounds, graph=graph, seed=4)
+    assert blow.shape == (3, 3) and np.all(np.abs(blow) <= 4)
+    with pytest.raises(ParameterError, match="public bounds"):
+        diagnostic_draw("dp_lloyd", X, labels, 1.0)
+
+
+def test_neighbours_reach_dp_lloyd_in_sweep_and_release(data: tuple) -> None:
+    X, labels, bounds = data
+    kw = {"n_clusters": 3, "epsilon": 1.0, "bounds": bounds, "sampler": Sampler(seed=2)}
+    unb = release("dp_lloyd", X, **kw)
+    bnd = release("dp_lloyd", X, neighbours="bounded", **kw)
+    # unbounded: n is private, so a count query sets the rounds; bounded: n is public, no such query
+    assert unb.details["budget_log"][0][0].startswith("row count")
+    assert not any(q.startswith("row count") for q, _ in bnd.details["budget_log"])
+    assert bnd.details["neighbours"] == "bounded" and unb.details["neighbours"] == "unbounded"
+    assert "replaced" in bnd.guarantee and "replaced" not in unb.guarantee
+    assert sum(e for _, e in bnd.details["budget_log"]) == pytest.approx(1.0, abs=1e-12)
+    frames = {
+        nb: sweep(X, labels, ["dp_lloyd"], [0.5], trials=40, bounds=bounds, seed=0, n_iter=3, neighbours=nb)
+        for nb in ("unbounded", "bounded")
+    }
+    # bounded neighbours double both sensitivities: the same eps buys noisier centres
+    assert frames["bounded"]["centroid_mse"].median() > frames["unbounded"]["centroid_mse"].median()
+    with pytest.raises(ParameterError, match="neighbours"):
+        sweep(X, labels, ["white"], [1.0], trials=1, neighbours="replace")
+    with pytest.raises(ParameterError, match="neighbours"):
+        release("dp_lloyd", X, neighbours="add", **kw)
+
+
+def test_mechanism_guarantee_states_the_neighbour_relation() -> None:
+    for key in ("dp_lloyd", "dp_lloyd_mcmc"):
+        assert "one row added or removed" in mechanism_guarantee(key)
+        bounded = mechanism_guarantee(key, "bounded")
+        assert "bounded neighbours (one row's value replaced)" in bounded and "unbounded" not in bounded
+    for key in ("white", "colored", "blowfish"):
+        assert mechanism_guarantee(key, "bounded") == MECHANISMS[key].guarantee
+
+
+def test_blowfish_gain_is_between_one_and_the_public_ceiling(data: tuple) -> None:
+    from dpcore.kmeans.blowfish import sensitivity_gain_bound
+    from dpcore.policy import FullDomainGraph, PartitionGraph
+
+    X, _, bounds = data
+    graph = PartitionGraph(0.5)
+    ceiling = sensitivity_gain_bound(graph, *bounds)
+    assert ceiling == pytest.approx(3 * 8.0 / (3 * 0.5))  # sum of widths / sum of min(w, width)
+    assert sensitivity_gain_bound(FullDomainGraph(), *bounds) == pytest.approx(1.0)
+    gains = blowfish_gain(X, 3, 1.0, bounds, graph, seed=0)
+    assert gains.ndim == 1 and gains.size >= 2
+    assert np.all(gains >= 1.0 - 1e-12) and np.all(gains <= ceiling + 1e-9)
+    np.testing.assert_allclose(blowfish_gain(X, 3, 1.0, bounds, FullDomainGraph(), seed=0), 1.0)

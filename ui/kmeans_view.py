@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
+from dpcore import kmeans
 from dpcore.data import PreparedData
-from dpcore.kmeans.sweep import MECHANISMS, noise_shape, sweep
-from dpcore.mechanisms import Sampler
-from dpcore.metrics import assign, elbow_wcss, match_centers, population_table
+from dpcore.kmeans.blowfish import sensitivity_gain_bound
+from dpcore.kmeans.lloyd import Neighbours
+from dpcore.kmeans.sweep import MECHANISMS, blowfish_gain, noise_shape, sweep
+from dpcore.metrics import assign, elbow_wcss, population_table
 from dpcore.policy import Blowfish, LocalPDP, Policy, PureDP
 
 __all__ = [
@@ -33,14 +34,15 @@ __all__ = [
     "Draw",
     "SweepParams",
     "SweepResult",
+    "blowfish_gain_text",
     "data_key",
     "diagnostic_draw",
     "elbow",
     "mechanism_policy",
     "policy_mismatch",
+    "policy_neighbours",
     "public_bounds",
     "release_table",
-    "released_centers_figure",
     "run_sweep",
     "true_clustering",
 ]
@@ -82,16 +84,27 @@ def elbow(key: str, _X: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
 
 @st.cache_data(show_spinner="Fitting the non-private clustering...", max_entries=16)
 def true_clustering(key: str, _X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Non-private k-means (k-means++, 10 inits, seed 0): labels and TRUE centroids (diagnostic).
+    """``dpcore.kmeans.true_clustering`` (k-means++, 10 inits, seed 0): labels and TRUE centroids, cached."""
+    return kmeans.true_clustering(_X, k, random_state=DIAGNOSTIC_SEED, n_init=10)
 
-    Taken from dpcore's white-noise estimator (its KMeans partition and ``diagnostic_true_centers_``;
-    its noisy centres are discarded), so K is validated by dpcore (K > rows, singleton clusters).
-    """
-    from dpcore.kmeans import WhiteNoiseKMeans
 
-    est = WhiteNoiseKMeans(n_clusters=k, random_state=DIAGNOSTIC_SEED, n_init=10, kmeans_random_state=0)
-    est.fit(_X)
-    return np.asarray(est.labels_, dtype=np.intp), np.asarray(est.diagnostic_true_centers_)
+def policy_neighbours(policy: Policy) -> Neighbours:
+    """The neighbour relation DP-Lloyd is calibrated for: the policy's if bounded, else unbounded."""
+    return "bounded" if getattr(policy, "neighbours", "") == "bounded" else "unbounded"
+
+
+@st.cache_data(show_spinner="Measuring Blowfish's sensitivity gain...", max_entries=16)
+def blowfish_gain_text(
+    key: str, _X: np.ndarray, _bounds: tuple[np.ndarray, np.ndarray], k: int, graph: Any, epsilon: float
+) -> str:
+    """Blowfish's sum-sensitivity gain over bounded DP: the public ceiling and one diagnostic run's rounds."""
+    ceiling = sensitivity_gain_bound(graph, *_bounds)
+    gains = blowfish_gain(_X, k, epsilon, _bounds, graph, seed=DIAGNOSTIC_SEED)
+    return (
+        f"Sensitivity gain of Blowfish over bounded DP (graph: {graph.label}): at most {ceiling:.3g}× "
+        f"from the graph alone; {gains.min():.3g}×–{gains.max():.3g}× over the {gains.size} rounds of a "
+        f"diagnostic run at ε = {epsilon:g} (1× = no gain: the noise is that of bounded DP)."
+    )
 
 
 # ---------------------------------------------------------------- sweep
@@ -109,6 +122,7 @@ class SweepParams:
     calibration: str
     graph: Any = None
     mcmc_steps: int = 30000
+    neighbours: str = "unbounded"
     seed: int = DIAGNOSTIC_SEED
 
     def key(self) -> str:
@@ -159,6 +173,7 @@ def run_sweep(
             seed=params.seed,
             progress=progress,
             mcmc_steps=params.mcmc_steps,
+            neighbours=params.neighbours,  # type: ignore[arg-type]
         )
     notes = tuple(dict.fromkeys(str(w.message) for w in caught))
     result = SweepResult(key, params, frame, notes)
@@ -197,30 +212,28 @@ def diagnostic_draw(
     calibration: str,
     graph: Any,
     mcmc_steps: int,
+    neighbours: str = "unbounded",
     seed: int = DIAGNOSTIC_SEED,
 ) -> Draw:
-    """Run ``mechanism`` once with ``Sampler.diagnostic(seed)`` at ``epsilon`` (diagnostic, cached)."""
+    """``dpcore.kmeans.diagnostic_draw`` at ``epsilon`` plus what the charts show about it (cached)."""
     true_centers = true_clustering(key, _X, k)[1]
-    sampler = Sampler.diagnostic(seed)
+    noisy = kmeans.diagnostic_draw(
+        mechanism,
+        _X,
+        _labels,
+        epsilon,
+        delta=delta,
+        calibration=calibration,  # type: ignore[arg-type]
+        bounds=None if MECHANISMS[mechanism].is_local else _bounds,
+        graph=graph,
+        neighbours=neighbours,  # type: ignore[arg-type]
+        mcmc_steps=mcmc_steps,
+        seed=seed,
+    )
+    blocks, trace, gap, caveats = None, None, None, ()
     if MECHANISMS[mechanism].is_local:
         cov = noise_shape(mechanism, _X, _labels, epsilon, delta, calibration)  # type: ignore[arg-type]
-        noisy = cov.centers + cov.sample(sampler)
         blocks, trace, gap, caveats = list(cov.blocks), cov.trace, cov.gap, tuple(cov.caveats)
-    else:
-        if mechanism == "blowfish":
-            from dpcore.kmeans.blowfish import BlowfishKMeans
-
-            est: Any = BlowfishKMeans(k, epsilon, bounds=_bounds, graph=graph, random_state=sampler)
-        elif mechanism == "dp_lloyd_mcmc":
-            from dpcore.kmeans.mcmc import LeeKiferKMeans
-
-            est = LeeKiferKMeans(k, epsilon, bounds=_bounds, n_steps=mcmc_steps, random_state=sampler)
-        else:
-            from dpcore.kmeans.lloyd import DPLloydKMeans
-
-            est = DPLloydKMeans(k, epsilon, bounds=_bounds, random_state=sampler)
-        noisy = match_centers(est.fit(_X).cluster_centers_, true_centers)
-        blocks, trace, gap, caveats = None, None, None, ()
     return Draw(
         noisy_centers=noisy,
         noisy_labels=assign(_X, noisy),
@@ -235,14 +248,16 @@ def diagnostic_draw(
 # ---------------------------------------------------------------- release helpers
 
 
-def mechanism_policy(mechanism: str, epsilon: float, delta: float, graph: Any) -> Policy:
+def mechanism_policy(
+    mechanism: str, epsilon: float, delta: float, graph: Any, neighbours: str = "unbounded"
+) -> Policy:
     """The guarantee a release of ``mechanism`` actually has, as a policy (validates eps and delta)."""
     info = MECHANISMS[mechanism]
     if info.is_local:
         return LocalPDP(epsilon, delta)
     if info.uses_graph:
         return Blowfish(epsilon, graph)
-    return PureDP(epsilon, neighbours="unbounded")
+    return PureDP(epsilon, neighbours=neighbours)
 
 
 def policy_mismatch(mechanism: str, policy: Policy) -> str | None:
@@ -260,12 +275,6 @@ def policy_mismatch(mechanism: str, policy: Policy) -> str | None:
             f"The current policy is {policy.label}, but {name} under a Blowfish policy graph, which only "
             "hides the differences the graph connects: weaker than the policy unless the graph is the full "
             "domain. The release is recorded as Blowfish."
-        )
-    if not info.is_local and not info.uses_graph and getattr(policy, "neighbours", "") == "bounded":
-        return (
-            f"The current policy protects one row's value replaced (bounded neighbours), but {info.label} is "
-            "calibrated for one row added or removed: a replacement is a removal plus an addition, so this "
-            "release is only 2ε-DP under the policy's neighbour relation."
         )
     if policy.definition == "geo_ind":
         return (
@@ -307,21 +316,3 @@ def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:
             column = column.dt.strftime("%Y-%m-%d")
         out[f"{name} [original units]"] = column.to_numpy()
     return pd.DataFrame(out)
-
-
-def released_centers_figure(table: pd.DataFrame, features: tuple[str, ...], mechanism: str) -> go.Figure:
-    """Grouped bars of the released centroids in the scaled space: built from released values only."""
-    columns = [f"{f} [scaled]" for f in features]
-    fig = go.Figure()
-    for i in range(len(table)):
-        fig.add_trace(
-            go.Bar(x=list(features), y=table.loc[i, columns].to_numpy(dtype=float), name=f"centre {i}")
-        )
-    fig.update_layout(
-        title={"text": f"Released centroids ({mechanism}), scaled feature space"},
-        barmode="group",
-        template="plotly_white",
-    )
-    fig.update_xaxes(title={"text": "feature"})
-    fig.update_yaxes(title={"text": "released value (scaled)"})
-    return fig

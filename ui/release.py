@@ -155,7 +155,9 @@ def release_panel(
     )
     panel = _panel(key, intent)
     if panel.result is not None:
-        show_release(panel.result, key)
+        shown = st.empty()  # the previous release, cleared below if a new request is made in this run
+        with shown.container():
+            show_release(panel.result, key)
         again = st.checkbox(
             "Make another release with these settings (a new request: spends the budget again)",
             # bound to this request: once it is spent the next one needs a fresh confirmation
@@ -163,6 +165,7 @@ def release_panel(
         )
         if not (again and st.button("Release again", key=f"{key}_release_again")):
             return panel.result
+        shown.empty()  # a refused request must not leave the previous files on screen
         panel.request_id, panel.result = uuid.uuid4().hex, None
     elif not st.button(f"Release (spends ε = {epsilon:.4g})", type="primary", key=f"{key}_release"):
         return None

@@ -7,6 +7,7 @@ same table (uploaded again, or a bundled sample) keeps its budget across session
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ __all__ = [
     "demo_seed",
     "ledger",
     "mode",
+    "persist",
     "policy",
     "prepared",
     "require_dataset",
@@ -50,6 +52,7 @@ POLICY_KEY = "dp_policy"
 MODE_KEY = "dp_mode"
 SEED_KEY = "dp_seed"
 RELEASE_PREFIX = "dp_release::"
+KEEP_PREFIX = "dp_keep::"
 DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
 Mode = Literal["secure", "demo"]
 
@@ -216,3 +219,23 @@ def sampler() -> Sampler:
     """``Sampler()`` (OS entropy, OpenDP samplers) in release mode; ``Sampler(seed)`` in demo mode."""
     seed = demo_seed()
     return Sampler() if seed is None else Sampler(seed)
+
+
+# -- widget values kept across pages -----------------------------------------------------------------
+
+
+def persist(key: str, default: Any, valid: Callable[[Any], bool] | None = None) -> str:
+    """Key for a widget whose value survives leaving the page; call it in place of ``key=`` each run.
+
+    Streamlit drops the state of widgets that a run does not draw (e.g. while another page is shown),
+    so the value is also kept under the plain session key ``dp_keep::<key>``. Before the widget is drawn,
+    a dropped (or no longer ``valid``) value is re-seeded from that copy, else from ``default``; the
+    widget must then be created without its own default (``value=``, ``index=``, ``default=``).
+    """
+    kept = KEEP_PREFIX + key
+    ok = valid or (lambda _v: True)
+    if key not in st.session_state or not ok(st.session_state[key]):
+        saved = st.session_state.get(kept, default)
+        st.session_state[key] = saved if ok(saved) else default
+    st.session_state[kept] = st.session_state[key]
+    return key

@@ -11,6 +11,7 @@ from dpcore.kmeans.covariance import (
 from dpcore.kmeans.lloyd import DPLloydKMeans, LloydRelease
 from dpcore.kmeans.local import ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans
 from dpcore.kmeans.mcmc import LeeKiferKMeans, MCMCKMeans, MCMCResult, mcmc_postprocess
+from dpcore.kmeans.sweep import diagnostic_draw, local_unavailable, mechanism_guarantee, true_clustering
 
 __all__ = [
     "BlowfishKMeans",
@@ -25,7 +26,11 @@ __all__ = [
     "WhiteNoiseKMeans",
     "WhitePerClusterKMeans",
     "colored_noise_covariance",
+    "diagnostic_draw",
+    "local_unavailable",
     "mcmc_postprocess",
+    "mechanism_guarantee",
+    "true_clustering",
     "white_noise_covariance",
     "white_per_cluster_noise_covariance",
 ]

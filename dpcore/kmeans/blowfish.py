@@ -39,7 +39,7 @@ import itertools
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.kmeans.lloyd import NoisyLloydBase, SensitivityFn
@@ -53,6 +53,7 @@ from dpcore.policy import (
 )
 
 MAX_ENUM_DIM = 12
+SLAB_ENTRIES = 1_000_000  # slabs x box vertices per enumeration block (~8 MB of float64)
 BlowfishGraph = FullDomainGraph | PartitionGraph | DistanceThresholdGraph | AttributeGraph
 
 
@@ -83,6 +84,16 @@ def edge_length_bound(graph: BlowfishGraph, widths: NDArray) -> float:
     return float(np.sum(np.sort(widths)[::-1][: graph.c]))
 
 
+def sensitivity_gain_bound(graph: BlowfishGraph, lower: ArrayLike, upper: ArrayLike) -> float:
+    """Largest possible per-round gain of Blowfish over bounded DP: sum_i r_i / D (public inputs only).
+
+    Delta_S = max(D, cross-cell terms) >= D, so no round's ``sensitivity_gain_`` exceeds this; the
+    cross-cell terms often make the realised gain much smaller (about 1x in high dimension).
+    """
+    widths = np.asarray(upper, dtype=float) - np.asarray(lower, dtype=float)
+    return float(np.sum(widths)) / edge_length_bound(graph, widths)
+
+
 def edge_reach(graph: BlowfishGraph, u: NDArray, widths: NDArray) -> NDArray:
     """delta(u) >= max u.(y - x) over edges (x, y) inside the box, for directions u (..., d) -> (...)."""
     au = np.abs(u)
@@ -101,31 +112,48 @@ def edge_reach(graph: BlowfishGraph, u: NDArray, widths: NDArray) -> NDArray:
     return np.sum(-np.sort(-(au * widths), axis=-1)[..., : graph.c], axis=-1)
 
 
-def _sign_vertices(half: NDArray) -> NDArray:
-    return np.array(list(itertools.product((-1.0, 1.0), repeat=half.size))) * half
+def slab_l1_max(half: NDArray, u: NDArray, low: NDArray, high: NDArray) -> NDArray:
+    """max ||z||_1 over the box [-h, h] & {low <= u.z <= high} for directions u (..., d) -> (...).
 
-
-def slab_l1_max(half: NDArray, u: NDArray, low: float, high: float) -> float:
-    """max ||z||_1 over the box [-h, h] & {low <= u.z <= high}; -inf if empty (exact for d <= 12)."""
-    reach = float(np.abs(u) @ half)
-    if low > reach or high < -reach:
-        return -np.inf
+    -inf where the slab misses the box. For d <= MAX_ENUM_DIM the maximum is taken over the polytope's
+    candidate vertices, all slabs at once: sum h if a box vertex s * h lies in the slab, else the best
+    point z_j = (face - u.z_(-j)) / u_j, |z_j| <= h_j, on a box edge (the other d - 1 coordinates at
+    +-h) crossing a slab face. Above MAX_ENUM_DIM: the sound bound sum h for every non-empty slab.
+    """
+    d = half.size
+    u2 = np.asarray(u, dtype=float).reshape(-1, d)
+    lo = np.broadcast_to(np.asarray(low, dtype=float), u.shape[:-1]).ravel()
+    hi = np.broadcast_to(np.asarray(high, dtype=float), u.shape[:-1]).ravel()
+    reach = np.abs(u2) @ half
     total = float(np.sum(half))
-    if half.size > MAX_ENUM_DIM:
-        return total
-    verts = _sign_vertices(half)
-    proj = verts @ u
-    if np.any((proj >= low) & (proj <= high)):
-        return total
-    best = -np.inf
-    for j in np.flatnonzero(u != 0):
-        base = proj[verts[:, j] > 0] - u[j] * half[j]  # u.z over the other coordinates
-        for face in (low, high):
-            zj = (face - base) / u[j]
-            ok = np.abs(zj) <= half[j]
-            if np.any(ok):
-                best = max(best, total - half[j] + float(np.max(np.abs(zj[ok]))))
-    return best
+    out = np.where((lo > reach) | (hi < -reach), -np.inf, total)
+    if d <= MAX_ENUM_DIM:
+        signs = np.array(list(itertools.product((-1.0, 1.0), repeat=d)))
+        step = max(1, SLAB_ENTRIES // signs.shape[0])
+        for start in range(0, out.size, step):
+            rows = slice(start, start + step)
+            out[rows] = _enumerated_max(half, signs, u2[rows], lo[rows], hi[rows], out[rows])
+    return out.reshape(u.shape[:-1])
+
+
+def _enumerated_max(
+    half: NDArray, signs: NDArray, u: NDArray, low: NDArray, high: NDArray, bound: NDArray
+) -> NDArray:
+    """Exact slab maxima (N,) for N slabs (u (N, d), low, high): box vertices, then box edges."""
+    total = float(np.sum(half))
+    proj = u @ (signs * half).T  # (N, 2^d): u.v for every box vertex v
+    inside = np.any((proj >= low[:, None]) & (proj <= high[:, None]), axis=1)
+    best = np.full(u.shape[0], -np.inf)
+    faces = np.stack([low, high], axis=1)[:, None, :]  # (N, 1, 2)
+    for j in range(half.size):
+        uj = u[:, j]
+        live = uj != 0.0
+        base = proj[:, signs[:, j] > 0] - (uj * half[j])[:, None]  # u.z over the other coordinates
+        zj = (faces - base[:, :, None]) / np.where(live, uj, 1.0)[:, None, None]
+        ok = (np.abs(zj) <= half[j]) & live[:, None, None]
+        cand = np.max(np.where(ok, np.abs(zj), -np.inf), axis=(1, 2))
+        best = np.maximum(best, total - half[j] + cand)
+    return np.where(np.isfinite(bound), np.where(inside, total, best), bound)
 
 
 def blowfish_sum_sensitivity(graph: BlowfishGraph, centres: NDArray, half: NDArray) -> float:
@@ -136,35 +164,27 @@ def blowfish_sum_sensitivity(graph: BlowfishGraph, centres: NDArray, half: NDArr
 def blowfish_sum_sensitivity_many(graph: BlowfishGraph, centres: NDArray, half: NDArray) -> NDArray:
     """Delta_S of the module docstring for B public centre sets (B, K, d) at once -> (B,).
 
-    Every cell pair's direction, offset and reach are computed for all sets together; the slab maxima
-    M(S) are closed-form (sum h whenever the slab is non-empty) above MAX_ENUM_DIM, enumerated per set
-    (slab_l1_max) at or below it.
+    Every cell pair's direction, offset, reach and slab maxima M(S) (:func:`slab_l1_max`) are computed
+    for all sets and pairs together.
     """
     widths = 2.0 * half
     D = edge_length_bound(graph, widths)
-    total = float(np.sum(half))
-    nb, k, _ = centres.shape
-    worst = np.full(nb, D)
-    for a, b in itertools.combinations(range(k), 2):
-        diff = centres[:, b] - centres[:, a]
-        norm = np.linalg.norm(diff, axis=1)
-        live = norm > 0.0  # identical centres: ties go to a, cell b is empty of a's competitors
-        u = diff / np.where(live, norm, 1.0)[:, None]
-        beta = np.einsum("ij,ij->i", u, centres[:, a] + centres[:, b]) / 2.0
-        delta = edge_reach(graph, u, widths)
-        reach = np.abs(u) @ half  # |u.z| <= reach on the box
-        if half.size > MAX_ENUM_DIM:
-            m_ab = np.where(beta - delta > reach, -np.inf, total)  # slab [beta - delta, beta] meets the box?
-            m_ab = np.where(beta < -reach, -np.inf, m_ab)
-            m_ba = np.where((beta > reach) | (beta + delta < -reach), -np.inf, total)
-        else:
-            runs = list(zip(u, beta, delta, strict=True))
-            m_ab = np.array([slab_l1_max(half, ui, bi - di, bi) for ui, bi, di in runs])
-            m_ba = np.array([slab_l1_max(half, ui, bi, bi + di) for ui, bi, di in runs])
-        ok = live & np.isfinite(m_ab) & np.isfinite(m_ba)
-        pair = np.minimum(m_ab + m_ba, np.minimum(2 * m_ab + D, 2 * m_ba + D))
-        worst = np.where(ok, np.maximum(worst, pair), worst)
-    return np.minimum(worst, np.sum(widths))
+    ia, ib = np.triu_indices(centres.shape[1], 1)
+    if ia.size == 0:
+        return np.full(centres.shape[0], D)
+    ca, cb = centres[:, ia], centres[:, ib]  # (B, P, d)
+    diff = cb - ca
+    norm = np.linalg.norm(diff, axis=-1)
+    live = norm > 0.0  # identical centres: ties go to a, cell b is empty of a's competitors
+    u = diff / np.where(live, norm, 1.0)[..., None]
+    beta = np.einsum("bpj,bpj->bp", u, ca + cb) / 2.0
+    delta = edge_reach(graph, u, widths)
+    m_ab = slab_l1_max(half, u, beta - delta, beta)
+    m_ba = slab_l1_max(half, u, beta, beta + delta)
+    ok = live & np.isfinite(m_ab) & np.isfinite(m_ba)
+    pair = np.minimum(m_ab + m_ba, np.minimum(2 * m_ab + D, 2 * m_ba + D))
+    worst = np.max(np.where(ok, pair, D), axis=1)
+    return np.minimum(np.maximum(worst, D), np.sum(widths))
 
 
 class BlowfishKMeans(NoisyLloydBase):

@@ -152,6 +152,14 @@ def _rank_message(k: int, r: int, d: int) -> str:
 # ---------------------------------------------------------------- inputs
 
 
+def singleton_message(cluster: int) -> str:
+    """Why the local mechanisms refuse a clustering where ``cluster`` has one row, and the fix."""
+    return (
+        f"cluster {cluster} has a single row: its leave-one-out centroid is undefined. "
+        "Choose a smaller K (or merge that cluster)."
+    )
+
+
 def _leave_one_out(
     X: np.ndarray, labels: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -193,10 +201,7 @@ def _leave_one_out(
         )
     single = np.flatnonzero(counts == 1)
     if single.size:
-        raise ParameterError(
-            f"cluster {int(single[0])} has a single row: its leave-one-out centroid is undefined. "
-            "Choose a smaller K (or merge that cluster)."
-        )
+        raise ParameterError(singleton_message(int(single[0])))
     diffs = []
     centers = np.empty((counts.size, x.shape[1]))
     grouped = x[np.argsort(lab, kind="stable")]

@@ -14,6 +14,7 @@ computation (:mod:`dpcore.metrics`). DP-Lloyd and Blowfish run all (eps, trial) 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,19 +22,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import (
     NoiseCovariance,
     colored_noise_covariance,
+    singleton_message,
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
-from dpcore.kmeans.lloyd import noisy_lloyd_trials
+from dpcore.kmeans.lloyd import Neighbours, noisy_lloyd_trials
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
 from dpcore.metrics import ari_many, match_centers, nearest, scale_to_unit
 
 Progress = Callable[[float, str], None]
+_UNBOUNDED = "unbounded neighbours (one row added or removed)"
+_BOUNDED = "bounded neighbours (one row's value replaced)"
 _LOCAL = (
     "(eps, delta)-PDP for THIS dataset only (local, not differential privacy): neighbours are X and X minus "
     "one of its own rows, with the clustering held fixed; the noise scale is computed from this dataset."
@@ -87,8 +93,7 @@ MECHANISMS: dict[str, MechanismInfo] = {
         _info(
             "dp_lloyd",
             "DP-Lloyd (SuLQ)",
-            "eps-DP, unbounded neighbours (one row added or removed): Laplace-noised counts and sums of T "
-            "Lloyd rounds in public bounds.",
+            f"eps-DP, {_UNBOUNDED}: Laplace-noised counts and sums of T Lloyd rounds in public bounds.",
             "001, 003 Alg. 1",
             local=False,
         ),
@@ -104,8 +109,8 @@ MECHANISMS: dict[str, MechanismInfo] = {
         _info(
             "dp_lloyd_mcmc",
             "DP-Lloyd + MCMC",
-            "eps-DP, unbounded neighbours (one row added or removed), as DP-Lloyd: MCMC post-processing of "
-            "its released counts and sums costs no extra budget.",
+            f"eps-DP, {_UNBOUNDED}, as DP-Lloyd: MCMC post-processing of its released counts and sums "
+            "costs no extra budget.",
             "003 s.3",
             local=False,
         ),
@@ -134,6 +139,28 @@ class CentroidRelease:
     is_local: bool
     details: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_neighbours(neighbours: str) -> Neighbours:
+    if neighbours not in ("unbounded", "bounded"):
+        raise ParameterError(
+            f"neighbours must be 'unbounded' (one row added or removed) or 'bounded' (one row's value "
+            f"replaced), got {neighbours!r}; take it from the privacy policy."
+        )
+    return neighbours  # type: ignore[return-value]
+
+
+def mechanism_guarantee(key: str, neighbours: str = "unbounded") -> str:
+    """The guarantee sentence of ``key`` when DP-Lloyd-type noise is calibrated for ``neighbours``.
+
+    Only DP-Lloyd and DP-Lloyd + MCMC depend on it (bounded: Delta_N = 2, Delta_S = 2 sum h); the local
+    mechanisms and Blowfish have their own neighbour relations.
+    """
+    (key,) = _check_keys([key])
+    text = MECHANISMS[key].guarantee
+    if _check_neighbours(neighbours) == "bounded" and _UNBOUNDED in text:
+        return text.replace(_UNBOUNDED, _BOUNDED)
+    return text
 
 
 # ---------------------------------------------------------------- validation
@@ -247,8 +274,12 @@ def _lloyd_estimator(
     n_iter: int | None,
     sampler: Sampler,
     mcmc_steps: int,
+    neighbours: Neighbours = "unbounded",
 ) -> Any:
-    """DP-Lloyd, Blowfish or DP-Lloyd + MCMC (Lee & Kifer, reads only the release), not yet fitted."""
+    """DP-Lloyd, Blowfish or DP-Lloyd + MCMC (Lee & Kifer, reads only the release), not yet fitted.
+
+    ``neighbours`` sets DP-Lloyd's (and MCMC's) sensitivities; Blowfish's come from its graph.
+    """
     if key == "blowfish":
         from dpcore.kmeans.blowfish import BlowfishKMeans
 
@@ -257,11 +288,19 @@ def _lloyd_estimator(
         from dpcore.kmeans.mcmc import LeeKiferKMeans
 
         return LeeKiferKMeans(
-            k, epsilon, bounds=bounds, n_iter=n_iter, n_steps=mcmc_steps, random_state=sampler
+            k,
+            epsilon,
+            bounds=bounds,
+            n_iter=n_iter,
+            n_steps=mcmc_steps,
+            neighbours=neighbours,
+            random_state=sampler,
         )
     from dpcore.kmeans.lloyd import DPLloydKMeans
 
-    return DPLloydKMeans(k, epsilon, bounds=bounds, n_iter=n_iter, random_state=sampler)
+    return DPLloydKMeans(
+        k, epsilon, bounds=bounds, n_iter=n_iter, neighbours=neighbours, random_state=sampler
+    )
 
 
 # ---------------------------------------------------------------- sweep
@@ -282,6 +321,7 @@ def sweep(
     *,
     n_iter: int | None = None,
     mcmc_steps: int = 30000,
+    neighbours: Neighbours = "unbounded",
 ) -> pd.DataFrame:
     """Tidy table (mechanism, epsilon, trial, wcss, fractional_loss, centroid_mse[, nicv], ari).
 
@@ -289,9 +329,11 @@ def sweep(
     true (non-private) clustering: its centroids are the reference for WCSS_true, centroid MSE (DP-Lloyd
     centres are first matched to them) and ARI. ``nicv`` (WCSS / n on data mapped to [-1, 1]^d by the
     public ``bounds``) appears when bounds are given. ``seed`` makes the diagnostic reproducible.
-    ``progress(fraction, message)`` is called as work completes.
+    ``progress(fraction, message)`` is called as work completes. ``neighbours`` calibrates DP-Lloyd and
+    DP-Lloyd + MCMC (see :func:`mechanism_guarantee`).
     """
     keys = _check_keys(mechanisms)
+    nb = _check_neighbours(neighbours)
     data, lab, k = _check_labels(X, labels)
     grid = _check_eps_grid(eps_grid)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
@@ -317,7 +359,7 @@ def sweep(
         done += 1
     for m in lloyd:
         sampler = Sampler.diagnostic(seeds[keys.index(m)])
-        est = _lloyd_estimator(m, k, float(grid[0]), bounds, graph, n_iter, sampler, mcmc_steps)
+        est = _lloyd_estimator(m, k, float(grid[0]), bounds, graph, n_iter, sampler, mcmc_steps, nb)
         if m == "dp_lloyd_mcmc":
             out = np.empty((grid.size, trials, k, data.shape[1]))
             for i, eps in enumerate(grid):
@@ -357,6 +399,104 @@ def sweep(
     return frame
 
 
+# ---------------------------------------------------------------- single diagnostics
+
+
+def true_clustering(
+    X: np.ndarray, n_clusters: int, random_state: int = 0, n_init: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """Non-private k-means (scikit-learn, k-means++): labels (n,) and true centroids (K, d), diagnostic.
+
+    The centroids are the exact means of the returned labels (the reference of every loss). Singleton
+    clusters are allowed here (only the local mechanisms refuse them: :func:`local_unavailable`).
+    """
+    data = np.asarray(X, dtype=float)
+    if data.ndim != 2 or data.shape[0] == 0 or not np.isfinite(data).all():
+        raise ParameterError(
+            "X must be a non-empty 2-D array of finite numbers; handle missing values first."
+        )
+    k = n_clusters
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ParameterError(f"n_clusters must be an integer >= 1 (got {k!r}); try K = 3.")
+    if k > data.shape[0]:
+        raise ParameterError(
+            f"n_clusters = {k} exceeds the number of rows ({data.shape[0]}); choose a smaller K."
+        )
+    with warnings.catch_warnings():  # fewer distinct points than K: reported below as a ParameterError
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        km = KMeans(n_clusters=int(k), n_init=n_init, random_state=random_state).fit(data)
+    labels = np.asarray(km.labels_, dtype=np.intp)
+    counts = np.bincount(labels, minlength=k)
+    if np.any(counts == 0):
+        raise ParameterError(
+            f"the data has only {int(np.count_nonzero(counts))} distinct clusters for K = {k} "
+            "(repeated rows); choose a smaller K."
+        )
+    centers = np.stack([data[labels == j].mean(axis=0) for j in range(k)])
+    return labels, centers
+
+
+def local_unavailable(labels: np.ndarray) -> str | None:
+    """Why the local mechanisms (white, white per cluster, colored) refuse this clustering, or None."""
+    single = np.flatnonzero(np.bincount(np.asarray(labels, dtype=np.intp)) == 1)
+    return singleton_message(int(single[0])) if single.size else None
+
+
+def diagnostic_draw(
+    mechanism: str,
+    X: np.ndarray,
+    labels: np.ndarray,
+    epsilon: float,
+    *,
+    delta: float = 1e-5,
+    calibration: Calibration = "analytic",
+    bounds: tuple[Any, Any] | None = None,
+    graph: Any = None,
+    neighbours: Neighbours = "unbounded",
+    n_iter: int | None = None,
+    mcmc_steps: int = 30000,
+    seed: int | None = 0,
+) -> np.ndarray:
+    """One draw of ``mechanism`` at ``epsilon`` with diagnostic noise: centres (K, d), never released.
+
+    Local mechanisms: true centroids of ``labels`` + N(0, Sigma) (:func:`noise_shape`). DP-Lloyd family:
+    one fit on X, its centres matched to the true centroids (row k is the centre nearest true cluster k).
+    ``seed`` seeds ``Sampler.diagnostic``.
+    """
+    (key,) = _check_keys([mechanism])
+    data, lab, k = _check_labels(X, labels)
+    sampler = Sampler.diagnostic(seed)
+    if MECHANISMS[key].is_local:
+        cov = noise_shape(key, data, lab, float(epsilon), delta, calibration)
+        return cov.centers + cov.sample(sampler)
+    _needs([key], bounds, graph)
+    nb = _check_neighbours(neighbours)
+    est = _lloyd_estimator(key, k, float(epsilon), bounds, graph, n_iter, sampler, mcmc_steps, nb)
+    true_centers = np.stack([data[lab == j].mean(axis=0) for j in range(k)])
+    return match_centers(est.fit(data).cluster_centers_, true_centers)
+
+
+def blowfish_gain(
+    X: np.ndarray,
+    n_clusters: int,
+    epsilon: float,
+    bounds: tuple[Any, Any],
+    graph: Any,
+    *,
+    seed: int | None = 0,
+) -> np.ndarray:
+    """Per-round sum-sensitivity gain (T,) of Blowfish over bounded DP in one diagnostic fit at ``epsilon``.
+
+    ``BlowfishKMeans.sensitivity_gain_`` (bounded-DP Delta_S / Blowfish Delta_S; 1 = no gain). It depends
+    on the noisy centres of each round, so it is a diagnostic; the public ceiling is
+    :func:`dpcore.kmeans.blowfish.sensitivity_gain_bound`.
+    """
+    _needs(["blowfish"], bounds, graph)
+    sampler = Sampler.diagnostic(seed)
+    est = _lloyd_estimator("blowfish", n_clusters, float(epsilon), bounds, graph, None, sampler, 0)
+    return np.asarray(est.fit(np.asarray(X, dtype=float)).sensitivity_gain_, dtype=float)
+
+
 # ---------------------------------------------------------------- release
 
 
@@ -374,14 +514,17 @@ def release(
     graph: Any = None,
     n_iter: int | None = None,
     mcmc_steps: int = 30000,
+    neighbours: Neighbours = "unbounded",
 ) -> CentroidRelease:
     """Run ``mechanism`` ONCE with ``sampler`` (default: ``Sampler()``, secure) and return the release.
 
     Local mechanisms (white, white_per_cluster, colored) add noise to the centroids of ``labels`` (the
     curator's clustering) and need ``delta``; the DP-Lloyd family needs ``n_clusters`` (or labels to count
-    K) and public ``bounds``; Blowfish also a ``graph``. Diagnostic sampling is refused: it is never released.
+    K) and public ``bounds``; Blowfish also a ``graph``; DP-Lloyd's noise is calibrated for ``neighbours``
+    (the policy's relation). Diagnostic sampling is refused: it is never released.
     """
     (key,) = _check_keys([mechanism])
+    nb = _check_neighbours(neighbours)
     info = MECHANISMS[key]
     sampler = Sampler() if sampler is None else sampler
     if sampler.mode == "diagnostic":
@@ -420,7 +563,7 @@ def release(
     k = n_clusters if n_clusters is not None else (None if labels is None else int(np.max(labels)) + 1)
     if k is None:
         raise ParameterError(f"{info.label} needs the number of clusters: pass n_clusters (K).")
-    est = _lloyd_estimator(key, int(k), eps, bounds, graph, n_iter, sampler, mcmc_steps).fit(data)
+    est = _lloyd_estimator(key, int(k), eps, bounds, graph, n_iter, sampler, mcmc_steps, nb).fit(data)
     centers = est.cluster_centers_
     details: dict[str, Any] = {
         "n_clusters": int(k),
@@ -431,6 +574,8 @@ def release(
     }
     if graph is not None and key == "blowfish":
         details["graph"] = getattr(graph, "label", str(graph))
+    else:
+        details["neighbours"] = nb
     guarantee = str(getattr(est, "guarantee_", info.guarantee))
     return CentroidRelease(
         np.asarray(centers, dtype=float), key, eps, 0.0, None, sampler.mode, guarantee, False, details, {}

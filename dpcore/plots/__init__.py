@@ -14,6 +14,7 @@ from dpcore.plots.kmeans import (
     mechanism_color,
     population_table_figure,
     project_covariance,
+    released_centers_figure,
     violins,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "mechanism_color",
     "population_table_figure",
     "project_covariance",
+    "released_centers_figure",
     "violins",
 ]

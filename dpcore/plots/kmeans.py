@@ -9,6 +9,7 @@ they are curator diagnostics: ``diagnostic=True`` (the default) stamps them "Dia
 - :func:`population_table_figure`: true vs noisy cluster populations (seed 000 Table 1).
 - :func:`violins`: per-cluster distributions of a column, true vs noisy labels (seed 000 Fig. 3).
 - :func:`elbow`: non-private WCSS against K.
+- :func:`released_centers_figure`: the released centroids (release values only, no stamp).
 """
 
 from __future__ import annotations
@@ -411,3 +412,21 @@ def elbow(
     fig.update_xaxes(title={"text": "K (number of clusters)"}, dtick=1)
     fig.update_yaxes(title={"text": "WCSS (non-private)"})
     return _finish(fig, "Elbow: WCSS vs K (non-private diagnostic, costs no budget)", diagnostic)
+
+
+def released_centers_figure(table: pd.DataFrame, features: Sequence[str], mechanism: str) -> go.Figure:
+    """Grouped bars of released centroids in the scaled space, one trace per centre ('centre i').
+
+    ``table`` has one row per centre and columns '<feature> [scaled]' (the release table); the figure
+    reads released values only, so it carries no diagnostic stamp and may leave with the release.
+    """
+    columns = [f"{f} [scaled]" for f in features]
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ParameterError(f"the release table lacks the columns {missing}; build it with one per feature.")
+    values = table[columns].to_numpy(dtype=float)
+    fig = go.Figure([go.Bar(x=list(features), y=row, name=f"centre {i}") for i, row in enumerate(values)])
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title={"text": "feature"})
+    fig.update_yaxes(title={"text": "released value (scaled)"})
+    return _finish(fig, f"Released centroids ({mechanism}), scaled feature space", diagnostic=False)
