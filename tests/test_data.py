@@ -37,7 +37,7 @@ CSV = "id,name,score\n1,Zoë,1.5\n2,Bob,2.5\n3,Çelik,3.0\n"
 EXPECTED = pd.DataFrame({"id": [1, 2, 3], "name": ["Zoë", "Bob", "Çelik"], "score": [1.5, 2.5, 3.0]})
 
 
-def _check(df: pd.DataFrame) -> None:
+def _check_frame(df: pd.DataFrame) -> None:
     assert list(df.columns) == ["id", "name", "score"]
     assert df["id"].tolist() == [1, 2, 3]
     assert df["name"].tolist() == ["Zoë", "Bob", "Çelik"]
@@ -75,7 +75,7 @@ def _parquet_bytes(df: pd.DataFrame) -> bytes:
 )
 def test_text_formats(data: bytes, name: str, source: str) -> None:
     df = load_table(data, filename=name)
-    _check(df)
+    _check_frame(df)
     assert source in df.attrs["dpcore_source"]
 
 
@@ -88,11 +88,11 @@ def test_latin1_bytes_undefined_in_cp1252_fall_back_to_latin1() -> None:
 
 def test_parquet_and_xlsx_and_gzipped_parquet() -> None:
     df = load_table(_parquet_bytes(EXPECTED), filename="t.parquet")
-    _check(df)
+    _check_frame(df)
     assert df.attrs["dpcore_source"] == "Parquet"
-    _check(load_table(gzip.compress(_parquet_bytes(EXPECTED)), filename="t.parquet.gz"))
+    _check_frame(load_table(gzip.compress(_parquet_bytes(EXPECTED)), filename="t.parquet.gz"))
     xdf = load_table(_xlsx_bytes(EXPECTED), filename="t.xlsx")
-    _check(xdf)
+    _check_frame(xdf)
     assert xdf["id"].dtype.kind == "i" and xdf["score"].dtype.kind == "f"
     assert xdf.attrs["dpcore_source"].startswith("Excel .xlsx (first sheet 'Sheet1'")
 
@@ -100,18 +100,18 @@ def test_parquet_and_xlsx_and_gzipped_parquet() -> None:
 def test_path_bytes_and_file_objects(tmp_path) -> None:
     path = tmp_path / "data.csv"
     path.write_bytes(CSV.encode("utf-8"))
-    _check(load_table(path))
-    _check(load_table(str(path)))
-    _check(load_table(bytearray(CSV.encode("utf-8"))))
+    _check_frame(load_table(path))
+    _check_frame(load_table(str(path)))
+    _check_frame(load_table(bytearray(CSV.encode("utf-8"))))
     with path.open("rb") as fh:
-        _check(load_table(fh))
+        _check_frame(load_table(fh))
 
     class Uploaded(io.BytesIO):  # Streamlit's UploadedFile: a BytesIO with a .name
         name = "upload.csv.gz"
 
     upload = Uploaded(gzip.compress(CSV.encode("utf-8"), mtime=0))
     upload.read()  # already consumed once (e.g. by a size check): load_table rewinds
-    _check(load_table(upload))
+    _check_frame(load_table(upload))
 
 
 def test_header_whitespace_stripped_and_quoted_delimiters() -> None:

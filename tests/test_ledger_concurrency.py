@@ -62,7 +62,7 @@ def _prepare(tmp_path: Path) -> str:
     return url
 
 
-def _check(url: str, results: list[list[tuple[str, str]]]) -> None:
+def _check_ledger(url: str, results: list[list[tuple[str, str]]]) -> None:
     assert len(results) == WORKERS
     outcomes = [o for worker in results for o in worker]
     assert [o for o in outcomes if o[0] == "error"] == []
@@ -113,14 +113,14 @@ def test_threads_each_with_own_ledger(tmp_path: Path) -> None:
         finally:
             led.close()
 
-    _check(url, _run_threads(target))
+    _check_ledger(url, _run_threads(target))
 
 
 def test_threads_sharing_one_ledger(tmp_path: Path) -> None:
     url = _prepare(tmp_path)
     shared = Ledger(url)
     try:
-        _check(url, _run_threads(lambda worker, barrier: _attempts(shared, worker, barrier)))
+        _check_ledger(url, _run_threads(lambda worker, barrier: _attempts(shared, worker, barrier)))
     finally:
         shared.close()
 
@@ -139,4 +139,4 @@ def test_spawned_processes(tmp_path: Path) -> None:
         for p in procs:
             p.join(timeout=30)
     assert [p.exitcode for p in procs] == [0] * WORKERS
-    _check(url, [results[w] for w in range(WORKERS)])
+    _check_ledger(url, [results[w] for w in range(WORKERS)])
