@@ -27,7 +27,7 @@ SCALINGS = {
 SCALING_NOTES = {
     "none": "Features stay in their units; the public bounds are used as entered.",
     "standardize": "Mean and standard deviation come from the data: they leak (recorded in the manifest).",
-    "minmax": "Computed from the public bounds only: nothing leaks.",
+    "minmax": "Computed from the bounds only: nothing more leaks than the bounds themselves.",
 }
 
 

@@ -414,6 +414,7 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
         "calibration": calibration,
         "graph": graph.to_dict() if graph is not None else None,
         "neighbours": neighbours if info.needs_bounds and not info.uses_graph else None,
+        "data_leaks": list(prep.leaks),  # data-derived choices made on the Data page (never their values)
     }
     release_panel(
         key="kmeans",

@@ -150,6 +150,7 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
     assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["k"] == 4
     assert manifest["parameters"]["budget_spent"] == pytest.approx(0.5)
     assert manifest["parameters"]["public_bounds"]["Income"] == [0, 200000]
+    assert manifest["parameters"]["data_leaks"] == list(marketing.prepared.leaks)
     report = downloads[f"{stem}-report.html"].decode()
     assert "Released centroids" in report and "Diagnostic:" not in report  # no raw-data chart leaves
     assert '<script src="http' not in report  # plotly.js is inlined: no network needed
