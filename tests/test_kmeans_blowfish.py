@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.blowfish import BlowfishKMeans, blowfish_sum_sensitivity, edge_length_bound
+from dpcore.kmeans.blowfish import (
+    BlowfishKMeans,
+    blowfish_sum_sensitivity,
+    blowfish_sum_sensitivity_many,
+    edge_length_bound,
+    slab_l1_max,
+)
 from dpcore.kmeans.lloyd import DPLloydKMeans, nearest
 from dpcore.policy import AttributeGraph, DistanceThresholdGraph, FullDomainGraph, PartitionGraph
 
@@ -83,6 +89,55 @@ def test_sum_sensitivity_bounds_every_edge_3d(graph) -> None:
         worst, count = brute_force(graph, grid, centres, -half)
         assert worst - 1e-12 <= bound <= 2 * half.sum() + 1e-12, (graph.label, bound, worst)
         assert count <= 2.0
+
+
+def scalar_slab_l1_max(half: np.ndarray, u: np.ndarray, low: float, high: float) -> float:
+    """The former one-slab enumeration (reference): box vertices in the slab, else box edges crossing it."""
+    reach = float(np.abs(u) @ half)
+    if low > reach or high < -reach:
+        return -np.inf
+    total = float(np.sum(half))
+    verts = np.array(list(itertools.product((-1.0, 1.0), repeat=half.size))) * half
+    proj = verts @ u
+    if np.any((proj >= low) & (proj <= high)):
+        return total
+    best = -np.inf
+    for j in np.flatnonzero(u != 0):
+        base = proj[verts[:, j] > 0] - u[j] * half[j]
+        for face in (low, high):
+            zj = (face - base) / u[j]
+            ok = np.abs(zj) <= half[j]
+            if np.any(ok):
+                best = max(best, total - half[j] + float(np.max(np.abs(zj[ok]))))
+    return best
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+def test_vectorised_slab_max_equals_the_scalar_enumeration(d: int) -> None:
+    """Random boxes, directions (some axis-aligned), slabs (some empty, thin or covering): same maxima."""
+    rng = np.random.default_rng(d)
+    half = rng.uniform(0.2, 3.0, d)
+    u = rng.normal(size=(4, 50, d))
+    u[0, :, 1:] = 0.0  # axis-aligned directions: u_j = 0 on the other coordinates
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)
+    reach = np.abs(u) @ half
+    low = rng.uniform(-1.3, 1.3, (4, 50)) * reach
+    high = low + rng.exponential(0.3, (4, 50)) * reach
+    got = slab_l1_max(half, u, low, high)
+    assert got.shape == (4, 50)
+    want = np.array(
+        [
+            scalar_slab_l1_max(half, ui, lo, hi)
+            for ui, lo, hi in zip(u.reshape(-1, d), low.ravel(), high.ravel(), strict=True)
+        ]
+    ).reshape(4, 50)
+    assert np.isneginf(got).sum() > 0 and (got == half.sum()).sum() > 0 and np.isfinite(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # Batched sensitivities equal one set at a time.
+    centres = rng.uniform(-1, 1, (6, 4, d)) * half
+    graph = DistanceThresholdGraph(0.5, "l2")
+    many = blowfish_sum_sensitivity_many(graph, centres, half)
+    np.testing.assert_allclose(many, [blowfish_sum_sensitivity(graph, c, half) for c in centres], rtol=1e-12)
 
 
 def test_same_cell_bound_matches_seed_004_whole_table_values() -> None:

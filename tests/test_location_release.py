@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
 
 from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans.blowfish import BlowfishKMeans
@@ -20,6 +22,8 @@ from dpcore.location.grids import (
     uniform_grid,
 )
 from dpcore.location.hotspots import (
+    TRUE_SAMPLE,
+    hotspot_estimator,
     hotspot_trials,
     location_hotspots,
     nearest_hotspot_distance_m,
@@ -299,6 +303,46 @@ def test_hotspot_trials_loss_falls_with_eps(airports: pd.DataFrame) -> None:
         hotspot_trials(data, 8, [1.0], 1, Sampler(seed=1))
     with pytest.raises(ParameterError, match="smaller K"):
         true_hotspots(project_locations([40.0, 41.0], [-100.0, -101.0], US), 3)
+
+
+def test_true_hotspots_on_a_sample_match_full_inits(airports: pd.DataFrame) -> None:
+    """Above TRUE_SAMPLE rows: inits on a sample, Lloyd on all rows; WCSS within 0.1% of 10 full inits."""
+    rng = np.random.default_rng(5)
+    pick = rng.integers(0, len(airports), 3 * TRUE_SAMPLE)
+    lat = airports.latitude.to_numpy()[pick] + rng.normal(0, 0.05, pick.size)
+    lon = airports.longitude.to_numpy()[pick] + rng.normal(0, 0.05, pick.size)
+    data = project_locations(lat, lon, US)
+    with threadpool_limits(1):
+        full = KMeans(8, n_init=10, random_state=0).fit(data.X).cluster_centers_
+    fast = true_hotspots(data, 8)
+    assert wcss(data.X, fast) <= 1.001 * wcss(data.X, full)
+
+
+@pytest.mark.parametrize("policy", ["dp", "blowfish"])
+def test_batched_hotspot_trials_match_one_fit_per_trial(airports: pd.DataFrame, policy: str) -> None:
+    """hotspot_trials (all runs at once) vs 60 separate estimator fits: same WCSS distribution (KS)."""
+    rows = airports.iloc[::4]
+    data = project_locations(rows.latitude.to_numpy(), rows.longitude.to_numpy(), US)
+    batched = hotspot_trials(data, 4, [1.0, 5.0], 60, Sampler.diagnostic(0), policy=policy, theta_m=50_000.0)
+    assert batched.shape == (2, 60, 4, 2)
+    one_by_one = np.stack(
+        [
+            hotspot_estimator(
+                data, 4, 1.0, policy=policy, theta_m=50_000.0, random_state=Sampler.diagnostic(100 + s)
+            )
+            .fit(data.X)
+            .cluster_centers_
+            for s in range(60)
+        ]
+    )
+    a, b = wcss_many(data.X, batched[0]), wcss_many(data.X, one_by_one)
+    pvalue = stats.ks_2samp(a, b).pvalue
+    print(
+        f"{policy}: KS p = {pvalue:.3f}, median WCSS batched {np.median(a):.3e}, "
+        f"one by one {np.median(b):.3e}"
+    )
+    assert pvalue > 1e-3
+    assert np.median(wcss_many(data.X, batched[1])) < np.median(a)  # larger eps, better centres
 
 
 def test_nearest_hotspot_distance() -> None:

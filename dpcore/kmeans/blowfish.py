@@ -120,10 +120,11 @@ def slab_l1_max(half: NDArray, u: NDArray, low: NDArray, high: NDArray) -> NDArr
     point z_j = (face - u.z_(-j)) / u_j, |z_j| <= h_j, on a box edge (the other d - 1 coordinates at
     +-h) crossing a slab face. Above MAX_ENUM_DIM: the sound bound sum h for every non-empty slab.
     """
-    d = half.size
-    u2 = np.asarray(u, dtype=float).reshape(-1, d)
-    lo = np.broadcast_to(np.asarray(low, dtype=float), u.shape[:-1]).ravel()
-    hi = np.broadcast_to(np.asarray(high, dtype=float), u.shape[:-1]).ravel()
+    d, u = half.size, np.asarray(u, dtype=float)
+    shape = u.shape[:-1]
+    u2 = u.reshape(-1, d)
+    lo = np.broadcast_to(np.asarray(low, dtype=float), shape).ravel()
+    hi = np.broadcast_to(np.asarray(high, dtype=float), shape).ravel()
     reach = np.abs(u2) @ half
     total = float(np.sum(half))
     out = np.where((lo > reach) | (hi < -reach), -np.inf, total)
@@ -133,7 +134,7 @@ def slab_l1_max(half: NDArray, u: NDArray, low: NDArray, high: NDArray) -> NDArr
         for start in range(0, out.size, step):
             rows = slice(start, start + step)
             out[rows] = _enumerated_max(half, signs, u2[rows], lo[rows], hi[rows], out[rows])
-    return out.reshape(u.shape[:-1])
+    return out.reshape(shape)
 
 
 def _enumerated_max(
