@@ -207,8 +207,18 @@ def nearest(X: NDArray, centres: NDArray) -> NDArray[np.intp]:
 
 def cluster_statistics(X: NDArray, labels: NDArray, n_clusters: int) -> tuple[NDArray, NDArray]:
     """Per-cluster counts (B, K) and sums (B, K, d) of the rows of X under B labellings (B, n)."""
-    onehot = (labels[:, None, :] == np.arange(n_clusters)[None, :, None]).astype(float)
-    return onehot.sum(axis=2), onehot @ X
+    b, n = labels.shape
+    cells = (labels + n_clusters * np.arange(b)[:, None]).ravel()  # one bin per (labelling, cluster)
+    size = b * n_clusters
+    counts = np.bincount(cells, minlength=size).astype(float).reshape(b, n_clusters)
+    sums = np.stack(
+        [
+            np.bincount(cells, weights=np.broadcast_to(X[:, j], (b, n)).ravel(), minlength=size)
+            for j in range(X.shape[1])
+        ],
+        axis=-1,
+    ).reshape(b, n_clusters, X.shape[1])
+    return counts, sums
 
 
 NoiseFn = Callable[[NDArray, NDArray], NDArray]
