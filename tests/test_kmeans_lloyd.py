@@ -12,8 +12,10 @@ from scipy import stats
 from dpcore.errors import DPCoreError, ParameterError
 from dpcore.kmeans.lloyd import (
     DPLloydKMeans,
+    PlanarCells,
     auto_iterations,
     budget_schedule,
+    cluster_statistics,
     informative_count,
     nearest,
     nearest_many,
@@ -184,6 +186,23 @@ def test_nearest_many_matches_brute_force() -> None:
     brute = np.argmin(((X[None, :, None] - C[:, None]) ** 2).sum(-1), axis=2)
     np.testing.assert_array_equal(nearest_many(X, C), brute)
     np.testing.assert_array_equal(nearest(X, C[3]), brute[3])
+
+
+def test_planar_cells_match_brute_force() -> None:
+    """Grid filtering: same counts, sums and WCSS as assigning every row to its nearest centre."""
+    rng = np.random.default_rng(6)
+    X = np.r_[rng.normal(size=(3000, 2)) * [3.0, 1.0], rng.normal(5.0, 0.3, size=(500, 2))]
+    C = rng.uniform(-4.0, 6.0, size=(9, 5, 2))
+    C[2, 3] = C[2, 1]  # duplicated centre: the lower index wins the tie
+    d2 = ((X[None, :, None] - C[:, None]) ** 2).sum(-1)
+    labels = np.argmin(d2, axis=2)
+    cells = PlanarCells(X, grid_size=16)
+    counts, sums = cells.statistics(C)
+    true_n, true_s = cluster_statistics(X, labels, 5)
+    np.testing.assert_array_equal(counts, true_n)
+    np.testing.assert_allclose(sums, true_s, rtol=1e-12, atol=1e-9)
+    assert counts[2, 3] == 0
+    np.testing.assert_allclose(cells.wcss(C), d2.min(axis=2).sum(axis=1), rtol=1e-12)
 
 
 def test_clipping_to_the_public_box() -> None:

@@ -221,6 +221,96 @@ def cluster_statistics(X: NDArray, labels: NDArray, n_clusters: int) -> tuple[ND
     return counts, sums
 
 
+class PlanarCells:
+    """Exact nearest-centre statistics of 2-D rows by grid filtering (the batched diagnostic path).
+
+    Rows are binned once into a G x G grid of boxes; each non-empty cell keeps its count, sum, mean and
+    scatter sum ||x - mean||^2. For centre sets (B, K, 2), centre k can be nearest to a row of a cell only
+    if its squared distance to the cell's box is <= min_j (squared distance from c_j to the box's farthest
+    corner), both sums of per-axis terms computed per grid column and row. A cell with one such centre goes
+    to it whole; only the rows of the other cells are compared with all K centres (ties to the lowest
+    index). Same labels as :func:`nearest_many` up to float rounding at exact ties; per-cell sums round
+    differently.
+    """
+
+    def __init__(self, X: NDArray, grid_size: int = 128) -> None:
+        lo, width = X.min(axis=0), np.ptp(X, axis=0)
+        width = np.where(width > 0, width, 1.0)
+        ij = np.minimum((X - lo) / width * grid_size, grid_size - 1).astype(np.intp)
+        cell = ij[:, 0] * grid_size + ij[:, 1]
+        order = np.argsort(cell, kind="stable")
+        first, self.start, self.count = np.unique(cell[order], return_index=True, return_counts=True)
+        self.index = np.stack([first // grid_size, first % grid_size])  # (2, cells): grid column, row
+        edges = lo[:, None] + width[:, None] * np.arange(grid_size + 1) / grid_size
+        slack = 1e-9 * width[:, None]  # rows binned by rounding may sit an ulp outside their box
+        self.edge_lo, self.edge_hi = edges[:, :-1] - slack, edges[:, 1:] + slack
+        self.X = X[order]
+        self.sums = np.add.reduceat(self.X, self.start, axis=0)
+        self.means = self.sums / self.count[:, None]
+        dev = self.X - np.repeat(self.means, self.count, axis=0)
+        self.scatter = np.add.reduceat(np.einsum("ij,ij->i", dev, dev), self.start)
+
+    def _resolve(self, centres: NDArray) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray]:
+        """(run, cell, label) of the cells with one possible centre; (run, row) of the other rows."""
+        b, k, d = centres.shape
+        d_min = np.zeros((b, k, self.count.size))
+        d_max = np.zeros_like(d_min)
+        for j in range(d):  # per-axis terms on the G grid lines, gathered to the non-empty cells
+            c = centres[:, :, j, None]
+            lo, hi = self.edge_lo[j], self.edge_hi[j]
+            gap = np.maximum(lo - c, 0.0) + np.maximum(c - hi, 0.0)
+            far = np.maximum(np.abs(c - lo), np.abs(c - hi))
+            d_min += np.take(gap * gap, self.index[j], axis=2)
+            d_max += np.take(far * far, self.index[j], axis=2)
+        possible = d_min <= d_max.min(axis=1, keepdims=True) * (1.0 + 1e-9)
+        one = np.count_nonzero(possible, axis=1) == 1
+        run, cell = np.nonzero(one)
+        label = np.argmax(possible[run, :, cell], axis=1)
+        o_run, o_cell = np.nonzero(~one)
+        reps = self.count[o_cell]
+        ends = np.cumsum(reps)
+        rows = np.arange(ends[-1] if ends.size else 0) + np.repeat(self.start[o_cell] - ends + reps, reps)
+        return run, cell, label, np.repeat(o_run, reps), rows
+
+    def _nearest_rows(self, centres: NDArray, run: NDArray, rows: NDArray) -> tuple[NDArray, NDArray]:
+        """Label and squared distance of sorted rows ``rows`` to the centres of their runs ``run``."""
+        x = self.X[rows].T
+        best = np.full(rows.size, np.inf)
+        label = np.zeros(rows.size, dtype=np.intp)
+        dist, diff = np.empty(rows.size), np.empty(rows.size)
+        for j in range(centres.shape[1]):
+            dist[:] = 0.0
+            for axis in range(centres.shape[2]):
+                np.subtract(x[axis], centres[run, j, axis], out=diff)
+                diff *= diff
+                dist += diff
+            closer = dist < best
+            label[closer] = j
+            np.minimum(best, dist, out=best)
+        return label, best
+
+    def statistics(self, centres: NDArray) -> tuple[NDArray, NDArray]:
+        """Per-cluster counts (B, K) and sums (B, K, 2) under nearest-centre assignment."""
+        b, k, d = centres.shape
+        run, cell, label, o_run, rows = self._resolve(centres)
+        o_label, _ = self._nearest_rows(centres, o_run, rows)
+        bins = np.r_[run * k + label, o_run * k + o_label]
+        weights = np.r_[self.count[cell], np.ones(rows.size)]
+        counts = np.bincount(bins, weights=weights, minlength=b * k).reshape(b, k)
+        values = np.concatenate([self.sums[cell], self.X[rows]])
+        sums = np.stack([np.bincount(bins, weights=values[:, j], minlength=b * k) for j in range(d)], axis=-1)
+        return counts, sums.reshape(b, k, d)
+
+    def wcss(self, centres: NDArray) -> NDArray:
+        """WCSS sum_i min_k ||x_i - c_k||^2 of centre sets (B, K, 2); cells add scatter + n ||mean - c||^2."""
+        run, cell, label, o_run, rows = self._resolve(centres)
+        _, o_dist = self._nearest_rows(centres, o_run, rows)
+        gap = self.means[cell] - centres[run, label]
+        whole = self.scatter[cell] + self.count[cell] * np.einsum("ij,ij->i", gap, gap)
+        b = centres.shape[0]
+        return np.bincount(run, weights=whole, minlength=b) + np.bincount(o_run, weights=o_dist, minlength=b)
+
+
 NoiseFn = Callable[[NDArray, NDArray], NDArray]
 SensitivityFn = Callable[[NDArray], tuple[NDArray, NDArray]]
 
@@ -273,13 +363,16 @@ def noisy_lloyd(
     noise: NoiseFn,
     sensitivities: SensitivityFn,
     rng: np.random.Generator,
+    statistics: Callable[[NDArray], tuple[NDArray, NDArray]] | None = None,
 ) -> LloydBatch:
     """The noisy Lloyd loop (module docstring) for B runs at once: THE implementation of a round.
 
     Xc (n, d) rows clipped and centred; init (B, K, d) centred; eps_rounds (B, T, 2) per-round eps of
     the counts and the sums; ``sensitivities(centres (B, K, d)) -> (Delta_N (B,), Delta_S (B,))``;
     ``noise(values (B, ...), scales (B,))`` adds Laplace noise of scale_b to run b; ``rng`` draws the
-    offsets of :func:`reseed_centres` (between rounds, never after the last).
+    offsets of :func:`reseed_centres` (between rounds, never after the last); ``statistics(centres)`` ->
+    true (counts, sums), default :func:`nearest_many` + :func:`cluster_statistics` (diagnostic batches of
+    2-D rows pass :meth:`PlanarCells.statistics`).
     """
     b, k, d = init.shape
     T = eps_rounds.shape[1]
@@ -290,7 +383,11 @@ def noisy_lloyd(
     sens_n, sens_s = np.empty((b, T)), np.empty((b, T))
     for t in range(T):
         sens_n[:, t], sens_s[:, t] = sensitivities(centres)
-        true_n, true_s = cluster_statistics(Xc, nearest_many(Xc, centres), k)
+        true_n, true_s = (
+            cluster_statistics(Xc, nearest_many(Xc, centres), k)
+            if statistics is None
+            else statistics(centres)
+        )
         counts_out[:, t] = noise(true_n, _scales(sens_n[:, t], eps_rounds[:, t, 0]))
         sums_out[:, t] = noise(true_s, _scales(sens_s[:, t], eps_rounds[:, t, 1]))
         centres = update_centres(centres, counts_out[:, t], sums_out[:, t], half)
@@ -500,7 +597,8 @@ def noisy_lloyd_trials(
 
     Same distribution as ``trials`` calls of ``estimator.set_params(epsilon=eps).fit(X)`` (same budget
     plan, init, sensitivities and noise scales), but all runs with the same T go through
-    :func:`noisy_lloyd` together, with ``Sampler.diagnostic`` noise drawn at once (never released).
+    :func:`noisy_lloyd` together, with ``Sampler.diagnostic`` noise drawn at once (never released);
+    2-D rows are assigned by :class:`PlanarCells` grid filtering.
     """
     noise = diagnostic_noise(sampler)
     grid = np.asarray(eps_grid, dtype=float).ravel()
@@ -524,15 +622,25 @@ def noisy_lloyd_trials(
     mid, half = (lower + upper) / 2.0, (upper - lower) / 2.0
     sensitivities = est._batch_sensitivities(half)
     Xc = np.clip(arr, lower, upper) - mid
+    cells = PlanarCells(Xc) if d == 2 else None
     init = np.stack(inits) - mid
     out = np.empty_like(init)
     T_all = np.array([T for T, _ in plans])
-    chunk = max(1, BATCH_ENTRIES // (arr.shape[0] * k))
+    chunk = max(1, BATCH_ENTRIES // ((arr.shape[0] if cells is None else cells.count.size) * k))
     for T in np.unique(T_all):
         idx = np.flatnonzero(T_all == T)
         for part in np.array_split(idx, -(-idx.size // chunk)):
             rounds = np.stack([plans[i][1] for i in part])
-            run = noisy_lloyd(Xc, init[part], rounds, half, noise, sensitivities, sampler.rng)
+            run = noisy_lloyd(
+                Xc,
+                init[part],
+                rounds,
+                half,
+                noise,
+                sensitivities,
+                sampler.rng,
+                None if cells is None else cells.statistics,
+            )
             out[part] = run.centers_history[:, -1]
     return (out + mid).reshape(grid.size, trials, k, arr.shape[1])
 

@@ -12,7 +12,8 @@ the projected mean and the sensitivities. Shortcuts that keep the distributions 
   the only ones the DE depends on;
 * the mean positions draw the noise of every trial and eps in one call;
 * the hotspots (``hotspots``) project the points and fit non-private k-means once, then score every
-  trial's released centres with one batched WCSS (``dpcore.metrics.wcss_many``).
+  trial's released centres by grid filtering (``dpcore.kmeans.lloyd.PlanarCells``: exact nearest
+  centres, whole cells scored as scatter + n ||mean - c||^2), which also runs their Lloyd rounds.
 
 Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, seed 002
 eqs. 12.17-12.18; for planar Laplace with eps / HS per metre, for PriLocation at eps),
@@ -35,13 +36,13 @@ from numpy.typing import ArrayLike
 from threadpoolctl import threadpool_limits
 
 from dpcore.errors import ParameterError
+from dpcore.kmeans.lloyd import PlanarCells
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity
 from dpcore.location.geometry import FloatArray, LocalProjection, Region, haversine_m, validate_latlon
 from dpcore.location.grids import adaptive_grid, random_boxes, relative_error, true_box_counts, uniform_grid
 from dpcore.location.hotspots import ProjectedLocations, hotspot_trials, project_locations, true_hotspots
 from dpcore.location.prilocation import PriLocation, Visits, distance_error, prepare_visits, run_prilocation
 from dpcore.mechanisms import Sampler, _check_epsilon, laplace_scale
-from dpcore.metrics import wcss, wcss_many
 
 MECHANISMS: dict[str, tuple[str, str]] = {
     "planar_laplace": ("Per-location planar Laplace (ε / HS per metre)", "distance_error"),
@@ -79,10 +80,11 @@ class _SweepData:
     seed: int
 
     @cached_property
-    def hotspots(self) -> tuple[ProjectedLocations, float]:
-        """Projected locations and the WCSS of non-private k-means on them (computed on first use)."""
+    def hotspots(self) -> tuple[ProjectedLocations, PlanarCells, float]:
+        """Projected locations, their grid cells for WCSS scoring and the WCSS of non-private k-means."""
         proj = project_locations(self.lat, self.lon, self.region)
-        return proj, wcss(proj.X, true_hotspots(proj, self.hotspot_k, self.seed))
+        cells = PlanarCells(proj.X)
+        return proj, cells, float(cells.wcss(true_hotspots(proj, self.hotspot_k, self.seed)[None])[0])
 
 
 def _seed(seed: int, mech: str) -> int:
@@ -130,11 +132,12 @@ def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sa
 
 
 def _hotspots(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
-    proj, base = data.hotspots
+    proj, cells, base = data.hotspots
     centres = hotspot_trials(
         proj, data.hotspot_k, eps.tolist(), trials, sampler, policy=HOTSPOTS[mech], theta_m=data.theta_m
     )
-    return (wcss_many(proj.X, centres).T - base) / base
+    scores = cells.wcss(centres.reshape(-1, *centres.shape[2:])).reshape(centres.shape[:2])
+    return (scores.T - base) / base
 
 
 def location_sweep(
