@@ -7,7 +7,9 @@ may succeed; every other attempt must be refused with BudgetExceeded and nothing
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import threading
+import types
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -126,8 +128,11 @@ def test_threads_sharing_one_ledger(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_spawned_processes(tmp_path: Path) -> None:
+def test_spawned_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _prepare(tmp_path)
+    # Streamlit's AppTest (run earlier in the same worker) leaves one of its temporary scripts as
+    # __main__; spawn would re-run it in every child. The workers need nothing from __main__.
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(WORKERS), ctx.Queue()
     procs = [ctx.Process(target=_process_worker, args=(url, w, barrier, queue)) for w in range(WORKERS)]
