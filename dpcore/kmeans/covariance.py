@@ -27,10 +27,10 @@ Facts (MECHANISMS.md s.3.1-3.3; gamma = s*(eps, delta)^2 from ``dpcore.mechanism
 
 Solver (fast): the optimum is supported on at most r(r+1)/2 rows. An active set of candidate rows
 (largest norms, extremes along principal and fixed pseudo-random directions, largest u' C^(-1/2) u) is
-solved exactly by a primal-dual interior-point method on Gamma = Sigma^-1 (linear constraints
-u_p' Gamma u_p <= 1, objective tr(Gamma^-1), Newton system in the eigenbasis of Gamma where the Hessian
-of the objective is diagonal); the multipliers give w, a vectorised pass over all rows computes g_p, and
-the rows with the largest g_p join the active set until tau <= tol.
+solved exactly by a primal-dual interior-point method (Mehrotra predictor-corrector) on
+Gamma = Sigma^-1 (linear constraints u_p' Gamma u_p <= 1, objective tr(Gamma^-1), Newton system in the
+eigenbasis of Gamma where the Hessian of the objective is diagonal); the multipliers give w, a vectorised
+pass over all rows computes g_p, and the rows with the largest g_p join the active set until tau <= tol.
 
 Lemma 5 of seed 000 (keep the Kd smallest-norm u_p) is wrong: the binding rows are the extreme ones.
 
@@ -40,6 +40,7 @@ cluster uses Delta_k = max over cluster k (an ablation isolating the gain of per
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field, replace
@@ -47,7 +48,8 @@ from typing import Literal
 
 import numpy as np
 from scipy import linalg
-from threadpoolctl import threadpool_limits
+from scipy.linalg import lapack
+from threadpoolctl import ThreadpoolController
 
 from dpcore.errors import ParameterError
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio, snap_to_noise_grid
@@ -204,7 +206,9 @@ def _leave_one_out(
         raise ParameterError(singleton_message(int(single[0])))
     diffs = []
     centers = np.empty((counts.size, x.shape[1]))
-    grouped = x[np.argsort(lab, kind="stable")]
+    # Stable counting (radix) sort on 16-bit labels, then one gather: rows grouped by cluster.
+    keys = lab.astype(np.uint16) if counts.size <= 65536 else lab
+    grouped = np.take(x, np.argsort(keys, kind="stable"), axis=0)
     for k, (lo, hi) in enumerate(zip(np.cumsum(counts) - counts, np.cumsum(counts), strict=True)):
         rows = grouped[lo:hi]  # a private copy: transform in place
         centers[k] = rows.mean(axis=0)
@@ -232,7 +236,8 @@ def _row_quadratic(u: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(G^-1) s.t. y_p' G y_p <= 1.
+    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(G^-1) s.t. y_p' G y_p <= 1,
+    with Mehrotra's predictor-corrector centring (Nocedal & Wright s.14.2) and a residual line search.
 
     Newton steps are taken in the eigenbasis of G, where the Hessian of tr(G^-1) is diagonal:
     h_ij = (nu_i + nu_j) / (nu_i^2 nu_j^2) on the scaled upper triangle. Returns (G, multipliers).
@@ -258,13 +263,17 @@ def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> 
         rdual = grad + a.T @ lam
         if eta <= tol * f and np.linalg.norm(rdual) <= 1e-7 * np.linalg.norm(grad):
             break
-        t = 10.0 * m / eta
         dd = lam / s
-        dx = _newton_solver(a, (nu[iu] + nu[ju]) / (nu[iu] ** 2 * nu[ju] ** 2), dd)(
-            -grad - a.T @ (1.0 / (t * s))
-        )
+        solve = _newton_solver(a, (nu[iu] + nu[ju]) / (nu[iu] ** 2 * nu[ju] ** 2), dd)
+        # Mehrotra: affine predictor (target lam s = 0) sets the centring sigma and a 2nd-order correction.
+        ds_aff = a @ solve(grad)
+        dlam_aff = -lam - dd * ds_aff
+        alpha = min(_to_boundary(lam, dlam_aff, 1.0), _to_boundary(s, ds_aff, 1.0))
+        target = float((lam + alpha * dlam_aff) @ (s + alpha * ds_aff)) ** 3 / (eta**2 * m)
+        comp = (target - dlam_aff * ds_aff) / s
+        dx = solve(-grad - a.T @ comp)
         ds = -(a @ dx)
-        dlam = 1.0 / (t * s) - lam - dd * ds
+        dlam = comp - lam - dd * ds
         if not (np.all(np.isfinite(dx)) and np.all(np.isfinite(dlam))):
             break
         dg = np.zeros((r, r))
@@ -274,7 +283,7 @@ def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> 
         rho = float(np.linalg.eigvalsh(dg / np.sqrt(np.outer(nu, nu)))[0])
         if rho < 0:
             step = min(step, 0.99 / -rho)
-        base = math.sqrt(float(np.sum(rdual**2) + np.sum((lam * s - 1.0 / t) ** 2)))
+        base = math.sqrt(float(np.sum(rdual**2) + np.sum((lam * s - target) ** 2)))
         while step >= 1e-3:  # below: round-off floor, the certificate pass decides what this point is worth
             nu_new, rot = np.linalg.eigh(np.diag(nu) + step * dg)
             lam_new = lam + step * dlam
@@ -283,7 +292,7 @@ def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> 
                 a_new, grad_new, s_new = state(nu_new, vecs_new)
                 res = math.sqrt(
                     float(
-                        np.sum((grad_new + a_new.T @ lam_new) ** 2) + np.sum((lam_new * s_new - 1.0 / t) ** 2)
+                        np.sum((grad_new + a_new.T @ lam_new) ** 2) + np.sum((lam_new * s_new - target) ** 2)
                     )
                 )
                 if np.all(s_new > 0) and res <= (1.0 - 0.01 * step) * base:
@@ -316,17 +325,16 @@ def _newton_solver(a: np.ndarray, h: np.ndarray, dd: np.ndarray):
     return lambda b: b / h - ah.T @ _cho_apply(factor, small, a @ (b / h))
 
 
-def _cho(mat: np.ndarray):
-    try:
-        return linalg.cho_factor(mat, check_finite=False)
-    except linalg.LinAlgError:
-        return None
+def _cho(mat: np.ndarray) -> np.ndarray | None:
+    """Upper Cholesky factor (raw LAPACK: the wrappers' overhead dominates at this size), None if not PD."""
+    factor, info = lapack.dpotrf(mat)
+    return factor if info == 0 else None
 
 
-def _cho_apply(factor, mat: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _cho_apply(factor: np.ndarray | None, mat: np.ndarray, b: np.ndarray) -> np.ndarray:
     if factor is None:
         return linalg.lstsq(mat, b, check_finite=False)[0]
-    return linalg.cho_solve(factor, b, check_finite=False)
+    return lapack.dpotrs(factor, b)[0]
 
 
 # ---------------------------------------------------------------- one cluster
@@ -340,30 +348,34 @@ class _ClusterSolution:
     gap: float  # tau: upper / lower - 1
 
 
-def _subspace(u: np.ndarray) -> np.ndarray:
-    """Orthonormal basis (d x r) of the span of the rows of u (numerical rank as numpy's matrix_rank)."""
+def _subspace(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Orthonormal basis q (d x r) of the span of the rows of u (numerical rank as numpy's matrix_rank),
+    with the eigendecomposition (ev, vecs) of the Gram matrix of y = u q."""
     n, d = u.shape
-    gram = u.T @ u
-    ev = linalg.eigvalsh(gram)
+    ev, vecs = linalg.eigh(u.T @ u)
     if ev[-1] <= 0.0:
-        return np.zeros((d, 0))
+        return np.zeros((d, 0)), ev[:0], vecs[:, :0]
     if ev[0] > 1e-10 * ev[-1]:
-        return np.eye(d)
+        return np.eye(d), ev, vecs
     _, sing, vt = linalg.svd(u, full_matrices=False)
     rank = int(np.sum(sing > sing[0] * max(n, d) * np.finfo(float).eps))
-    return vt[:rank].T
+    return vt[:rank].T, sing[:rank][::-1] ** 2, np.eye(rank)[:, ::-1]
 
 
-def _initial_candidates(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Rows likely to bind: largest norms, largest u' C^(-1/2) u, extremes along principal/random axes."""
+def _initial_candidates(
+    y: np.ndarray, norms: np.ndarray, ev: np.ndarray, vecs: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Rows likely to bind: largest norms, largest u' C^(-1/2) u, extremes along principal/random axes.
+
+    ``norms`` are the squared row norms of y and (ev, vecs) the eigendecomposition of C = y'y.
+    """
     n, r = y.shape
-    k = min(n, 4 * r + 16)
-    ev, vecs = linalg.eigh(y.T @ y)
+    k = min(n, 8 * r + 16)
     proj = np.hstack([vecs, rng.standard_normal((r, r // 2 + 1))]).T @ y.T  # C-contiguous rows
-    root = vecs / np.sqrt(np.sqrt(np.maximum(ev, ev[-1] * 1e-300)))
+    whitened = np.einsum("ij,i->j", proj[:r] ** 2, 1.0 / np.sqrt(np.maximum(ev, ev[-1] * 1e-300)))
     picks = [
-        np.argpartition(-np.einsum("ij,ij->i", y, y), k - 1)[:k],
-        np.argpartition(-_row_quadratic(y, root), k - 1)[:k],
+        np.argpartition(-norms, k - 1)[:k],
+        np.argpartition(-whitened, k - 1)[:k],
         proj.argmax(axis=1),
         proj.argmin(axis=1),
     ]
@@ -372,22 +384,23 @@ def _initial_candidates(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterSolution:
     """Trace-optimal Sigma (unit gamma) for one cluster's u_p, with certificate tau <= tol when reached."""
-    q = _subspace(u)
+    q, gram_ev, gram_vecs = _subspace(u)
     r = q.shape[1]
     if r == 0:
         return _ClusterSolution(q, np.zeros(0), 0.0, 0.0)
-    y = u if r == u.shape[1] and np.array_equal(q, np.eye(r)) else u @ q
-    scale2 = float(np.einsum("ij,ij->i", y, y).max())
-    y = y / math.sqrt(scale2)
+    y = u if r == u.shape[1] else u @ q  # full rank: q is the identity
+    norms = np.einsum("ij,ij->i", y, y)
+    scale2 = float(norms.max())
     if r == 1:
         return _ClusterSolution(q, np.array([scale2 * _SAFETY]), scale2, 0.0)
+    unit = 1.0 / math.sqrt(scale2)  # the IPM works on y / max_p ||y_p|| (rows of norm <= 1)
     n = y.shape[0]
-    cand = _initial_candidates(y, np.random.default_rng(0))
+    cand = _initial_candidates(y, norms, gram_ev, gram_vecs, np.random.default_rng(0))
     gamma0 = None
     ipm_tol = tol * 1e-2
     best: tuple[float, np.ndarray, np.ndarray, float] | None = None
     for _ in range(max_rounds):
-        yc = y[cand]
+        yc = y[cand] * unit
         if gamma0 is None:
             ev, vecs = linalg.eigh(yc.T @ yc / len(cand))
             gamma0 = (vecs / np.sqrt(np.maximum(ev, ev[-1] * 1e-12))) @ vecs.T
@@ -400,7 +413,7 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
             tau = math.inf
         else:
             phi = float(np.sum(np.sqrt(mu)))
-            g = _row_quadratic(y, vecs / mu**0.25) / phi
+            g = _row_quadratic(y, vecs * (unit / mu**0.25)) / phi
             tau = max(float(g.max()) - 1.0, 0.0)
             if best is None or tau < best[0]:
                 best = (tau, mu, vecs, phi)
@@ -427,6 +440,12 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
 # ---------------------------------------------------------------- public API
 
 
+@functools.cache
+def _threadpools() -> ThreadpoolController:
+    """The loaded thread pools, scanned once (a scan costs milliseconds: a tenth of a solve)."""
+    return ThreadpoolController()
+
+
 def _gamma(epsilon: float, delta: float, calibration: Calibration) -> float:
     return gaussian_ratio(epsilon, delta, calibration) ** 2
 
@@ -451,7 +470,7 @@ def colored_noise_covariance(
         raise ParameterError(f"tol must be in (0, 1) (got {tol!r}); the default 1e-6 is a good choice.")
     _, _, centers, counts, diffs = _leave_one_out(X, labels)
     # Thin (n x d) @ (d x d) products and small dense algebra: BLAS threads only add overhead here.
-    with threadpool_limits(1, user_api="blas"):
+    with _threadpools().limit(limits=1, user_api="blas"):
         sols = [_solve_cluster(u, tol) for u in diffs]
     d = centers.shape[1]
     deficient = [k for k, s in enumerate(sols) if s.basis.shape[1] < d]
