@@ -318,7 +318,7 @@ def _release(coords: view.Coordinates, region: Region, params: view.Params, tile
     spec = view.RELEASES[mech]
     pol = state.policy()
     if mech == "planar_laplace":
-        eps = geo_eps * radius
+        eps = GeoIndistinguishability(geo_eps).level_at(radius)
         b.markdown(
             f"ε = {geo_eps:.3g} per metre (section 2). The ledger debits the level within "
             f"r = {radius:,.0f} m: **{eps:.4g}**."

@@ -1,11 +1,11 @@
 """A content fingerprint of a table: SHA-256 over a canonical, dtype-family-independent serialisation.
 
 Canonical form (version tag ``dpcore-fingerprint-v1``): the shape, then per column its name, its family and
-its values. Families: "number" (any int/float dtype, nullable or not; integer-valued columns are hashed as
-int64, others as float64 with one NaN pattern and -0.0 == 0.0), "bool", "datetime" (int64 nanoseconds since
-1970, UTC for time-zone aware columns) and "text" (everything else, values as strings, JSON-encoded). So the
-same values read from CSV or Parquet (int64 vs float64 vs Int64) give the same fingerprint. Row order and
-column order matter; the index and ``attrs`` do not.
+its values. Families: for any int/float dtype, nullable or not, "integer" (all values finite and whole,
+hashed as int64) or "float" (float64 with one NaN pattern and -0.0 == 0.0); "bool" (no missing values),
+"datetime" (int64 nanoseconds since 1970, UTC for time-zone aware columns) and "text" (everything else,
+values as strings, JSON-encoded). So the same values read from CSV or Parquet (int64 vs float64 vs Int64)
+give the same fingerprint. Row order and column order matter; the index and ``attrs`` do not.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["fingerprint"]
-
-_NAT = np.iinfo(np.int64).min
 
 
 def _column_bytes(s: pd.Series) -> tuple[str, bytes]:

@@ -41,9 +41,10 @@ pieces keep >= 8 n_min rows). This reads only released counts, public centres an
 post-processing, no budget.
 
 Batching (:func:`noisy_lloyd`): every round runs for B independent runs at once (one product C X' for
-all assignments, one batched matmul for the sums, one noise call); the estimator calls it with B = 1 and
-``Sampler.privatize`` noise, :func:`noisy_lloyd_trials` (the sweep) with B = eps values x trials and
-diagnostic noise, so there is one implementation of a round.
+all assignments, one bincount per coordinate for the counts and sums, one noise call per query); the
+estimator calls it with B = 1 and ``Sampler.privatize`` noise, :func:`noisy_lloyd_trials` (the sweep) with
+B = eps values x trials and diagnostic noise (2-D rows assigned by :class:`PlanarCells` grid filtering),
+so there is one implementation of a round.
 
 Exact accounting: ``budget_log_`` lists one (query, eps) per noisy query, the last entry being eps minus
 the math.fsum of the others, so ``math.fsum`` of the log equals ``epsilon`` and ``budget_spent_`` is

@@ -4,9 +4,9 @@ Uniform grid (UG): m x m cells over the curator's lat/lon box with m = sqrt(n ep
 Laplace(s / eps) on each cell count. Adaptive grid (AG): level 1 has m1 = max(10, ceil(sqrt(n eps/c)/4))
 cells per side with budget alpha eps (alpha = 0.5); each cell with noisy count v is cut into m2 x m2 with
 m2 = ceil(sqrt(max(v, 0) (1 - alpha) eps / c2)) (at most 256), c2 = 5, counted with the remaining
-(1 - alpha) eps; then
-constrained inference (Qardaji et al. s.IV): v' = (a^2 m2^2 v + (1-a)^2 sum u) / (a^2 m2^2 + (1-a)^2) and
-u' = u + (v' - sum u) / m2^2, so parent = sum of children.
+(1 - alpha) eps; then constrained inference (Qardaji et al. s.IV), with a = alpha:
+v' = (a^2 m2^2 v + (1-a)^2 sum u) / (a^2 m2^2 + (1-a)^2) and u' = u + (v' - sum u) / m2^2, so parent = sum
+of children.
 
 Guarantee: eps-DP, cells of a level are disjoint (parallel composition) and levels add up (sequential).
 Neighbours: ``"unbounded"`` (one point added or removed, s = 1; n is then private, so the grid size uses
@@ -126,8 +126,22 @@ def _prepare(
     return la, lo, eps - eps_n, eps_n, n_hat, "noisy count", 1.0
 
 
-def _cell_index(values: FloatArray, lo: float, hi: float, m: int) -> np.ndarray:
+def _cell_index(
+    values: FloatArray, lo: float | FloatArray, hi: float | FloatArray, m: int | np.ndarray
+) -> np.ndarray:
+    """Index in 0..m-1 of each value's cell when [lo, hi] is cut into m equal cells (broadcasts)."""
     return np.clip(np.floor((values - lo) / (hi - lo) * m).astype(int), 0, m - 1)
+
+
+def _level_one(
+    la: FloatArray, lo: FloatArray, region: Region, m: int
+) -> tuple[np.ndarray, np.ndarray, FloatArray, FloatArray]:
+    """Row and column of each point's cell in the m x m grid over ``region``, and the lat/lon edges."""
+    i = _cell_index(la, region.lat_min, region.lat_max, m)
+    j = _cell_index(lo, region.lon_min, region.lon_max, m)
+    lat_e = np.linspace(region.lat_min, region.lat_max, m + 1)
+    lon_e = np.linspace(region.lon_min, region.lon_max, m + 1)
+    return i, j, lat_e, lon_e
 
 
 def uniform_grid(
@@ -151,12 +165,9 @@ def uniform_grid(
     m = grid_side(n_hat, eps_grid, c) if grid_size is None else int(grid_size)
     if m < 1:
         raise ParameterError(f"grid_size must be a whole number >= 1 (got {grid_size!r}).")
-    i = _cell_index(la, region.lat_min, region.lat_max, m)
-    j = _cell_index(lo, region.lon_min, region.lon_max, m)
+    i, j, lat_e, lon_e = _level_one(la, lo, region, m)
     counts = np.bincount(i * m + j, minlength=m * m).astype(float)
     counts = (counts + sampler.laplace(m * m, s / eps_grid)).reshape(m, m)
-    lat_e = np.linspace(region.lat_min, region.lat_max, m + 1)
-    lon_e = np.linspace(region.lon_min, region.lon_max, m + 1)
     ii, jj = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     leaves = np.column_stack(
         [lat_e[ii.ravel()], lat_e[ii.ravel() + 1], lon_e[jj.ravel()], lon_e[jj.ravel() + 1], counts.ravel()]
@@ -201,16 +212,13 @@ def adaptive_grid(
     )
     e1, e2 = alpha * eps_grid, (1.0 - alpha) * eps_grid
     m1 = int(min(MAX_CELLS_PER_SIDE, max(10, math.ceil(math.sqrt(n_hat * eps_grid / c) / 4))))
-    i = _cell_index(la, region.lat_min, region.lat_max, m1)
-    j = _cell_index(lo, region.lon_min, region.lon_max, m1)
+    i, j, lat_e, lon_e = _level_one(la, lo, region, m1)
     cell = i * m1 + j
     v = np.bincount(cell, minlength=m1 * m1) + sampler.laplace(m1 * m1, s / e1)
     m2 = np.ceil(np.sqrt(np.maximum(v, 0.0) * e2 / c2)).astype(int).clip(1, 256)
-    lat_e = np.linspace(region.lat_min, region.lat_max, m1 + 1)
-    lon_e = np.linspace(region.lon_min, region.lon_max, m1 + 1)
     # Sub-cell of each point inside its level-1 cell, then a flat leaf id.
-    sub_i = _rel_index(la, lat_e[i], lat_e[i + 1], m2[cell])
-    sub_j = _rel_index(lo, lon_e[j], lon_e[j + 1], m2[cell])
+    sub_i = _cell_index(la, lat_e[i], lat_e[i + 1], m2[cell])
+    sub_j = _cell_index(lo, lon_e[j], lon_e[j + 1], m2[cell])
     offset = np.concatenate([[0], np.cumsum(m2**2)])
     leaf_of_point = offset[cell] + sub_i * m2[cell] + sub_j
     n_leaves = int(offset[-1])
@@ -244,10 +252,6 @@ def adaptive_grid(
         neighbours,
         sampler.mode,
     )
-
-
-def _rel_index(values: FloatArray, lo: FloatArray, hi: FloatArray, m: np.ndarray) -> np.ndarray:
-    return np.clip(np.floor((values - lo) / (hi - lo) * m).astype(int), 0, m - 1)
 
 
 def random_boxes(region: Region, n_queries: int, rng: Sampler | int | None = None) -> FloatArray:

@@ -39,7 +39,6 @@ from dpcore.location.geometry import FloatArray, LocalProjection, Region, havers
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
 
-POLICIES = ("dp", "blowfish")
 TRUE_SAMPLE = 10_000  # rows for the k-means++ inits of the non-private baseline
 HotspotModel = DPLloydKMeans | BlowfishKMeans
 
