@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +15,7 @@ from sqlalchemy.dialects import postgresql
 from dpcore import config
 from dpcore.errors import DPCoreError, ParameterError, PolicyError
 from dpcore.ledger import (
+    Account,
     BudgetExceeded,
     BudgetNotSet,
     BudgetStatus,
@@ -65,14 +67,40 @@ def test_decimal_sums_where_float_sums_fail(led: Ledger) -> None:
     assert led.remaining("ds") == (0.0, 0.0)
 
 
-def test_spending_what_remaining_reports_is_admitted(led: Ledger) -> None:
+def test_spending_what_remaining_reports_is_admitted_and_never_one_ulp_more(led: Ledger) -> None:
     led.set_budget("ds", epsilon=1.0, delta=1e-6)
-    led.spend("ds", 1e-20, 1e-30, "laplace", "tiny")  # 1 - 1e-20 rounds to the float 1.0
+    led.spend("ds", 1e-20, 1e-30, "laplace", "tiny")  # 1 - 1e-20 would round to the float 1.0
     eps_left, delta_left = led.remaining("ds")
-    assert eps_left == 1.0
+    assert eps_left == math.nextafter(1.0, 0.0)  # rounded toward zero, never up
+    with pytest.raises(BudgetExceeded):  # the old 1e-12 slack admitted this (an overspend of 1e-20)
+        led.spend("ds", 1.0, 0.0, "laplace", "all")
     led.spend("ds", eps_left, delta_left, "laplace", "rest")
     with pytest.raises(BudgetExceeded):
-        led.spend("ds", 1e-9, 0.0, "laplace", "more")
+        led.spend("ds", 1e-15, 0.0, "laplace", "more")
+
+
+def test_no_spend_exceeds_the_budget_by_one_ulp(led: Ledger) -> None:
+    led.set_budget("ulp", epsilon=1.0)
+    with pytest.raises(BudgetExceeded):
+        led.spend("ulp", math.nextafter(1.0, 2.0), 0.0, "laplace", "over")
+    led.spend("ulp", 1.0, 0.0, "laplace", "exact")
+    assert led.remaining("ulp") == (0.0, 0.0)
+
+
+def test_accounts_of_different_definitions_are_never_added(led: Ledger) -> None:
+    dp = Account("d1", "dp", "unbounded")
+    geo = Account("d1", "geo_ind", "within 1000 m")
+    demo = Account("d1", "dp", "unbounded", mode="demo")
+    for acc in (dp, geo, demo):
+        led.set_budget(acc, epsilon=1.0)
+    led.spend(dp, 1.0, 0.0, "dp_lloyd", "a")
+    led.spend(geo, 1.0, 0.0, "planar_laplace", "b")
+    led.spend(demo, 1.0, 0.0, "dp_lloyd", "c", sampling_mode="demo")
+    left = {s.account: s.epsilon_left for s in led.budgets("d1")}
+    assert left == {dp.key: 0.0, geo.key: 0.0, demo.key: 0.0}
+    assert Account.parse(geo.key) == geo and Account.parse(demo.key) == demo
+    with pytest.raises(LedgerError, match="demo"):  # a demo release never touches a real account
+        led.spend(dp, 0.1, 0.0, "dp_lloyd", "d", sampling_mode="demo")
 
 
 def test_over_budget_message_and_nothing_recorded(led: Ledger) -> None:
@@ -82,7 +110,7 @@ def test_over_budget_message_and_nothing_recorded(led: Ledger) -> None:
         led.spend("X", 0.3, 0, "laplace", "r2")
     err = info.value
     assert str(err) == (
-        "Budget exceeded for dataset X: asked eps=0.3, delta=0; left eps=0.2, delta=1e-06. "
+        "Budget exceeded: Account X has eps=0.2, delta=1e-06 left; this release asks eps=0.3, delta=0. "
         "Lower epsilon or raise the budget on the Privacy policy page."
     )
     assert isinstance(err, DPCoreError) and isinstance(err, ValueError)
@@ -94,10 +122,10 @@ def test_over_budget_message_and_nothing_recorded(led: Ledger) -> None:
 
 def test_delta_over_budget_names_delta(led: Ledger) -> None:
     led.set_budget("ds", epsilon=1.0, delta=1e-6)
-    with pytest.raises(BudgetExceeded, match=r"asked eps=0.1, delta=2e-06; .*Lower delta"):
+    with pytest.raises(BudgetExceeded, match=r"asks eps=0.1, delta=2e-06\. Lower delta"):
         led.spend("ds", 0.1, 2e-6, "gaussian", "r")
     led.set_budget("pure", epsilon=1.0)
-    with pytest.raises(BudgetExceeded, match="left eps=1, delta=0"):
+    with pytest.raises(BudgetExceeded, match="has eps=1, delta=0 left"):
         led.spend("pure", 0.1, 1e-12, "gaussian", "r2")
 
 
@@ -118,7 +146,7 @@ def test_request_id_of_another_dataset_is_refused(led: Ledger) -> None:
     led.set_budget("a", epsilon=1.0)
     led.set_budget("b", epsilon=1.0)
     led.spend("a", 0.1, 0.0, "laplace", "req")
-    with pytest.raises(LedgerError, match="request_id 'req' was already used for dataset a, not b"):
+    with pytest.raises(LedgerError, match="request_id 'req' was already used for account a, not b"):
         led.spend("b", 0.1, 0.0, "laplace", "req")
     assert led.releases("b") == []
     assert led.remaining("b") == (1.0, 0.0)
@@ -126,7 +154,8 @@ def test_request_id_of_another_dataset_is_refused(led: Ledger) -> None:
 
 def test_record_fields_and_json_parameters_round_trip(led: Ledger, url: str, monkeypatch) -> None:
     monkeypatch.setenv("DPCORE_USER", "alice")
-    led.set_budget("ds", epsilon=2.0, delta=1e-5)
+    demo_account = Account("ds", "dp", "unbounded", mode="demo")
+    led.set_budget(demo_account, epsilon=2.0, delta=1e-5)
     params = {
         "k": np.int64(3),
         "bounds": np.array([[0.0, 1.5], [-2.0, 3.0]]),
@@ -136,7 +165,7 @@ def test_record_fields_and_json_parameters_round_trip(led: Ledger, url: str, mon
         "path": Path("out/report.html"),
     }
     rec = led.spend(
-        "ds",
+        demo_account,
         0.5,
         1e-6,
         "colored_gaussian",
@@ -173,7 +202,7 @@ def test_record_fields_and_json_parameters_round_trip(led: Ledger, url: str, mon
     assert datetime.fromisoformat(rec.time).utcoffset().total_seconds() == 0
     fresh = Ledger(url)
     try:
-        assert fresh.releases("ds") == [rec]
+        assert fresh.releases(demo_account) == [rec] == fresh.releases(dataset_id="ds")
     finally:
         fresh.close()
 
@@ -262,7 +291,7 @@ def test_set_budget_validation(led: Ledger) -> None:
     for delta in [-0.1, 1.0, 2.0, float("nan")]:
         with pytest.raises(PolicyError, match="delta"):
             led.set_budget("ds", epsilon=1.0, delta=delta)
-    with pytest.raises(ParameterError, match="dataset_id"):
+    with pytest.raises(ParameterError, match="account"):
         led.set_budget("", epsilon=1.0)
     assert led.budget("ds") is None and led.budgets() == []
 
@@ -333,7 +362,7 @@ def test_budgets_listing_and_dataframe(led: Ledger) -> None:
         (2.0, 1.5, 0.0, 1),
     ]
     frame = led.to_dataframe()
-    assert list(frame.columns) == [f for f in ReleaseRecord.__dataclass_fields__]
+    assert list(frame.columns) == ["dataset_name", *ReleaseRecord.__dataclass_fields__]
     assert list(frame["request_id"]) == ["a1", "b1"]
     assert json.loads(frame["parameters"].iloc[0]) == {"k": 2}
     only_a = led.to_dataframe("a")
@@ -343,7 +372,7 @@ def test_budgets_listing_and_dataframe(led: Ledger) -> None:
 
 def test_budget_row_is_locked_for_update_on_server_databases() -> None:
     sql = str(_lock_budget_query("ds").compile(dialect=postgresql.dialect()))
-    assert sql.rstrip().endswith("FOR UPDATE") and "WHERE budgets.dataset_id" in sql
+    assert sql.rstrip().endswith("FOR UPDATE") and "WHERE accounts.account" in sql
 
 
 def test_config_from_environment(tmp_path: Path, monkeypatch) -> None:
