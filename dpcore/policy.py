@@ -545,10 +545,15 @@ class Blowfish(_Policy):
 
 @dataclass(frozen=True)
 class GeoIndistinguishability(_Policy):
-    """eps-geo-indistinguishability (seed 002 Def. 12.1): replacing a location x by x' changes the
-    probability of any reported location by at most exp(eps * d(x, x')), d in metres."""
+    """eps-geo-indistinguishability (Andres et al. 2013): replacing a location x by x' changes the
+    probability of any reported location by at most exp(eps * d(x, x')), d in metres.
+
+    ``radius_m`` is the protected radius r the curator reasons in: budgets and ledger costs are levels
+    l = eps * r within that r (one ledger account per r), never eps per metre times a free radius.
+    """
 
     epsilon_per_metre: float
+    radius_m: float = 1000.0
     definition: ClassVar[str] = "geo_ind"
     is_dp: ClassVar[bool] = False
     neighbours: ClassVar[str] = "location_replaced"
@@ -558,13 +563,20 @@ class GeoIndistinguishability(_Policy):
         object.__setattr__(
             self, "epsilon_per_metre", _positive("epsilon_per_metre", self.epsilon_per_metre, hint)
         )
+        r_hint = "Give the radius in metres within which the level applies, e.g. 1000."
+        object.__setattr__(self, "radius_m", _positive("radius_m", self.radius_m, r_hint))
 
     @classmethod
     def from_level(cls, level: float, radius_m: float) -> GeoIndistinguishability:
-        """Privacy level l within r metres: eps = l / r (seed 002 s.12.3.1)."""
+        """Privacy level l within r metres: eps = l / r (Andres et al. 2013)."""
         lv = _positive("level", level, "A level of 1 within the radius is a common choice.")
         r = _positive("radius_m", radius_m, "Give the radius in metres within which level applies, e.g. 200.")
-        return cls(lv / r)
+        return cls(lv / r, r)
+
+    @property
+    def level(self) -> float:
+        """The privacy level l = eps * r within the policy's radius r: what budgets and spends count."""
+        return self.epsilon_per_metre * self.radius_m
 
     @property
     def epsilon(self) -> float:
