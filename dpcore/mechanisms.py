@@ -9,14 +9,17 @@ Sampling modes (every result records which one produced it):
 - ``demo``: a fixed seed, reproducible; only for labelled stakeholder demos, never a privacy release.
 - ``diagnostic``: fast numpy noise for internal comparisons over many trials; never released.
 
-Gaussian calibrations (MECHANISMS.md s.2), written as the largest ratio s* = sensitivity / sigma that a
-calibration admits at (eps, delta), so that sigma = s / s* and the colored-noise constraint level is
-gamma = s*^2:
+Gaussian calibrations, written as the largest ratio s* = sensitivity / sigma that a calibration admits
+at (eps, delta), so that sigma = s / s* and the colored-noise constraint level is gamma = s*^2:
 
-- ``paper`` (seed 000 eq. 5): s* = eps / sqrt(2 ln(2 / delta)).
-- ``classic`` (Dwork & Roth Thm. A.1): s* = eps / sqrt(2 ln(1.25 / delta)), valid only for eps < 1.
 - ``analytic`` (Balle & Wang 2018, Thm. 8): the largest t with
   Phi(t/2 - eps/t) - e^eps Phi(-t/2 - eps/t) <= delta. Exact; the default.
+- ``paper`` (Ravi, Scaglione & Peisert 2021, eq. 5): s* = eps / sqrt(2 ln(2 / delta)).
+- ``classic`` (Dwork & Roth 2014, Thm. A.1): s* = eps / sqrt(2 ln(1.25 / delta)), eps < 1 only.
+
+The two closed forms are checked against the exact profile and refused (ParameterError) where they miss
+delta: the paper's form does from eps = 7.9 (delta = 1e-2) to 11.1 (delta = 1e-12); at eps = 10,
+delta = 1e-5 its noise spends delta = 1.36e-5.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ SamplingMode = Literal["secure", "demo", "diagnostic"]
 Calibration = Literal["analytic", "paper", "classic"]
 CALIBRATIONS: dict[str, str] = {
     "analytic": "Analytic Gaussian (Balle & Wang 2018): exact, smallest sigma",
-    "paper": "Paper (Ravi et al., eq. 5): sigma = s sqrt(2 ln(2/delta)) / eps",
+    "paper": "Paper (Ravi et al. 2021, eq. 5): sigma = s sqrt(2 ln(2/delta)) / eps, where it meets delta",
     "classic": "Classic (Dwork & Roth): sigma = s sqrt(2 ln(1.25/delta)) / eps, eps < 1 only",
 }
 SAMPLING_MODES: dict[str, str] = {
@@ -206,56 +209,103 @@ def laplace_mechanism(
 
 # ---------------------------------------------------------------- Gaussian
 
+# Relative margin kept below the target delta: the float profile below is accurate to about 1e-13
+# relative (measured against 50-digit arithmetic), so a calibration that meets delta * (1 - 1e-11) in
+# floating point meets delta exactly. It moves sigma by less than 1e-11 relative for delta <= 1e-2.
+_DELTA_MARGIN = 1e-11
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _log_mills(z: np.ndarray | float) -> np.ndarray:
+    """log M(z), M(z) = (1 - Phi(z)) / phi(z) the Mills ratio, accurate for every real z."""
+    z = np.asarray(z, dtype=float)
+    pos = np.log(math.sqrt(math.pi / 2) * special.erfcx(np.maximum(z, 0.0) / math.sqrt(2.0)))
+    neg = special.log_ndtr(-np.minimum(z, 0.0)) + z * z / 2 + _LOG_SQRT_2PI
+    return np.where(z >= 0, pos, neg)
+
+
+def _log_mills_drop(z1: float, t: float) -> float:
+    """log M(z1 + t) - log M(z1) <= 0; by Gauss-Legendre quadrature of (log M)' = z - 1/M(z) when the
+    drop is small (where the plain difference would cancel), so it keeps ~1e-14 relative accuracy."""
+    direct = float(_log_mills(z1 + t) - _log_mills(z1))
+    if direct < -0.5:
+        return direct
+    z = z1 + t * (_GL_NODES + 1.0) / 2.0
+    return -t / 2.0 * float(_GL_WEIGHTS @ (np.exp(-_log_mills(z)) - z))
+
+
+def _log_analytic_delta(t: float, epsilon: float) -> float:
+    """log delta(eps) of a Gaussian with ratio t = sensitivity / sigma (Balle & Wang 2018, Thm. 8).
+
+    With z1 = eps/t - t/2, z2 = z1 + t and M the Mills ratio, e^eps phi(z2) = phi(z1), so
+    delta = Phi(-z1) - e^eps Phi(-z2) = Phi(-z1) (1 - M(z2) / M(z1)): no cancellation between two
+    nearly equal terms, even for small eps and delta.
+    """
+    if t <= 0 or not math.isfinite(epsilon / t):
+        return -math.inf
+    if math.isinf(t):
+        return 0.0
+    z1 = epsilon / t - t / 2
+    return float(special.log_ndtr(-z1)) + math.log(-math.expm1(_log_mills_drop(z1, t)))
+
 
 def analytic_delta(ratio: float, epsilon: float) -> float:
     """delta achieved by a Gaussian with sensitivity/sigma = ratio at eps (Balle & Wang 2018, Thm. 8).
 
-    delta(t) = Phi(t/2 - eps/t) - e^eps Phi(-t/2 - eps/t), evaluated in log space for stability.
+    delta(t) = Phi(t/2 - eps/t) - e^eps Phi(-t/2 - eps/t), evaluated stably (about 1e-13 relative).
     """
-    t = float(ratio)
-    if t <= 0:
-        return 0.0
-    log_a = special.log_ndtr(t / 2 - epsilon / t)
-    log_b = epsilon + special.log_ndtr(-t / 2 - epsilon / t)
-    if log_b >= log_a:
-        return 0.0
-    return float(math.exp(log_a) * -math.expm1(log_b - log_a))
+    return math.exp(_log_analytic_delta(float(ratio), float(epsilon)))
 
 
 def _analytic_ratio(epsilon: float, delta: float) -> float:
-    """Largest t with analytic_delta(t, eps) <= delta (delta(t) increases with t)."""
+    """Largest t with delta(t) <= delta (delta(t) increases with t), to the float just below the root
+    of delta(t) = delta (1 - margin), so that rounding never puts the calibration above delta."""
+    target = math.log(delta) + math.log1p(-_DELTA_MARGIN)
 
     def gap(log_t: float) -> float:
-        return math.log(max(analytic_delta(math.exp(log_t), epsilon), 1e-320)) - math.log(delta)
+        return max(_log_analytic_delta(math.exp(log_t), epsilon), -1e6) - target
 
     lo, hi = -10.0, 10.0
     while gap(lo) > 0:
         lo -= 10.0
     while gap(hi) < 0:
         hi += 10.0
-    log_t = optimize.brentq(gap, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
-    t = math.exp(log_t)
-    # Step down to the feasible side of the root, so the calibration never exceeds delta.
-    while analytic_delta(t, epsilon) > delta:
+    t = math.exp(optimize.brentq(gap, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500))
+    while _log_analytic_delta(t, epsilon) > target:
         t = math.nextafter(t, 0.0)
     return t
 
 
+def _checked_formula(name: str, ratio: float, epsilon: float, delta: float) -> float:
+    """The ratio of a closed-form calibration, refused where its exact delta exceeds the target."""
+    if _log_analytic_delta(ratio, epsilon) > math.log(delta) + math.log1p(-_DELTA_MARGIN):
+        raise ParameterError(
+            f"the {name} Gaussian calibration misses delta at eps = {epsilon:g}, delta = {delta:g}: its "
+            f"noise spends delta = {analytic_delta(ratio, epsilon):.3g} (exact accounting, Balle & Wang "
+            "2018). Use the analytic calibration, which is exact at every (eps, delta)."
+        )
+    return ratio
+
+
 def gaussian_ratio(epsilon: float, delta: float, calibration: Calibration = "analytic") -> float:
-    """s*(eps, delta): the largest sensitivity-to-sigma ratio the calibration admits (gamma = s*^2)."""
+    """s*(eps, delta): the largest sensitivity-to-sigma ratio the calibration admits (gamma = s*^2).
+
+    Raises ParameterError where a closed-form calibration would not meet delta by the exact profile.
+    """
     eps = _check_epsilon(epsilon)
     dlt = _check_delta(delta)
     if calibration == "analytic":
         return _analytic_ratio(eps, dlt)
     if calibration == "paper":
-        return eps / math.sqrt(2.0 * math.log(2.0 / dlt))
+        return _checked_formula("paper", eps / math.sqrt(2.0 * math.log(2.0 / dlt)), eps, dlt)
     if calibration == "classic":
         if eps >= 1.0:
             raise ParameterError(
                 f"the classic Gaussian calibration is valid only for epsilon < 1 (got {eps:g}); "
                 "use the analytic calibration instead."
             )
-        return eps / math.sqrt(2.0 * math.log(1.25 / dlt))
+        return _checked_formula("classic", eps / math.sqrt(2.0 * math.log(1.25 / dlt)), eps, dlt)
     raise ParameterError(f"unknown calibration {calibration!r}; use one of {sorted(CALIBRATIONS)}.")
 
 

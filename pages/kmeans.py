@@ -176,7 +176,8 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         return None
     if gaussian:
         with user_errors("checking δ") as outcome:
-            gaussian_ratio(grid[0], delta, calibration)  # type: ignore[arg-type]
+            for eps in grid:
+                gaussian_ratio(eps, delta, calibration)  # type: ignore[arg-type]
         if outcome.failed:
             return None
     return view.SweepParams(

@@ -125,10 +125,10 @@ def test_analytic_sigma_below_classic_and_paper(epsilon: float, delta: float) ->
     assert analytic_delta(1 / classic, epsilon) <= delta
 
 
-def test_paper_calibration_is_not_valid_at_large_epsilon() -> None:
-    # Why "paper" is labelled and not the default: at eps = 20 it spends more delta than asked.
-    t = gaussian_ratio(20.0, 1e-12, "paper")
-    assert analytic_delta(t, 20.0) > 1e-12
+def test_paper_calibration_is_refused_at_large_epsilon() -> None:
+    # At eps = 20 the paper's sigma would spend more delta than asked (exact profile), so it is refused.
+    with pytest.raises(ParameterError, match="analytic calibration"):
+        gaussian_ratio(20.0, 1e-12, "paper")
 
 
 def test_classic_refuses_large_epsilon_and_bad_parameters() -> None:

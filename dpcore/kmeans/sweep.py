@@ -339,9 +339,8 @@ def sweep(
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ParameterError(f"trials must be an integer >= 1 (got {trials!r}); 20 is a good default.")
     if any(MECHANISMS[m].needs_delta for m in keys):
-        gaussian_ratio(float(grid[0]), delta, calibration)  # validates delta and the calibration
-        if calibration == "classic" and grid.max() >= 1:
-            raise ParameterError("the classic calibration needs every eps < 1; use the analytic calibration.")
+        for eps in grid:  # validates delta and the calibration at every eps, before any work
+            gaussian_ratio(float(eps), delta, calibration)
     _needs(keys, bounds, graph)
     report = progress or (lambda _f, _m: None)
 
