@@ -31,7 +31,7 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
@@ -47,13 +47,12 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from dpcore.ledger import Ledger, ReleaseRecord
-    from dpcore.mechanisms import Sampler
+    from dpcore.plan import ReleasePlan
 
 __all__ = [
     "DEMO_NOTICE",
     "LOCAL_NOTICE",
     "Release",
-    "ReleaseRun",
     "build_manifest",
     "file_stem",
     "html_report",
@@ -92,61 +91,32 @@ def _jsonable(value: Any) -> Any:
 
 
 def build_manifest(
+    plan: ReleasePlan,
     *,
-    definition: str,
-    policy_label: str,
-    mechanism: str,
-    guarantee: str,
-    calibration: str,
-    epsilon: float,
-    delta: float,
-    bounds_source: str,
-    fingerprint: str,
-    sampling_mode: str,
     user: str,
     request_id: str,
-    parameters: Mapping[str, Any],
+    details: Mapping[str, Any] | None = None,
     time: datetime | str | None = None,
-    dataset_id: str | None = None,
-    is_local: bool | None = None,
 ) -> dict[str, Any]:
-    """The release manifest as a JSON-ready dict.
-
-    ``sampling_mode`` is ``"secure"`` or ``"demo"`` (diagnostic noise is never released). Demo adds
-    ``"demo": true`` and ``"notice": DEMO_NOTICE``. ``is_local`` (default: ``definition == "local_pdp"``)
-    adds ``"local_notice"`` saying the guarantee is not differential privacy. ``time`` defaults to now (UTC).
-    """
-    if sampling_mode not in RELEASE_MODES:
-        raise ParameterError(
-            f"sampling_mode must be one of {RELEASE_MODES}, got {sampling_mode!r}: releases use secure "
-            "sampling, or a labelled demo seed; diagnostic noise is never released."
-        )
+    """The release manifest as a JSON-ready dict: the plan's fields (definition, relation, account,
+    guarantee, mechanism, parameters, preparation, eps, delta, dataset, mode) plus the run's published
+    ``details``, time (default now, UTC), user and request id. Demo plans add ``"demo": true`` and
+    ``"notice": DEMO_NOTICE``; local guarantees add ``"local_notice"``."""
     if time is None:
         time = datetime.now(UTC)
-    local = definition == "local_pdp" if is_local is None else bool(is_local)
     manifest: dict[str, Any] = {
-        "mechanism": mechanism,
-        "definition": definition,
-        "policy": policy_label,
-        "guarantee": guarantee,
-        "is_local": local,
-        "epsilon": float(epsilon),
-        "delta": float(delta),
-        "calibration": calibration,
-        "bounds_source": bounds_source,
-        "dataset_id": dataset_id,
-        "dataset_fingerprint": fingerprint,
-        "sampling_mode": sampling_mode,
-        "demo": sampling_mode == "demo",
+        **plan.to_manifest(),
+        "details": _jsonable(dict(details or {})),
+        "demo": plan.mode == "demo",
+        "is_local": not plan.spec.is_dp,
         "time": time.isoformat(timespec="seconds") if isinstance(time, datetime) else str(time),
         "user": user,
         "request_id": request_id,
-        "parameters": _jsonable(dict(parameters)),
         "dpcore_version": __version__,
     }
     if manifest["demo"]:
         manifest["notice"] = DEMO_NOTICE
-    if local:
+    if manifest["is_local"]:
         manifest["local_notice"] = LOCAL_NOTICE
     return manifest
 
@@ -163,6 +133,9 @@ def release_files(
 ) -> dict[str, bytes]:
     """File name -> content: CSV of ``table``, JSON ``{"manifest", "data"}``, manifest, HTML report."""
     stem = file_stem(manifest, name)
+    if manifest.get("demo"):  # the mark travels inside every file, not only in its name
+        table = table.copy()
+        table.insert(0, "notice", DEMO_NOTICE)
     data = json.loads(table.to_json(orient="records", double_precision=15))
     files = {
         f"{stem}.csv": table.to_csv(index=False).encode(),
@@ -277,9 +250,6 @@ def load_artifacts(path: str | os.PathLike[str]) -> dict[str, bytes]:
         return {name: archive.read(name) for name in archive.namelist()}
 
 
-ReleaseRun = Callable[["Sampler"], tuple[pd.DataFrame, Sequence["go.Figure"], Mapping[str, Any]]]
-
-
 @dataclass(frozen=True)
 class Release:
     """A paid release: its ledger record, manifest, files (name -> bytes), released table and figures.
@@ -314,80 +284,62 @@ def _replay(record: ReleaseRecord) -> Release:
 
 def make_release(
     ledger: Ledger,
+    plan: ReleasePlan,
+    inputs: Any,
     *,
-    dataset_id: str,
     request_id: str,
-    run: ReleaseRun,
-    sampler: Sampler,
-    mechanism: str,
-    guarantee: str,
-    definition: str,
-    policy_label: str,
-    epsilon: float,
-    delta: float,
-    calibration: str = "",
-    bounds_source: str = "",
-    fingerprint: str = "",
     user: str,
-    parameters: Mapping[str, Any],
     artifacts_dir: str | os.PathLike[str],
-    title: str = "Differentially private release",
     name: str = "release",
-    is_local: bool | None = None,
 ) -> Release:
-    """Run ``run(sampler)`` once, store the files, then debit the ledger; return the paid :class:`Release`.
+    """Run ``plan`` once on ``inputs``, store the files, then debit the plan's account; return the release.
 
-    ``run`` returns (released table, figures, extra parameters for the manifest). Raises the ledger's
-    ``BudgetExceeded`` / ``BudgetNotSet`` (files deleted, nothing returned), ``ParameterError`` for a
-    diagnostic sampler, and whatever the mechanism raises (nothing stored, nothing debited).
+    The sampler follows the plan (OS entropy, or the demo seed). Raises the ledger's ``BudgetExceeded`` /
+    ``BudgetNotSet`` (files deleted, nothing returned) and whatever the mechanism raises (nothing stored,
+    nothing debited). A ``request_id`` already in the ledger returns the first release, debiting nothing.
     """
-    if sampler.mode not in RELEASE_MODES:
-        raise ParameterError(
-            f"A release needs a secure (or labelled demo) sampler, got mode {sampler.mode!r}; diagnostic "
-            "noise is never released. Use Sampler() or Sampler(seed=...)."
-        )
-    previous = next((r for r in ledger.releases(dataset_id) if r.request_id == request_id), None)
+    from dpcore.mechanisms import Sampler
+
+    previous = ledger.release_by_request(request_id)
     if previous is not None:
+        if previous.account != plan.account.key:
+            raise LedgerError(
+                f"Request {request_id} was already used for another release (account {previous.account}); "
+                "start a new request."
+            )
         return _replay(previous)
-    if ledger.budget(dataset_id) is None:
+    account = plan.account
+    if ledger.budget(account) is None:
         raise BudgetNotSet(
-            f"Dataset {dataset_id} has no privacy budget, so nothing can be released. Set its total budget "
-            "on the Privacy policy page (Ledger.set_budget)."
+            f"No budget is set for {plan.definition_label} ({plan.relation}"
+            f"{', demo' if plan.mode == 'demo' else ''}) on dataset {plan.dataset_name}, so nothing can be "
+            "released. Set it on the Privacy policy page (Ledger.set_budget)."
         )
-    table, figures, extra = run(sampler)
-    manifest = build_manifest(
-        definition=definition,
-        policy_label=policy_label,
-        mechanism=mechanism,
-        guarantee=guarantee,
-        calibration=calibration,
-        epsilon=epsilon,
-        delta=delta,
-        bounds_source=bounds_source,
-        fingerprint=fingerprint,
-        sampling_mode=sampler.mode,
-        user=user,
-        request_id=request_id,
-        parameters={**parameters, **extra},
-        dataset_id=dataset_id,
-        is_local=is_local,
+    sampler = Sampler() if plan.mode == "secure" else Sampler(plan.seed)
+    out = plan.spec.release(
+        inputs, epsilon=plan.epsilon, delta=plan.delta, params=dict(plan.params), sampler=sampler
     )
-    report = html_report(title, manifest, list(figures), [("Released table", table)])
-    files = release_files(table, manifest, name=name, html_text=report)
+    if out.scope is not None and plan.scope and out.scope != plan.scope:
+        raise ParameterError(
+            f"The mechanism protected '{out.scope}', but the plan says '{plan.scope}'; nothing was released."
+        )
+    manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
+    title = f"{plan.spec.label}: released output"
+    report = html_report(title, manifest, list(out.figures), [("Released table", out.table)])
+    files = release_files(out.table, manifest, name=name, html_text=report)
     path, digest = save_artifacts(artifacts_dir, request_id, files)
+    ledger.register_dataset(plan.dataset_id, plan.dataset_name, plan.fingerprint)
     try:
         record = ledger.spend(
-            dataset_id,
-            epsilon,
-            delta,
-            mechanism,
+            account,
+            *plan.cost,
+            plan.mechanism,
             request_id,
             user=user,
-            fingerprint=fingerprint or None,
-            definition=definition,
-            calibration=calibration,
-            sampling_mode=sampler.mode,
-            parameters=manifest["parameters"],
+            fingerprint=plan.fingerprint,
+            definition=plan.definition,
+            calibration=str(plan.params.get("calibration", "")),
+            parameters={"plan_key": plan.key, **manifest["parameters"]},
             artifact_path=path,
             artifact_hash=digest,
         )
@@ -397,4 +349,4 @@ def make_release(
     if record.artifact_hash != digest:  # a concurrent run of the same request was recorded first
         path.unlink(missing_ok=True)
         return _replay(record)
-    return Release(record=record, manifest=manifest, files=files, table=table, figures=tuple(figures))
+    return Release(record=record, manifest=manifest, files=files, table=out.table, figures=tuple(out.figures))

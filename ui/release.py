@@ -1,32 +1,41 @@
-"""The release panel shared by the K-means and Locations pages.
+"""The release panel shared by the K-means and Locations pages; it shows and runs one release plan.
 
-One panel per page (``key``). Its request id is a uuid4 kept in session state for one *intent*
-(dataset, mechanism, eps, delta, parameters, sampling mode, seed): a rerun or a double click reuses
-it, so the ledger debits at most once. The id changes when the intent changes or after a release
-completes (a second release with the same settings needs an explicit confirmation). The order of
-work is :func:`dpcore.report.make_release`'s: run once, store the files, debit atomically, and only
-then show anything.
+The page builds a :class:`dpcore.plan.ReleasePlan` with :func:`current_plan` (dataset, preparation, policy
+and sampling mode come from the session; mechanism, eps, delta and parameters from the page). The panel
+shows exactly that plan, its guarantee and the budget left on its ledger account, read from the ledger on
+every run; the button is disabled, with the reason, when the plan cannot be released (no budget, over
+budget, settings changed since the comparison). Its request id is a uuid4 kept for one plan (its key): a
+rerun or a double click reuses it, so the ledger debits at most once; a second release of the same plan
+needs an explicit confirmation. The order of work is :func:`dpcore.report.make_release`'s: run once, store
+the files, debit atomically, and only then show anything.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from dpcore import config
-from dpcore.policy import Policy
-from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, ReleaseRun, make_release, sha256_file
+from dpcore.plan import ReleasePlan, policy_account, preparation_steps
+from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
 from ui import state
 from ui.errors import user_errors
 
-__all__ = ["ARTIFACTS", "artifact_bytes", "artifacts_dir", "intent_key", "release_panel", "show_release"]
+__all__ = [
+    "ARTIFACTS",
+    "artifact_bytes",
+    "artifacts_dir",
+    "current_plan",
+    "policy_budget",
+    "release_panel",
+    "show_release",
+]
 
 ARTIFACTS = "artifacts"
 _MIME = {".csv": "text/csv", ".json": "application/json", ".html": "text/html"}
@@ -34,7 +43,7 @@ _MIME = {".csv": "text/csv", ".json": "application/json", ".html": "text/html"}
 
 @dataclass
 class PanelState:
-    """A panel's current intent, its request id, and the release made for it (None until paid)."""
+    """A panel's current plan key, its request id, and the release made for it (None until paid)."""
 
     intent: str
     request_id: str
@@ -56,10 +65,49 @@ def artifact_bytes(path: str | None, expected_sha256: str | None) -> bytes | Non
     return file.read_bytes() if sha256_file(file) == expected_sha256 else None
 
 
-def intent_key(**fields: Any) -> str:
-    """SHA-256 of the JSON of the fields that define a release request."""
-    text = json.dumps(fields, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+def policy_budget() -> tuple[str, Any] | None:
+    """(account label, budget status or None) of the current policy's account, read from the ledger."""
+    ds = state.dataset()
+    if ds is None:
+        return None
+    account = policy_account(ds.dataset_id, state.policy(), state.mode())
+    demo = " (demo account)" if account.mode == "demo" else ""
+    label = f"{account.definition}: {account.relation}{demo}"
+    return label, state.ledger().budget(account)
+
+
+def current_plan(
+    domain: str,
+    mechanism: str,
+    *,
+    epsilon: float,
+    delta: float = 0.0,
+    params: Mapping[str, Any] | None = None,
+    scope: str = "",
+) -> ReleasePlan | None:
+    """The plan of a release from the session (dataset, preparation, policy, mode) and the page's choices;
+    None, with the reason shown, when the combination is invalid."""
+    ds = state.dataset()
+    if ds is None:
+        return None
+    prepared = ds.prepared
+    leaks = prepared.leaks if domain == "kmeans" and prepared is not None else ()
+    with user_errors("checking the release plan") as outcome:
+        plan = ReleasePlan(
+            domain=domain,
+            mechanism=mechanism,
+            epsilon=epsilon,
+            delta=delta,
+            policy=state.policy(),
+            dataset_name=ds.name,
+            fingerprint=ds.fingerprint,
+            params=dict(params or {}),
+            preparation=preparation_steps(ds.cleaning, leaks),
+            mode=state.mode(),
+            seed=state.demo_seed(),
+            scope=scope,
+        )
+    return None if outcome.failed else plan
 
 
 def _panel(key: str, intent: str) -> PanelState:
@@ -76,8 +124,9 @@ def show_release(result: Release, key: str) -> None:
     rec = result.record
     note = " (already recorded: nothing was debited again)" if result.replayed else ""
     st.success(
-        f"Released {rec.mechanism} at ε = {rec.epsilon:.4g}, δ = {rec.delta:.3g}; recorded in the ledger as "
-        f"request {rec.request_id[:8]} at {rec.time[:19]} UTC{note}."
+        f"Released {result.manifest.get('mechanism_label', rec.mechanism)} at ε = {rec.epsilon:.4g}, "
+        f"δ = {rec.delta:.3g}; recorded in the ledger as request {rec.request_id[:8]} at {rec.time[:19]} "
+        f"UTC{note}."
     )
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
@@ -97,63 +146,54 @@ def show_release(result: Release, key: str) -> None:
         )
 
 
-def release_panel(
-    *,
-    key: str,
-    mechanism: str,
-    guarantee: str,
-    epsilon: float,
-    delta: float,
-    run: ReleaseRun,
-    params: Mapping[str, Any],
-    policy: Policy | None = None,
-    calibration: str = "",
-    bounds_source: str | None = None,
-    title: str | None = None,
-) -> Release | None:
-    """Show the cost, the budget left and a Release button; on click, release once and show it.
+def _blocked(plan: ReleasePlan, stale: str | None) -> str | None:
+    """Why the plan cannot be released now (read from the ledger), or None."""
+    if stale:
+        return stale
+    status = state.ledger().budget(plan.account)
+    what = f"{plan.definition_label} ({plan.relation})" + (" in demo mode" if plan.mode == "demo" else "")
+    if status is None:
+        return f"No budget is set for {what} on this dataset: set one on the Privacy policy page."
+    eps, delta = plan.cost
+    if eps > status.epsilon_left or delta > status.delta_left:
+        return (
+            f"This release costs ε = {eps:.4g}, δ = {delta:.3g}, more than the budget left for {what}: "
+            f"ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}."
+        )
+    return None
 
-    ``run(sampler)`` runs the mechanism once and returns (released table, Plotly figures, extra
-    parameters for the manifest). ``params`` (JSON-able) are the settings that define the request, e.g.
-    ``{"k": 4, "features": [...]}``. ``policy`` defaults to the current one (its definition and label
-    go into the ledger and manifest). ``bounds_source`` defaults to the prepared data's. Returns the
-    release made by this panel for the current settings (also after reruns), else None.
-    """
+
+def release_panel(
+    *, key: str, plan: ReleasePlan | None, inputs: Any, stale: str | None = None
+) -> Release | None:
+    """Show ``plan`` (exactly what will run), its guarantee and budget, and a Release button; on click,
+    release once and show it. ``stale`` (a reason) disables the button, e.g. when the settings differ
+    from the last comparison. Returns the release made for this plan (also after reruns), else None."""
     st.subheader("Release")
-    ds = state.dataset()
-    if ds is None:
+    if state.dataset() is None:
         st.info("Load a dataset on the Data page before releasing.")
         return None
-    pol = policy or state.policy()
-    local = pol.definition == "local_pdp"
-    st.markdown(f"**{mechanism}** · cost ε = {epsilon:.4g}, δ = {delta:.3g}")
-    (st.warning if local else st.info)(guarantee)
-    if local:
+    if plan is None:
+        st.info("Fix the settings above to release (the reason is shown above).")
+        return None
+    st.markdown("**What will run** (exactly these values):")
+    st.table(pd.DataFrame(plan.summary_rows(), columns=["setting", "value"]).set_index("setting"))
+    (st.info if plan.spec.is_dp else st.warning)(plan.guarantee)
+    if not plan.spec.is_dp:
         st.warning(LOCAL_NOTICE)
+    if plan.mode == "demo":
+        st.warning(f"DEMO mode (seed {plan.seed}): the output will be marked '{DEMO_NOTICE}' in every file.")
+    blocked = None
     with user_errors("reading the budget"):
-        status = state.ledger().budget(ds.dataset_id)
-        if status is None:
-            st.warning("This dataset has no privacy budget yet: set one on the Privacy policy page.")
-        else:
+        blocked = _blocked(plan, stale)
+        status = state.ledger().budget(plan.account)
+        if status is not None:
             st.caption(
-                f"Budget left for {ds.name}: ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
+                f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
+                f"ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
             )
-            if epsilon > status.epsilon_left or delta > status.delta_left:
-                st.warning("This release costs more than the budget left; the ledger will refuse it.")
-    mode, seed = state.mode(), state.demo_seed()
-    if mode == "demo":
-        st.warning(f"DEMO mode (seed {seed}): the output will be marked '{DEMO_NOTICE}'.")
-    intent = intent_key(
-        dataset=ds.dataset_id,
-        mechanism=mechanism,
-        epsilon=float(epsilon),
-        delta=float(delta),
-        params=params,
-        definition=pol.definition,
-        mode=mode,
-        seed=seed,
-    )
-    panel = _panel(key, intent)
+    panel = _panel(key, plan.key)
+    eps = plan.epsilon
     if panel.result is not None:
         shown = st.empty()  # the previous release, cleared below if a new request is made in this run
         with shown.container():
@@ -162,40 +202,36 @@ def release_panel(
             "Make another release with these settings (a new request: spends the budget again)",
             # bound to this request: once it is spent the next one needs a fresh confirmation
             key=f"{key}_again_{panel.request_id}",
+            disabled=blocked is not None,
         )
-        if not (again and st.button("Release again", key=f"{key}_release_again")):
+        go = st.button("Release again", key=f"{key}_release_again", disabled=blocked is not None)
+        if not (again and go):
             return panel.result
         shown.empty()  # a refused request must not leave the previous files on screen
         panel.request_id, panel.result = uuid.uuid4().hex, None
-    elif not st.button(f"Release (spends ε = {epsilon:.4g})", type="primary", key=f"{key}_release"):
-        return None
+    else:
+        if blocked:
+            st.warning(blocked)
+        if not st.button(
+            f"Release (spends ε = {eps:.4g})",
+            type="primary",
+            key=f"{key}_release",
+            disabled=blocked is not None,
+            help=blocked,
+        ):
+            return None
     with (
-        user_errors(f"releasing {mechanism}") as outcome,
+        user_errors(f"releasing {plan.spec.label}") as outcome,
         st.spinner("Running the mechanism and recording it..."),
     ):
-        prepared = ds.prepared
         result = make_release(
             state.ledger(),
-            dataset_id=ds.dataset_id,
+            plan,
+            inputs,
             request_id=panel.request_id,
-            run=run,
-            sampler=state.sampler(),
-            mechanism=mechanism,
-            guarantee=guarantee,
-            definition=pol.definition,
-            policy_label=pol.label,
-            epsilon=epsilon,
-            delta=delta,
-            calibration=calibration,
-            bounds_source=bounds_source
-            or (prepared.bounds_source if prepared is not None else "not applicable"),
-            fingerprint=ds.fingerprint,
             user=state.user(),
-            parameters=params,
             artifacts_dir=artifacts_dir(),
-            title=title or f"{mechanism}: released output",
             name=key,
-            is_local=local,
         )
     if outcome.failed:
         return None

@@ -1,0 +1,379 @@
+"""What a release is: one plan from the data to the ledger.
+
+A :class:`ReleasePlan` holds everything that decides a release's privacy: the dataset (name and
+fingerprint), every preparation step with its privacy effect, the mechanism (a key of its domain's
+registry) and its parameters, epsilon and delta, the privacy policy, the unit of protection and the
+sampling mode. It validates the combination as a whole (refusing what is invalid), derives the one
+guarantee sentence, the ledger account and the cost, runs the release (:func:`dpcore.report.make_release`)
+and round-trips through the manifest, so a release can be re-run or verified from its manifest alone.
+Pages, the release panel, reports and the ledger take these from the plan and compute them nowhere else.
+
+Preparation that reads values from the data (imputing with a mean/median/mode, bounds taken from the
+data, standardising with the data's mean and standard deviation, categories read from the data) lets one
+person move many rows, so the mechanism's sensitivity no longer holds: a secure release under a
+differential privacy, Blowfish or geo-indistinguishability definition is refused; a demo or local
+(dataset-dependent) release is labelled with what it is. Dropping incomplete rows and curator-given
+constants keep the guarantee.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from dpcore.errors import ParameterError, PolicyError
+from dpcore.ledger import Account
+from dpcore.policy import (
+    NEIGHBOURS,
+    ApproxDP,
+    Blowfish,
+    GeoIndistinguishability,
+    Policy,
+    PureDP,
+    graph_from_dict,
+    odds_bound,
+    policy_from_dict,
+)
+
+if TYPE_CHECKING:
+    from dpcore.registry import MechanismSpec, Registry
+
+__all__ = [
+    "DOMAINS",
+    "PLAN_VERSION",
+    "PrepStep",
+    "ReleasePlan",
+    "policy_account",
+    "preparation_steps",
+    "registry",
+]
+
+PLAN_VERSION = 1
+DOMAINS = ("kmeans", "location")
+Mode = Literal["secure", "demo"]
+_ACCOUNT_FAMILY = {
+    "pure_dp": "dp",
+    "approx_dp": "dp",
+    "blowfish": "blowfish",
+    "geo_ind": "geo_ind",
+    "local_pdp": "local_pdp",
+}
+_DATA_DERIVED_NOTE = (
+    "Preparation read values from the data ({steps}); one person can move every affected row, so the "
+    "bound above does not cover that preparation."
+)
+
+
+def registry(domain: str) -> Registry:
+    """The mechanism registry of ``domain`` ("kmeans" or "location")."""
+    if domain == "kmeans":
+        from dpcore.kmeans.registry import KMEANS
+
+        return KMEANS
+    if domain == "location":
+        from dpcore.location.registry import LOCATIONS
+
+        return LOCATIONS
+    raise ParameterError(f"Unknown release domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
+
+
+@dataclass(frozen=True)
+class PrepStep:
+    """One preparation step, in words, and whether it read values from the data (its privacy effect)."""
+
+    step: str
+    data_derived: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "data_derived": self.data_derived}
+
+
+def preparation_steps(cleaning: Sequence[str], leaks: Sequence[str] = ()) -> tuple[PrepStep, ...]:
+    """Steps from the Data page's missing-value choices (``"<strategy> on <columns> ..."``: only ``drop``
+    keeps the guarantee) and, once features are prepared, ``PreparedData.leaks`` (each one data-derived;
+    they include the imputations, which then stand for their cleaning steps)."""
+    steps = [PrepStep(t, not t.startswith("drop")) for t in cleaning if t.startswith("drop") or not leaks]
+    return (*steps, *(PrepStep(t, True) for t in leaks))
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """Everything one release is, validated as a whole on creation (``PolicyError``/``ParameterError``).
+
+    ``epsilon`` is what the ledger debits: eps for differential privacy, local PDP and Blowfish, the level
+    l within the policy's radius r for geo-indistinguishability. ``scope`` names the unit of protection
+    when it is not one row (e.g. "per user, at most 5 locations each"); it is part of the account.
+    """
+
+    domain: str
+    mechanism: str
+    epsilon: float
+    policy: Policy
+    dataset_name: str
+    fingerprint: str
+    delta: float = 0.0
+    params: Mapping[str, Any] = field(default_factory=dict)
+    preparation: tuple[PrepStep, ...] = ()
+    mode: Mode = "secure"
+    seed: int | None = None
+    scope: str = ""
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        object.__setattr__(self, "params", spec.validate_params(self.params))
+        eps, delta = float(self.epsilon), float(self.delta)
+        if not (math.isfinite(eps) and eps > 0):
+            raise PolicyError(f"epsilon must be a positive finite number, got {self.epsilon!r}; e.g. 1.0.")
+        if not 0 <= delta < 1:
+            raise PolicyError(f"delta must lie in [0, 1), got {self.delta!r}; e.g. 1e-6, or 0.")
+        if spec.needs_delta and delta == 0:
+            raise PolicyError(f"{spec.label} needs delta > 0 (Gaussian noise); choose e.g. 1e-6, below 1/n.")
+        if not spec.needs_delta and delta != 0:
+            raise PolicyError(f"{spec.label} satisfies a pure (delta = 0) guarantee; set delta to 0.")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", delta)
+        if self.mode not in ("secure", "demo"):
+            raise ParameterError(f"mode must be 'secure' or 'demo', got {self.mode!r}.")
+        if (self.mode == "demo") != (self.seed is not None):
+            raise ParameterError("A demo plan needs its seed and a secure plan has none (OS entropy).")
+        if len(self.fingerprint) < 16:
+            raise ParameterError("fingerprint must be the dataset's SHA-256 fingerprint (64 hex digits).")
+        derived = self.data_derived_steps
+        if derived and self.mode == "secure" and spec.is_dp:
+            raise PolicyError(
+                f"{spec.label} cannot be released under {self.definition_label}: preparation read values "
+                f"from the data ({'; '.join(derived)}), so one person can move many rows and the noise no "
+                "longer covers them. On the Data page, drop incomplete rows instead of imputing, give public "
+                "bounds, and scale with min-max to the public bounds; or use demo mode to explore."
+            )
+        self._check_policy(spec)
+
+    # -- what the plan is -------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> MechanismSpec:
+        """The mechanism's registry entry."""
+        return registry(self.domain)[self.mechanism]
+
+    @property
+    def dataset_id(self) -> str:
+        """The ledger's id of the dataset: the first 16 hex digits of its fingerprint."""
+        return self.fingerprint[:16]
+
+    @property
+    def definition(self) -> str:
+        """The privacy definition this release satisfies (the mechanism's)."""
+        return self.spec.definition
+
+    @property
+    def definition_label(self) -> str:
+        return {
+            "pure_dp": "ε-differential privacy",
+            "approx_dp": "(ε, δ)-differential privacy",
+            "blowfish": "Blowfish privacy",
+            "geo_ind": "geo-indistinguishability",
+            "local_pdp": "personalised differential privacy (PDP) for this dataset only",
+        }[self.definition]
+
+    @property
+    def data_derived_steps(self) -> list[str]:
+        return [s.step for s in self.preparation if s.data_derived]
+
+    @property
+    def relation(self) -> str:
+        """The neighbour relation in words; with the definition family it names the ledger account."""
+        return _relation(_ACCOUNT_FAMILY[self.definition], self.policy, self.params, self.spec.label)
+
+    def _radius(self) -> float:
+        return _radius(self.policy, self.spec.label)
+
+    def _check_policy(self, spec: MechanismSpec) -> None:
+        """The policy gives what the mechanism's definition needs (a graph, a radius)."""
+        _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label)
+
+    @property
+    def account(self) -> Account:
+        """The one ledger account this release debits: dataset, definition family, relation, mode."""
+        return Account(self.dataset_id, _ACCOUNT_FAMILY[self.definition], self.relation, self.mode)
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        """(epsilon, delta) debited from :attr:`account`."""
+        return self.epsilon, self.delta
+
+    @property
+    def guarantee(self) -> str:
+        """The release's guarantee in one sentence (plus what voids or weakens it)."""
+        eps, delta, odds = self.epsilon, self.delta, odds_bound(self.epsilon)
+        family = _ACCOUNT_FAMILY[self.definition]
+        scope = f" ({self.scope})" if self.scope else ""
+        if family == "geo_ind":
+            r = self._radius()
+            text = (
+                f"Geo-indistinguishability at level {eps:.3g} within {r:g} metres (ε = {eps / r:.3g} per "
+                f"metre){scope}: two locations at most {r:g} m apart are at most e^{eps:.3g} = {odds:.3g} "
+                "times more likely to produce any output than each other; farther apart, less protected."
+            )
+        else:
+            what = {
+                "dp": "differential privacy",
+                "blowfish": "Blowfish privacy",
+                "local_pdp": "personalised differential privacy (PDP) for this dataset only, not "
+                "differential privacy",
+            }[family]
+            d = f", δ = {delta:.3g}" if delta else ""
+            text = (
+                f"{what.capitalize()} with ε = {eps:.4g}{d}: for two datasets that differ by "
+                f"{self.relation}{scope}, any output is at most e^ε = {odds:.3g} times more likely under "
+                f"one than the other{' (plus δ)' if delta else ''}."
+            )
+        notes = []
+        derived = self.data_derived_steps
+        if derived:
+            notes.append(_DATA_DERIVED_NOTE.format(steps="; ".join(derived)))
+        if self.mode == "demo":
+            notes.append(f"DEMO (seed {self.seed}): not a privacy release.")
+        return " ".join([text, *notes])
+
+    # -- manifest ---------------------------------------------------------------------------------
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The plan as JSON-ready fields of a release manifest (``from_manifest`` inverts it)."""
+        return {
+            "plan_version": PLAN_VERSION,
+            "domain": self.domain,
+            "mechanism": self.mechanism,
+            "mechanism_label": self.spec.label,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "definition": self.definition,
+            "relation": self.relation,
+            "account": self.account.key,
+            "guarantee": self.guarantee,
+            "policy": self.policy.to_dict(),
+            "dataset_name": self.dataset_name,
+            "dataset_fingerprint": self.fingerprint,
+            "dataset_id": self.dataset_id,
+            "parameters": _jsonable(self.params),
+            "preparation": [s.to_dict() for s in self.preparation],
+            "sampling_mode": self.mode,
+            "seed": self.seed,
+            "scope": self.scope,
+            "citation": self.spec.citation,
+        }
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> ReleasePlan:
+        """The plan recorded in a manifest; re-validated, and checked to derive the same guarantee."""
+        m = manifest.get("plan", manifest)
+        if m.get("plan_version") != PLAN_VERSION:
+            version = m.get("plan_version")
+            raise ParameterError(f"Unsupported plan version {version!r}; expected {PLAN_VERSION}.")
+        plan = cls(
+            domain=m["domain"],
+            mechanism=m["mechanism"],
+            epsilon=m["epsilon"],
+            delta=m["delta"],
+            policy=policy_from_dict(m["policy"]),
+            dataset_name=m["dataset_name"],
+            fingerprint=m["dataset_fingerprint"],
+            params=m["parameters"],
+            preparation=tuple(PrepStep(**s) for s in m["preparation"]),
+            mode=m["sampling_mode"],
+            seed=m["seed"],
+            scope=m.get("scope", ""),
+        )
+        for key in ("account", "guarantee", "definition"):
+            if key in m and to_json(plan.to_manifest()[key]) != to_json(m[key]):
+                raise PolicyError(f"The manifest's {key} does not follow from its plan; it was altered.")
+        return plan
+
+    @property
+    def key(self) -> str:
+        """SHA-256 of the plan's manifest fields: two plans with the same key release the same thing."""
+        return hashlib.sha256(to_json(self.to_manifest()).encode()).hexdigest()
+
+    def with_mode(self, mode: Mode, seed: int | None = None) -> ReleasePlan:
+        return replace(self, mode=mode, seed=seed)
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """What will run, row by row, for the release panel (exactly the values the run uses)."""
+        rows = [
+            ("Dataset", self.dataset_name),
+            ("Mechanism", self.spec.label),
+            ("ε" if self.definition != "geo_ind" else "level l", f"{self.epsilon:.6g}"),
+            ("δ", f"{self.delta:.3g}"),
+            ("Definition", self.definition_label),
+            ("Neighbours", self.relation),
+            ("Mode", "DEMO (fixed seed)" if self.mode == "demo" else "secure (OS entropy)"),
+        ]
+        rows += [(name, _show(value)) for name, value in self.params.items()]
+        rows += [("Preparation", s.step + (" (data-derived)" * s.data_derived)) for s in self.preparation]
+        return rows
+
+
+def _radius(policy: Policy, label: str) -> float:
+    if not isinstance(policy, GeoIndistinguishability):
+        raise PolicyError(
+            f"{label} satisfies geo-indistinguishability, whose level is counted within the protected radius "
+            "set on the Privacy policy page: choose geo-indistinguishability there."
+        )
+    return float(policy.radius_m)
+
+
+def _relation(family: str, policy: Policy, params: Mapping[str, Any], label: str) -> str:
+    """The neighbour relation of a release in words (shared by plans and :func:`policy_account`)."""
+    if family == "dp":
+        nb = params.get("neighbours")
+        if nb is None:
+            nb = policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded"
+        return NEIGHBOURS[nb]
+    if family == "blowfish":
+        theta = params.get("theta_m", params.get("hs_m"))
+        if theta is not None:
+            return f"one location replaced by one at most {float(theta):g} m away"
+        graph = params.get("graph")
+        if graph is not None or isinstance(policy, Blowfish):
+            label = graph_from_dict(graph).label if graph is not None else policy.graph.label  # type: ignore[union-attr]
+            return f"one row's value replaced along an edge of the {label} graph"
+        raise PolicyError(
+            f"{label} needs a Blowfish policy graph: choose Blowfish on the Privacy policy page."
+        )
+    if family == "geo_ind":
+        return f"one location moved, level counted within {_radius(policy, label):g} m"
+    return "one of this dataset's own rows removed, clustering held fixed"
+
+
+def policy_account(dataset_id: str, policy: Policy, mode: Mode = "secure") -> Account:
+    """The account that releases under ``policy`` debit (the budget the Privacy policy page sets)."""
+    family = _ACCOUNT_FAMILY[policy.definition]
+    return Account(dataset_id, family, _relation(family, policy, {}, policy.label), mode)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(_show, value))
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(to_json(value))
+
+
+def to_json(value: Any) -> str:
+    """Canonical JSON (sorted keys; numpy values as lists; other objects by their ``to_dict`` or text)."""
+
+    def default(obj: Any) -> Any:
+        if hasattr(obj, "to_dict"):
+            return obj.to_dict()
+        if hasattr(obj, "tolist"):
+            return obj.tolist()
+        return str(obj)
+
+    return json.dumps(value, sort_keys=True, default=default)
