@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from dpcore.plan import policy_account
 from dpcore.policy import (
     DEFINITIONS,
     METRICS,
@@ -147,7 +148,7 @@ def _meaning(pol: Policy) -> None:
 
 
 def _budget() -> None:
-    st.header("Total budget for this dataset")
+    st.header("Total budget for this dataset and policy")
     ds = state.dataset()
     if ds is None:
         st.info("Load a dataset on the Data page to set its budget.")
@@ -157,12 +158,19 @@ def _budget() -> None:
         st.success(flash)
     ledger = state.ledger()
     status = None
+    account = policy_account(ds.dataset_id, state.policy(), state.mode())
+    unit = "level l" if account.definition == "geo_ind" else "ε"
+    demo = " (**demo account**: demo releases never spend the real budget)" if account.mode == "demo" else ""
+    radius = getattr(state.policy(), "radius_m", None)
+    levels = f"; spends are levels within {radius:,.0f} m" if radius is not None else ""
+    st.caption(
+        f"Budgets are kept per privacy definition and neighbour relation, never added across them. This one: "
+        f"**{state.policy().label}**, neighbours: {account.relation}{demo}{levels}."
+    )
     with user_errors("reading the ledger"):
-        status = ledger.budget(ds.dataset_id)
+        status = ledger.budget(account)
         if status is None:
-            st.caption(
-                f"Dataset {ds.dataset_id} ({ds.name}) has no budget yet; releases are refused until set."
-            )
+            st.caption(f"{ds.name} has no budget for this policy yet; its releases are refused until set.")
         else:
             a, b, c = st.columns(3)
             a.metric("Total ε", f"{status.epsilon_total:.4g}")
@@ -174,7 +182,9 @@ def _budget() -> None:
             )
     st.session_state.setdefault("pol_budget_eps", status.epsilon_total if status else 3.0)
     st.session_state.setdefault("pol_budget_delta", status.delta_total if status else 1e-5)
-    eps_total = st.number_input("Total ε for this dataset", step=0.5, format="%.4g", key="pol_budget_eps")
+    eps_total = st.number_input(
+        f"Total {unit} for this dataset", step=0.5, format="%.4g", key="pol_budget_eps"
+    )
     delta_total = st.number_input(
         "Total δ for this dataset (0 for pure DP)", step=1e-6, format="%.2e", key="pol_budget_delta"
     )
@@ -184,7 +194,8 @@ def _budget() -> None:
     )
     if st.button("Save budget", type="primary"):
         with user_errors("saving the budget") as outcome:
-            saved = ledger.set_budget(ds.dataset_id, eps_total, delta_total)
+            ledger.register_dataset(ds.dataset_id, ds.name, ds.fingerprint)
+            saved = ledger.set_budget(account, eps_total, delta_total)
         if not outcome.failed:
             st.session_state[FLASH_KEY] = (
                 f"Budget saved: ε = {saved.epsilon_total:.4g}, δ = {saved.delta_total:.3g} "

@@ -6,6 +6,7 @@ import streamlit as st
 
 from ui import auth, state
 from ui.errors import user_errors
+from ui.release import policy_budget
 
 MODE_LABELS = {
     "secure": "Release mode (secure sampling)",
@@ -25,10 +26,12 @@ def _dataset_section() -> None:
         p = ds.prepared
         st.caption(f"Prepared: {p.n_samples:,} rows × {p.n_features} features (scaling: {p.scaling})")
     with user_errors("reading the ledger"):
-        status = state.ledger().budget(ds.dataset_id)
+        found = policy_budget()
+        status = None if found is None else found[1]
         if status is None:
-            st.caption("No privacy budget set yet (Privacy policy page).")
+            st.caption("No privacy budget set yet for this policy (Privacy policy page).")
         else:
+            st.caption(f"Account: {found[0]}")
             st.metric(
                 "Budget left (ε)",
                 f"{status.epsilon_left:.4g}",
