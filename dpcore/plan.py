@@ -176,8 +176,18 @@ class ReleasePlan:
             "approx_dp": "(ε, δ)-differential privacy",
             "blowfish": "Blowfish privacy",
             "geo_ind": "geo-indistinguishability",
-            "local_pdp": "personalised differential privacy (PDP) for this dataset only",
+            "local_pdp": "a local (ε, δ) bound for this dataset only (not differential privacy)",
         }[self.definition]
+
+    def _local_name(self) -> str:
+        """Ravi et al. 2021's probabilistic DP (PDP: the privacy loss exceeds ε with probability at most δ)
+        holds with their own calibration; the analytic one (Balle & Wang 2018) meets the (ε, δ) inequality
+        only, which is weaker than PDP; both only for this dataset, with the clustering held fixed."""
+        if self.params.get("calibration") == "paper":
+            what = "probabilistic differential privacy (PDP)"
+        else:
+            what = "an (ε, δ) indistinguishability bound (analytic Gaussian calibration; weaker than PDP)"
+        return f"{what} for this dataset only, not differential privacy"
 
     @property
     def data_derived_steps(self) -> list[str]:
@@ -222,8 +232,7 @@ class ReleasePlan:
             what = {
                 "dp": "differential privacy",
                 "blowfish": "Blowfish privacy",
-                "local_pdp": "personalised differential privacy (PDP) for this dataset only, not "
-                "differential privacy",
+                "local_pdp": self._local_name(),
             }[family]
             d = f", δ = {delta:.3g}" if delta else ""
             text = (

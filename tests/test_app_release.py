@@ -12,33 +12,25 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
-from dpcore.ledger import Ledger
-from ui.state import Dataset
+from dpcore.ledger import Account, Ledger
+from dpcore.plan import policy_account
+from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 60
 
 
 def _release_script():
     import numpy as np
-    import pandas as pd
     import streamlit as st
 
-    from ui.release import release_panel
+    from dpcore.kmeans.registry import KMeansInputs
+    from ui.release import current_plan, release_panel
 
-    def run(sampler):
-        st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-        x = np.array([1.0, 2.0]) + sampler.laplace(2, 1.0)
-        return pd.DataFrame({"centre": [0, 1], "x": x}), [], {"noise_scale": 1.0}
-
-    release_panel(
-        key="fake",
-        mechanism="FakeLaplace",
-        guarantee="ε-DP for one row added or removed (test mechanism).",
-        epsilon=st.session_state.get("eps", 0.4),
-        delta=0.0,
-        run=run,
-        params={"k": 2},
-    )
+    X = np.linspace(0.0, 1.0, 40).reshape(20, 2)
+    eps = st.session_state.get("eps", 0.4)
+    plan = current_plan("kmeans", "dp_lloyd", epsilon=eps, params={"n_clusters": 2})
+    inputs = KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b"))
+    release_panel(key="fake", plan=plan, inputs=inputs)
 
 
 @pytest.fixture
@@ -47,10 +39,14 @@ def dataset() -> Dataset:
     return Dataset(name="tiny", raw=raw, schema=infer_schema(raw), cleaned=raw, fingerprint=fingerprint(raw))
 
 
+def _account(dataset: Dataset, mode: str = "secure") -> Account:
+    return policy_account(dataset.dataset_id, DEFAULT_POLICY, mode)  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def ledger(dataset: Dataset) -> Ledger:
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(dataset.dataset_id, 1.0, 0.0)
+    ledger.set_budget(_account(dataset), 1.0, 0.0)
     return ledger
 
 
@@ -70,16 +66,16 @@ def test_release_debits_once_and_offers_downloads(dataset: Dataset, ledger: Ledg
     assert at.session_state["dp_release::fake"].request_id == request_id  # stable across reruns
     at.button(key="fake_release").click().run()
     assert not at.exception and not at.error
-    records = ledger.releases(dataset.dataset_id)
+    records = ledger.releases(dataset_id=dataset.dataset_id)
     assert [r.request_id for r in records] == [request_id] and records[0].sampling_mode == "secure"
-    assert records[0].user == "test-curator" and records[0].definition == "approx_dp"
-    assert ledger.remaining(dataset.dataset_id) == pytest.approx((0.6, 0.0))
-    assert at.session_state["runs"] == 1
+    assert records[0].user == "test-curator" and records[0].definition == "pure_dp"
+    assert ledger.remaining(_account(dataset)) == pytest.approx((0.6, 0.0))
     names = sorted(b.label for b in at.download_button)
     stem = f"fake-{request_id[:8]}"
     assert names == sorted(f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html"))
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
-    assert manifest["request_id"] == request_id and manifest["parameters"] == {"k": 2, "noise_scale": 1.0}
+    assert manifest["request_id"] == request_id and manifest["parameters"]["n_clusters"] == 2
+    assert manifest["guarantee"].startswith("Differential privacy with ε = 0.4")
     assert manifest["dataset_fingerprint"] == dataset.fingerprint and manifest["demo"] is False
     released = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
     pd.testing.assert_frame_equal(released, at.session_state["dp_release::fake"].result.table)
@@ -87,13 +83,13 @@ def test_release_debits_once_and_offers_downloads(dataset: Dataset, ledger: Ledg
         assert stored.read(f"{stem}.csv") == downloads[f"{stem}.csv"]
 
     at.run().run()  # reruns show the same release and spend nothing
-    assert len(ledger.releases(dataset.dataset_id)) == 1 and at.session_state["runs"] == 1
+    assert len(ledger.releases(dataset_id=dataset.dataset_id)) == 1
     assert "fake_release_again" not in [b.key for b in at.button]  # hidden behind a confirmation
     next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
     at.button(key="fake_release_again").click().run()  # an explicit second release is a new request
-    second = ledger.releases(dataset.dataset_id)
+    second = ledger.releases(dataset_id=dataset.dataset_id)
     assert len(second) == 2 and second[1].request_id != request_id
-    assert ledger.remaining(dataset.dataset_id) == pytest.approx((0.2, 0.0))
+    assert ledger.remaining(_account(dataset)) == pytest.approx((0.2, 0.0))
 
 
 def test_rerun_of_a_paid_request_replays_it(dataset: Dataset, ledger: Ledger):
@@ -105,23 +101,28 @@ def test_rerun_of_a_paid_request_replays_it(dataset: Dataset, ledger: Ledger):
     at.session_state["dp_release::fake"] = panel
     at.run()
     at.button(key="fake_release").click().run()
-    assert len(ledger.releases(dataset.dataset_id)) == 1
+    assert len(ledger.releases(dataset_id=dataset.dataset_id)) == 1
     replay = at.session_state["dp_release::fake"].result
     assert replay.replayed and replay.files == first.files
-    assert at.session_state["runs"] == 1  # the mechanism did not run again
     assert any("nothing was debited again" in s.value for s in at.success)
 
 
-def test_over_budget_release_is_refused_without_outputs(dataset: Dataset, ledger: Ledger):
+def test_over_budget_release_is_disabled_with_the_reason(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset, eps=1.5)
-    assert any("costs more than the budget left" in w.value for w in at.warning)
-    at.button(key="fake_release").click().run()
-    assert not at.exception
-    errors = [e.value for e in at.error]
-    assert len(errors) == 1 and errors[0].startswith("Budget exceeded for dataset")
-    assert "asked eps=1.5" in errors[0] and "left eps=1" in errors[0]
+    assert any("more than the budget left" in w.value for w in at.warning)
+    assert at.button(key="fake_release").disabled
+    assert ledger.releases(dataset_id=dataset.dataset_id) == []
+
+
+def test_another_tab_spending_is_read_from_the_ledger(dataset: Dataset, ledger: Ledger):
+    at = _panel(dataset, eps=0.8)
+    assert not at.button(key="fake_release").disabled
+    ledger.spend(_account(dataset), 0.5, 0.0, "dp_lloyd", "other-tab")  # a release made in another tab
+    at.button(key="fake_release").click().run()  # the run reads the ledger again before releasing
+    assert not at.exception and at.button(key="fake_release").disabled
+    assert any("ε = 0.5" in w.value and "more than the budget left" in w.value for w in at.warning)
     assert not at.download_button and at.session_state["dp_release::fake"].result is None
-    assert ledger.releases(dataset.dataset_id) == [] and ledger.remaining(dataset.dataset_id) == (1.0, 0.0)
+    assert [r.request_id for r in ledger.releases(dataset_id=dataset.dataset_id)] == ["other-tab"]
     assert list((config.data_dir() / "artifacts").glob("*")) == []
 
 
@@ -134,12 +135,14 @@ def test_changing_parameters_starts_a_new_request(dataset: Dataset, ledger: Ledg
 
 
 def test_demo_mode_marks_outputs_and_ledger(dataset: Dataset, ledger: Ledger, downloads):
+    ledger.set_budget(_account(dataset, "demo"), 1.0)
     at = _panel(dataset, dp_mode="demo", dp_seed=11)
     assert any("DEMO mode (seed 11)" in w.value for w in at.warning)
     at.button(key="fake_release").click().run()
     assert not at.error
-    (record,) = ledger.releases(dataset.dataset_id)
-    assert record.sampling_mode == "demo"
+    (record,) = ledger.releases(dataset_id=dataset.dataset_id)
+    assert record.sampling_mode == "demo" and record.account == _account(dataset, "demo").key
+    assert ledger.remaining(_account(dataset)) == (1.0, 0.0)  # the real budget is untouched
     assert {b.label[:5] for b in at.download_button} == {"DEMO-"}
     assert any("DEMO - not a privacy release" in w.value for w in at.warning)
     report = next(v for k, v in downloads.items() if k.endswith("-report.html")).decode()
@@ -147,20 +150,19 @@ def test_demo_mode_marks_outputs_and_ledger(dataset: Dataset, ledger: Ledger, do
         "DEMO - not a privacy release" in report
         and '"demo": true' in next(v for k, v in downloads.items() if k.endswith("-manifest.json")).decode()
     )
+    assert all(b"DEMO - not a privacy release" in body for body in downloads.values())  # inside every file
 
 
 def test_no_budget_set_is_refused(dataset: Dataset):
     at = _panel(dataset)
-    assert any("no privacy budget yet" in w.value for w in at.warning)
-    at.button(key="fake_release").click().run()
-    assert any("has no privacy budget" in e.value for e in at.error)
-    assert "runs" not in at.session_state
+    assert any("No budget is set" in w.value and "Privacy policy page" in w.value for w in at.warning)
+    assert at.button(key="fake_release").disabled
 
 
 def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset, ledger: Ledger, downloads):
     at = _panel(dataset)
     at.button(key="fake_release").click().run()
-    (record,) = ledger.releases(dataset.dataset_id)
+    (record,) = ledger.releases(dataset_id=dataset.dataset_id)
     page = AppTest.from_file(app_path, default_timeout=TIMEOUT)
     page.session_state["dp_dataset"] = dataset
     page.run()
@@ -177,13 +179,7 @@ def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset,
 def test_refused_release_again_shows_no_stale_downloads(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset, eps=0.6)
     at.button(key="fake_release").click().run()
-    assert len(at.download_button) == 4 and ledger.remaining(dataset.dataset_id) == pytest.approx((0.4, 0.0))
-    next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
-    at.button(key="fake_release_again").click().run()  # 0.6 > 0.4 left: the ledger refuses it
-    assert not at.exception
-    errors = [e.value for e in at.error]
-    assert len(errors) == 1 and errors[0].startswith("Budget exceeded for dataset")
-    assert not at.download_button and not at.dataframe and not at.success  # nothing of the previous release
-    assert len(ledger.releases(dataset.dataset_id)) == 1 and at.session_state["runs"] == 2
-    at.run()
-    assert not at.download_button and at.button(key="fake_release")  # a fresh request, not yet paid
+    assert len(at.download_button) == 4 and ledger.remaining(_account(dataset)) == pytest.approx((0.4, 0.0))
+    assert next(c for c in at.checkbox if c.key.startswith("fake_again")).disabled  # 0.6 > 0.4 left
+    assert any("more than the budget left" in w.value for w in at.warning)
+    assert "fake_release_again" not in [b.key for b in at.button]

@@ -193,7 +193,8 @@ def release_panel(
                 f"ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
             )
     panel = _panel(key, plan.key)
-    eps = plan.epsilon
+    if blocked:
+        st.warning(blocked)
     if panel.result is not None:
         shown = st.empty()  # the previous release, cleared below if a new request is made in this run
         with shown.container():
@@ -204,22 +205,18 @@ def release_panel(
             key=f"{key}_again_{panel.request_id}",
             disabled=blocked is not None,
         )
-        go = st.button("Release again", key=f"{key}_release_again", disabled=blocked is not None)
-        if not (again and go):
+        if not (again and st.button("Release again", key=f"{key}_release_again")):
             return panel.result
         shown.empty()  # a refused request must not leave the previous files on screen
         panel.request_id, panel.result = uuid.uuid4().hex, None
-    else:
-        if blocked:
-            st.warning(blocked)
-        if not st.button(
-            f"Release (spends ε = {eps:.4g})",
-            type="primary",
-            key=f"{key}_release",
-            disabled=blocked is not None,
-            help=blocked,
-        ):
-            return None
+    elif not st.button(
+        f"Release (spends {'level' if plan.definition == 'geo_ind' else 'ε'} = {plan.epsilon:.4g})",
+        type="primary",
+        key=f"{key}_release",
+        disabled=blocked is not None,
+        help=blocked,
+    ):
+        return None
     with (
         user_errors(f"releasing {plan.spec.label}") as outcome,
         st.spinner("Running the mechanism and recording it..."),
