@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,10 @@ import plotly.graph_objects as go
 import pytest
 
 from dpcore.errors import ParameterError
+from dpcore.kmeans.registry import KMEANS, KMeansInputs
 from dpcore.ledger import BudgetExceeded, BudgetNotSet, Ledger
-from dpcore.mechanisms import Sampler
+from dpcore.plan import ReleasePlan
+from dpcore.policy import LocalPDP, PureDP
 from dpcore.report import (
     DEMO_NOTICE,
     LOCAL_NOTICE,
@@ -28,52 +31,46 @@ from dpcore.report import (
     sha256_file,
 )
 
-BASE = {
-    "definition": "approx_dp",
-    "policy_label": "(ε, δ)-differential privacy",
-    "mechanism": "WhiteNoiseKMeans",
-    "guarantee": "(1, 1e-6)-DP, one row added or removed.",
-    "calibration": "analytic",
-    "epsilon": 1.0,
-    "delta": 1e-6,
-    "bounds_source": "curator",
-    "fingerprint": "ab" * 32,
-    "user": "alice",
-    "request_id": "0123456789abcdef0123456789abcdef",
-    "parameters": {"k": np.int64(4), "centre": np.array([0.5, 1.5]), "sigma": float("nan")},
-}
+
+def _plan(**changes) -> ReleasePlan:
+    base = {
+        "domain": "kmeans",
+        "mechanism": "dp_lloyd",
+        "epsilon": 0.4,
+        "policy": PureDP(1.0),
+        "dataset_name": "toy",
+        "fingerprint": "ab" * 32,
+        "params": {"n_clusters": 3},
+    }
+    return ReleasePlan(**{**base, **changes})
 
 
-def manifest(**changes):
-    return build_manifest(**{**BASE, "sampling_mode": "secure", **changes})
+def manifest(plan: ReleasePlan | None = None, **changes):
+    base = {"user": "alice", "request_id": "0123456789abcdef0123456789abcdef"}
+    details = {"k": np.int64(4), "centre": np.array([0.5, 1.5]), "sigma": float("nan")}
+    return build_manifest(plan or _plan(), details=details, **{**base, **changes})
 
 
-def test_manifest_records_every_field_as_plain_json():
-    m = manifest(time="2026-01-02T03:04:05+00:00", dataset_id="abcd")
-    for key in ("definition", "mechanism", "guarantee", "calibration", "bounds_source", "user", "request_id"):
-        assert m[key] == BASE[key]
-    assert m["policy"] == BASE["policy_label"]
-    assert m["epsilon"] == 1.0 and m["delta"] == 1e-6
-    assert m["dataset_fingerprint"] == BASE["fingerprint"] and m["dataset_id"] == "abcd"
-    assert m["time"] == "2026-01-02T03:04:05+00:00"
+def test_manifest_records_the_plan_as_plain_json():
+    plan = _plan()
+    m = manifest(plan, time="2026-01-02T03:04:05+00:00")
+    for key, value in plan.to_manifest().items():
+        assert m[key] == value
+    assert m["guarantee"] == plan.guarantee and m["account"] == plan.account.key
+    assert m["user"] == "alice" and m["time"] == "2026-01-02T03:04:05+00:00"
     assert m["sampling_mode"] == "secure" and m["demo"] is False and "notice" not in m
     assert m["is_local"] is False and "local_notice" not in m
-    assert m["parameters"] == {"k": 4, "centre": [0.5, 1.5], "sigma": None}
+    assert m["details"] == {"k": 4, "centre": [0.5, 1.5], "sigma": None}
     json.dumps(m, allow_nan=False)  # strict JSON
 
 
 def test_demo_and_local_marking():
-    demo = manifest(sampling_mode="demo")
+    demo = manifest(_plan(mode="demo", seed=3))
     assert demo["demo"] is True and demo["notice"] == DEMO_NOTICE
-    local = manifest(definition="local_pdp")
+    local = manifest(_plan(mechanism="colored", delta=1e-6, policy=LocalPDP(1.0, 1e-6)))
     assert local["is_local"] is True and local["local_notice"] == LOCAL_NOTICE
     assert "not differential privacy" in local["local_notice"]
-    assert manifest(is_local=True)["is_local"] is True
-
-
-def test_diagnostic_sampling_is_never_a_release():
-    with pytest.raises(ParameterError, match="diagnostic"):
-        manifest(sampling_mode="diagnostic")
+    assert "not differential privacy" in local["guarantee"]
 
 
 def test_release_files_round_trip_and_demo_names():
@@ -91,14 +88,15 @@ def test_release_files_round_trip_and_demo_names():
         {"cluster": 0, "x": 0.25, "label": "a"},
         {"cluster": 1, "x": -1.5, "label": "b"},
     ]
-    demo_files = release_files(table, manifest(sampling_mode="demo"), name="kmeans")
+    demo_files = release_files(table, manifest(_plan(mode="demo", seed=1)), name="kmeans")
     assert all(name.startswith("DEMO-kmeans-") for name in demo_files)
+    assert all(DEMO_NOTICE.encode() in body for body in demo_files.values())  # the mark is inside
 
 
 def test_html_report_is_self_contained_with_plotlyjs_once():
     figs = [go.Figure(go.Scatter(x=[1, 2], y=[3, 4])), go.Figure(go.Bar(x=["a"], y=[1]))]
     table = pd.DataFrame({"name": ["<script>alert(1)</script>"], "value": [1.0]})
-    page = html_report("Centroids <b>", manifest(sampling_mode="demo"), figs, [("Released", table)])
+    page = html_report("Centroids <b>", manifest(_plan(mode="demo", seed=1)), figs, [("Released", table)])
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, flags=re.I)  # nothing fetched from the network
     assert page.count("<script>alert(1)</script>") == 0 and "&lt;script&gt;alert(1)" in page  # escaped
     plotly_header = "plotly.js v"
@@ -122,79 +120,76 @@ def test_save_artifacts_hash_matches_file_and_is_deterministic(tmp_path: Path):
         save_artifacts(tmp_path, "ok", {"../x.csv": b""})
 
 
-def _fake_run(calls: list[str]):
-    def run(sampler: Sampler):
-        calls.append(sampler.mode)
-        noisy = 10.0 + sampler.laplace(3, 1.0)
-        return pd.DataFrame({"value": noisy}), [go.Figure(go.Scatter(y=noisy))], {"scale": 1.0}
-
-    return run
+X = np.random.default_rng(0).uniform(0, 1, (200, 2))
+INPUTS = KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b"))
 
 
-def _release(ledger: Ledger, tmp_path: Path, run, request_id: str, *, epsilon=0.4, sampler=None):
+@pytest.fixture
+def calls(monkeypatch) -> list[str]:
+    """Counts the runs of DP-Lloyd's release (the sampling mode of each)."""
+    spec, seen = KMEANS["dp_lloyd"], []
+
+    def counted(inputs, **kw):
+        seen.append(kw["sampler"].mode)
+        return spec.release(inputs, **kw)
+
+    monkeypatch.setitem(KMEANS._specs, "dp_lloyd", replace(spec, release=counted))
+    return seen
+
+
+def _release(ledger: Ledger, tmp_path: Path, request_id: str, **plan_changes):
     return make_release(
         ledger,
-        dataset_id="ds1",
+        _plan(**plan_changes),
+        INPUTS,
         request_id=request_id,
-        run=run,
-        sampler=sampler or Sampler(),
-        mechanism="FakeLaplace",
-        guarantee="0.4-DP, one row added or removed",
-        definition="pure_dp",
-        policy_label="ε-differential privacy",
-        epsilon=epsilon,
-        delta=0.0,
-        fingerprint="f" * 64,
         user="bob",
-        parameters={"k": 3},
         artifacts_dir=tmp_path / "artifacts",
     )
 
 
-def test_make_release_debits_once_and_replays(tmp_path: Path):
+def test_make_release_debits_once_and_replays(tmp_path: Path, calls: list[str]):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
-    ledger.set_budget("ds1", 1.0, 0.0)
-    calls: list[str] = []
-    first = _release(ledger, tmp_path, _fake_run(calls), "r1")
+    account = _plan().account
+    ledger.set_budget(account, 1.0, 0.0)
+    first = _release(ledger, tmp_path, "r1")
     assert calls == ["secure"] and not first.replayed
     assert first.record.artifact_hash == sha256_file(first.record.artifact_path)
-    assert first.manifest["parameters"] == {"k": 3, "scale": 1.0}
+    assert first.manifest["parameters"]["n_clusters"] == 3
     assert load_artifacts(first.record.artifact_path) == first.files
-    again = _release(ledger, tmp_path, _fake_run(calls), "r1")
+    again = _release(ledger, tmp_path, "r1")
     assert calls == ["secure"]  # the mechanism did not run again
     assert again.replayed and again.record.id == first.record.id and again.files == first.files
     pd.testing.assert_frame_equal(again.table, first.table)
-    assert ledger.remaining("ds1") == pytest.approx((0.6, 0.0))
-    assert len(ledger.releases("ds1")) == 1
+    assert ledger.remaining(account) == pytest.approx((0.6, 0.0))
+    assert len(ledger.releases(account)) == 1
 
 
-def test_make_release_refused_leaves_no_files_and_no_debit(tmp_path: Path):
+def test_make_release_refused_leaves_no_files_and_no_debit(tmp_path: Path, calls: list[str]):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
-    calls: list[str] = []
+    account = _plan().account
     with pytest.raises(BudgetNotSet):
-        _release(ledger, tmp_path, _fake_run(calls), "r0")
+        _release(ledger, tmp_path, "r0")
     assert calls == []  # no budget: the mechanism never ran
-    ledger.set_budget("ds1", 0.5, 0.0)
-    with pytest.raises(BudgetExceeded, match=r"left eps=0\.5"):
-        _release(ledger, tmp_path, _fake_run(calls), "r1", epsilon=0.8)
-    assert ledger.releases("ds1") == [] and ledger.remaining("ds1") == (0.5, 0.0)
+    ledger.set_budget(account, 0.5, 0.0)
+    with pytest.raises(BudgetExceeded, match=r"has eps=0\.5"):
+        _release(ledger, tmp_path, "r1", epsilon=0.8)
+    assert ledger.releases(account) == [] and ledger.remaining(account) == (0.5, 0.0)
     assert list((tmp_path / "artifacts").glob("*")) == []
-
-    def broken(sampler):
-        raise ParameterError("K is larger than the number of rows; choose a smaller K.")
-
-    with pytest.raises(ParameterError):
-        _release(ledger, tmp_path, broken, "r2")
-    assert ledger.releases("ds1") == []
-    with pytest.raises(ParameterError, match="diagnostic"):
-        _release(ledger, tmp_path, _fake_run(calls), "r3", sampler=Sampler.diagnostic(1))
+    with pytest.raises(ParameterError):  # the mechanism refuses K > n: nothing stored, nothing debited
+        _release(ledger, tmp_path, "r2", params={"n_clusters": 500})
+    assert ledger.releases(account) == []
 
 
-def test_demo_release_is_marked_and_reproducible(tmp_path: Path):
+def test_demo_release_is_marked_reproducible_and_on_the_demo_account(tmp_path: Path):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
-    ledger.set_budget("ds1", 1.0, 0.0)
-    a = _release(ledger, tmp_path, _fake_run([]), "d1", sampler=Sampler(7))
-    b = _release(ledger, tmp_path, _fake_run([]), "d2", sampler=Sampler(7))
+    ledger.set_budget(_plan().account, 1.0, 0.0)
+    demo_account = _plan(mode="demo", seed=7).account
+    ledger.set_budget(demo_account, 1.0, 0.0)
+    a = _release(ledger, tmp_path, "d1", mode="demo", seed=7)
+    b = _release(ledger, tmp_path, "d2", mode="demo", seed=7)
     assert a.record.sampling_mode == "demo" and a.manifest["demo"] is True
     assert all(name.startswith("DEMO-") for name in a.files)
     pd.testing.assert_frame_equal(a.table, b.table)
+    assert ledger.remaining(_plan().account) == (1.0, 0.0)  # the real budget is untouched
+    assert ledger.remaining(demo_account) == pytest.approx((0.2, 0.0))
