@@ -56,7 +56,7 @@ def test_valid_policies_are_stored_with_their_meaning(app_path: str):
     at.selectbox(key="pol_definition").set_value("geo_ind").run()
     at.number_input(key="pol_geo_level").set_value(2.0).run()
     at.number_input(key="pol_geo_radius").set_value(400.0).run()
-    assert at.session_state["dp_policy"] == GeoIndistinguishability(2.0 / 400.0)
+    assert at.session_state["dp_policy"] == GeoIndistinguishability.from_level(2.0, 400.0)
     radii = [m for m in at.metric if m.label.startswith("Noise radius")]
     assert len(radii) == 4 and radii[0].value.endswith(" m")
 

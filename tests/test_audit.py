@@ -151,23 +151,13 @@ def test_fingerprint_separates_integer_and_float_payloads():
 
 def _release_script():
     import numpy as np
-    import pandas as pd
 
-    from ui.release import release_panel
+    from dpcore.kmeans.registry import KMeansInputs
+    from ui.release import current_plan, release_panel
 
-    def run(sampler):
-        x = np.array([1.0, 2.0]) + sampler.laplace(2, 1.0)
-        return pd.DataFrame({"centre": [0, 1], "x": x}), [], {}
-
-    release_panel(
-        key="fake",
-        mechanism="FakeLaplace",
-        guarantee="ε-DP for one row added or removed (test mechanism).",
-        epsilon=0.2,
-        delta=0.0,
-        run=run,
-        params={"k": 2},
-    )
+    X = np.linspace(0.0, 1.0, 40).reshape(20, 2)
+    plan = current_plan("kmeans", "dp_lloyd", epsilon=0.2, params={"n_clusters": 2})
+    release_panel(key="fake", plan=plan, inputs=KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b")))
 
 
 def test_release_again_needs_a_fresh_confirmation_each_time():
@@ -175,23 +165,24 @@ def test_release_again_needs_a_fresh_confirmation_each_time():
 
     from dpcore import config
     from dpcore.ledger import Ledger
-    from ui.state import Dataset
+    from dpcore.plan import policy_account
+    from ui.state import DEFAULT_POLICY, Dataset
 
     raw = pd.DataFrame({"x": [0.1, 0.5, 0.9, 0.3]})
     ds = Dataset(name="tiny", raw=raw, schema=infer_schema(raw), cleaned=raw, fingerprint=fingerprint(raw))
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(ds.dataset_id, 1.0, 0.0)
+    ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 1.0, 0.0)
     at = AppTest.from_function(_release_script, default_timeout=60)
     at.session_state["dp_dataset"] = ds
     at.run()
     at.button(key="fake_release").click().run()
     next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
     at.button(key="fake_release_again").click().run()  # confirmed second release
-    assert len(ledger.releases(ds.dataset_id)) == 2
+    assert len(ledger.releases(dataset_id=ds.dataset_id)) == 2
     again = [b for b in at.button if b.key == "fake_release_again"]
     if again:  # the double click's second event
         again[0].click().run()
-    assert len(ledger.releases(ds.dataset_id)) == 2
+    assert len(ledger.releases(dataset_id=ds.dataset_id)) == 2
 
 
 # ------------------------------------------------------------------ independent cross-checks (passing)

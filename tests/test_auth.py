@@ -16,8 +16,9 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Ledger
+from dpcore.plan import policy_account
 from ui import auth
-from ui.state import Dataset
+from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 60
 PROVIDER = {
@@ -149,22 +150,14 @@ def test_app_signed_in_shows_the_user_in_the_sidebar(app_path: str, monkeypatch:
 
 
 def _release_script() -> None:
-    import pandas as pd
+    import numpy as np
 
-    from ui.release import release_panel
+    from dpcore.kmeans.registry import KMeansInputs
+    from ui.release import current_plan, release_panel
 
-    def run(sampler):
-        return pd.DataFrame({"x": 1.0 + sampler.laplace(1, 1.0)}), [], {}
-
-    release_panel(
-        key="auth",
-        mechanism="FakeLaplace",
-        guarantee="ε-DP for one row added or removed (test mechanism).",
-        epsilon=0.25,
-        delta=0.0,
-        run=run,
-        params={},
-    )
+    X = np.linspace(0.0, 1.0, 40).reshape(20, 2)
+    plan = current_plan("kmeans", "dp_lloyd", epsilon=0.25, params={"n_clusters": 2})
+    release_panel(key="auth", plan=plan, inputs=KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b")))
 
 
 def test_release_records_the_signed_in_user(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,13 +165,13 @@ def test_release_records_the_signed_in_user(monkeypatch: pytest.MonkeyPatch) -> 
     raw = pd.DataFrame({"x": [0.1, 0.5, 0.9]})
     ds = Dataset(name="tiny", raw=raw, schema=infer_schema(raw), cleaned=raw, fingerprint=fingerprint(raw))
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(ds.dataset_id, 1.0, 0.0)
+    ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 1.0, 0.0)
     at = AppTest.from_function(_release_script, default_timeout=TIMEOUT)
     at.session_state["dp_dataset"] = ds
     at.run()
     at.button(key="auth_release").click().run()
     assert not at.exception and not at.error
-    records = ledger.releases(ds.dataset_id)
+    records = ledger.releases(dataset_id=ds.dataset_id)
     assert [r.user for r in records] == ["alice@example.org"]
     manifest = at.session_state["dp_release::auth"].result.manifest
     assert manifest["user"] == "alice@example.org"

@@ -296,7 +296,7 @@ def test_release_without_budget_is_refused(ledger: Ledger) -> None:
 
 def test_overspend_is_refused_and_records_nothing(ledger: Ledger) -> None:
     ledger.spend("ds", 0.75, 0.0, "m", "r1")
-    with pytest.raises(BudgetExceeded, match=r"asked eps=0\.5.*left eps=0\.25.*raise the budget"):
+    with pytest.raises(BudgetExceeded, match=r"eps=0\.25.*left.*asks eps=0\.5.*raise the budget"):
         ledger.spend("ds", 0.5, 0.0, "m", "r2")
     assert [r.request_id for r in ledger.releases("ds")] == ["r1"]
     assert ledger.remaining("ds")[0] == pytest.approx(0.25)
