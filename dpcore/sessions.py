@@ -1,0 +1,188 @@
+"""Server-side store of dashboard sessions: one JSON plan per URL token, uploaded tables by fingerprint.
+
+A session is named by a random 128-bit token (32 hex digits) that the app keeps in its URL. Its plan (which
+table, schema, cleaning steps, preparation choices, policy, sampling mode, widget values) is a JSON object
+in the table ``sessions(token PK, state, updated)`` of the ledger's database (:func:`config.ledger_url`),
+so a reload, a deep link, a server restart or a second tab finds it again. Uploaded tables are kept as
+``<data dir>/uploads/<fingerprint>.parquet`` (:func:`store_table`, :func:`load_stored_table`); a stored
+table must hash to its file name, so a restored session works on exactly the table it was built on.
+
+Nothing secret belongs in a plan: anyone holding the token (the URL) can open it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from dpcore import config
+from dpcore.data import fingerprint as table_fingerprint
+from dpcore.data import load_table
+from dpcore.errors import DataError, ParameterError
+from dpcore.ledger import _make_engine  # same database, same SQLite locking and busy timeout
+
+__all__ = [
+    "SessionStore",
+    "is_token",
+    "load_stored_table",
+    "new_token",
+    "store_table",
+    "stored_table_path",
+]
+
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+_FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+_TUPLE = "__tuple__"
+
+_metadata = sa.MetaData()
+_sessions = sa.Table(
+    "sessions",
+    _metadata,
+    sa.Column("token", sa.String(32), primary_key=True),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("updated", sa.String(40), nullable=False),
+)
+
+
+def new_token() -> str:
+    """A fresh session token: 128 bits from the OS entropy source, as 32 lowercase hex digits."""
+    return secrets.token_hex(16)
+
+
+def is_token(text: object) -> bool:
+    """True if ``text`` has the form of a session token (32 lowercase hex digits)."""
+    return isinstance(text, str) and _TOKEN.fullmatch(text) is not None
+
+
+def _check_token(token: object) -> str:
+    if not is_token(token):
+        raise ParameterError(f"A session token is 32 lowercase hex digits (got {token!r}); use new_token().")
+    return token  # type: ignore[return-value]
+
+
+def _encode(value: Any, where: str) -> Any:
+    """JSON-ready copy of ``value``; tuples are tagged so :func:`_decode` gives tuples back."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple):
+        return {_TUPLE: [_encode(v, where) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, where) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v, f"{where}.{k}") for k, v in value.items()}
+    raise ParameterError(
+        f"{where} holds a {type(value).__name__}, which a session plan cannot store; keep plans to "
+        "numbers, strings, booleans, lists, tuples and mappings."
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE}:
+            return tuple(_decode(v) for v in value[_TUPLE])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+class SessionStore:
+    """Session plans by token in the ``sessions`` table of the database at ``url``
+    (default :func:`config.ledger_url`, the ledger's database). Safe to share between threads and
+    processes; the last save of a token wins."""
+
+    def __init__(self, url: str | sa.URL | None = None) -> None:
+        self.url = sa.make_url(config.ledger_url() if url is None else url)
+        self._engine = _make_engine(self.url)
+        self._writer = self._engine.execution_options(dpcore_write=True)
+        try:
+            self._create_table()
+        except sa.exc.DBAPIError:  # a concurrent creator won the race on a server database
+            self._create_table()
+
+    def _create_table(self) -> None:
+        with self._writer.begin() as conn:
+            _metadata.create_all(conn)
+
+    def close(self) -> None:
+        """Close the pooled database connections."""
+        self._engine.dispose()
+
+    def save(self, token: str, state: Mapping[str, Any]) -> None:
+        """Store ``state`` (JSON types and tuples) as the plan of ``token``, replacing any earlier one."""
+        text = json.dumps(_encode(dict(state), "state"), ensure_ascii=False)
+        values = {"state": text, "updated": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        key = _check_token(token)
+        with self._writer.begin() as conn:
+            done = conn.execute(sa.update(_sessions).where(_sessions.c.token == key).values(**values))
+            if done.rowcount == 0:
+                conn.execute(sa.insert(_sessions).values(token=key, **values))
+
+    def load(self, token: str) -> dict[str, Any] | None:
+        """The plan saved for ``token``, or None if there is none."""
+        key = _check_token(token)
+        with self._engine.begin() as conn:
+            text = conn.execute(sa.select(_sessions.c.state).where(_sessions.c.token == key)).scalar()
+        return None if text is None else _decode(json.loads(text))
+
+
+def stored_table_path(fingerprint: str) -> Path:
+    """``<data dir>/uploads/<fingerprint>.parquet`` (the fingerprint is checked: 64 hex digits)."""
+    if not isinstance(fingerprint, str) or _FINGERPRINT.fullmatch(fingerprint) is None:
+        raise DataError(f"A table fingerprint is 64 lowercase hex digits (got {fingerprint!r}).")
+    return config.data_dir() / "uploads" / f"{fingerprint}.parquet"
+
+
+def _parquet_bytes(df: pd.DataFrame) -> bytes:
+    """Parquet bytes of ``df``; mixed-type text columns are written as strings (same fingerprint)."""
+    buffer = io.BytesIO()
+    try:
+        df.to_parquet(buffer, index=False)
+    except (TypeError, ValueError, NotImplementedError):  # pyarrow's ArrowTypeError, ArrowInvalid, ...
+        mixed = [c for c in df.columns if df[c].dtype == object]
+        text = {c: df[c].map(lambda v: v if v is None or pd.isna(v) else str(v)) for c in mixed}
+        buffer = io.BytesIO()
+        df.assign(**text).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def store_table(table: pd.DataFrame | bytes, fingerprint: str) -> Path:
+    """Keep a table (a DataFrame, or a file's bytes read with ``dpcore.data.load_table``) under
+    :func:`stored_table_path`; ``DataError`` if it does not hash to ``fingerprint``. Idempotent."""
+    path = stored_table_path(fingerprint)
+    if path.exists():
+        return path
+    df = load_table(bytes(table)) if isinstance(table, bytes | bytearray | memoryview) else table
+    data = _parquet_bytes(df)
+    if table_fingerprint(pd.read_parquet(io.BytesIO(data))) != fingerprint:
+        raise DataError(
+            f"The table does not match fingerprint {fingerprint[:12]}...: store the table the fingerprint "
+            "was computed from."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{secrets.token_hex(4)}.part")
+    partial.write_bytes(data)
+    partial.replace(path)  # atomic: a concurrent reader sees the whole file or none
+    return path
+
+
+def load_stored_table(fingerprint: str) -> pd.DataFrame:
+    """The table kept by :func:`store_table`; ``DataError`` if it is missing or no longer matches."""
+    path = stored_table_path(fingerprint)
+    if not path.exists():
+        raise DataError(
+            f"The table {fingerprint[:12]}... is no longer in {path.parent}; upload the file again."
+        )
+    df = pd.read_parquet(path)
+    if table_fingerprint(df) != fingerprint:
+        raise DataError(f"{path.name} was changed on disk; upload the original file again.")
+    return df

@@ -1,0 +1,113 @@
+"""Session store (engine): plans by token in the ledger's database, uploaded tables by fingerprint."""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from dpcore import config
+from dpcore.data import fingerprint, load_sample
+from dpcore.errors import DataError, ParameterError
+from dpcore.ledger import Ledger
+from dpcore.sessions import (
+    SessionStore,
+    is_token,
+    load_stored_table,
+    new_token,
+    store_table,
+    stored_table_path,
+)
+
+PLAN = {
+    "dataset": {"name": "x.csv", "steps": [("drop", ("a", "b"))], "prepare": None},
+    "widgets": {"km_eps_range": (0.1, 2.0), "loc_mechs": ["prilocation"], "loc_hs_m": 1e4, "flag": True},
+    "policy": {"definition": "geo_ind", "epsilon_per_metre": 0.001, "level": 1.0, "radius_m": 1000.0},
+}
+
+
+def test_tokens_are_128_random_bits_in_hex():
+    tokens = {new_token() for _ in range(1000)}
+    assert len(tokens) == 1000 and all(is_token(t) and len(t) == 32 for t in tokens)
+    bits = np.array([[int(c, 16) >> k & 1 for c in t for k in range(4)] for t in tokens])
+    assert bits.shape == (1000, 128) and np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.07)  # 4.4 sigma
+    assert not any(is_token(t) for t in ("", "ABC", "g" * 32, "0" * 31, "0" * 33, None, 12, "../" * 11))
+
+
+def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(isolated_data_dir: Path):
+    store = SessionStore()
+    assert store.url == sa.make_url(config.ledger_url())
+    token = new_token()
+    assert store.load(token) is None
+    store.save(token, PLAN)
+    assert store.load(token) == PLAN  # tuples come back as tuples, nested too
+    kinds = {"zeta": "numeric", "alpha": "latitude", "mid": "longitude"}  # table order, not sorted
+    store.save(token, {"schema": {"kinds": kinds}})
+    assert list(store.load(token)["schema"]["kinds"]) == ["zeta", "alpha", "mid"]
+    store.save(token, PLAN)
+    later = {**PLAN, "mode": "demo"}
+    store.save(token, later)  # replaces
+    assert store.load(token) == later
+    ledger = Ledger()  # the ledger opens the same database and keeps its own tables
+    ledger.set_budget("d1", 1.0)
+    tables = set(sa.inspect(sa.create_engine(config.ledger_url())).get_table_names())
+    assert {"sessions", "accounts"} <= tables
+    again = SessionStore(config.ledger_url())  # another process or server restart
+    assert again.load(token) == later
+    store.close(), again.close(), ledger.close()
+
+
+def test_bad_tokens_and_unstorable_values_are_refused(isolated_data_dir: Path):
+    store = SessionStore()
+    for bad in ("", "x" * 32, "' OR 1=1 --", None):
+        with pytest.raises(ParameterError, match="32 lowercase hex digits"):
+            store.save(bad, {})  # type: ignore[arg-type]
+        with pytest.raises(ParameterError, match="32 lowercase hex digits"):
+            store.load(bad)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match=r"state\.widgets\.when holds a Timestamp"):
+        store.save(new_token(), {"widgets": {"when": pd.Timestamp("2024-01-01")}})
+
+
+def test_concurrent_saves_of_one_token_leave_one_whole_plan(isolated_data_dir: Path):
+    store, token = SessionStore(), new_token()
+    plans = [{"i": i, "widgets": {"k": list(range(i))}} for i in range(16)]
+    threads = [threading.Thread(target=store.save, args=(token, p)) for p in plans]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert store.load(token) in plans
+
+
+def test_stored_table_keeps_its_fingerprint_and_refuses_mismatches(isolated_data_dir: Path):
+    df = load_sample("marketing_campaign")
+    fp = fingerprint(df)
+    path = store_table(df, fp)
+    assert path == isolated_data_dir / "uploads" / f"{fp}.parquet" == stored_table_path(fp)
+    back = load_stored_table(fp)
+    assert fingerprint(back) == fp and back.shape == df.shape
+    assert store_table(df, fp) == path  # idempotent
+    other = df.iloc[1:]
+    with pytest.raises(DataError, match="does not match fingerprint"):
+        store_table(other, fingerprint(df.iloc[:-1]))
+    with pytest.raises(DataError, match="64 lowercase hex digits"):
+        store_table(df, "../../etc/passwd")
+    with pytest.raises(DataError, match="upload the file again"):
+        load_stored_table("0" * 64)
+    pd.DataFrame({"a": [1]}).to_parquet(path)  # changed on disk
+    with pytest.raises(DataError, match="was changed on disk"):
+        load_stored_table(fp)
+
+
+def test_stored_table_from_file_bytes_and_mixed_text_columns(isolated_data_dir: Path):
+    csv = b"lat,lon,user\n34.05,-118.24,a\n34.10,-118.30,b\n"
+    fp = fingerprint(pd.read_csv(io.BytesIO(csv)))
+    store_table(csv, fp)
+    assert list(load_stored_table(fp)["user"]) == ["a", "b"]
+    mixed = pd.DataFrame({"code": pd.Series([1, "x", None], dtype=object), "v": [1.5, 2.0, 3.0]})
+    fp = fingerprint(mixed)
+    store_table(mixed, fp)  # pyarrow cannot write ints and strings in one column: written as text
+    assert fingerprint(load_stored_table(fp)) == fp
