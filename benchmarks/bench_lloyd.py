@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_lloyd.py [--trials 20] [--mcmc-trials 6]
 
 NICV = WCSS / n on data scaled to [-1, 1]^d (Su et al. 2016). Both DP methods get the same public
-bounds [-1, 1]^d. diffprivlib is a baseline only (it overspends for d >= 5: MECHANISMS.md s.3.4), so its
+bounds [-1, 1]^d. diffprivlib is a baseline only (it overspends for d >= 5: docs/mathematics.md), so its
 numbers on the 26-feature Marketing table are at a larger effective epsilon than ours.
 """
 

@@ -1,13 +1,13 @@
-"""Utility metrics for released k-means centres (MECHANISMS.md s.3.7).
+"""Utility metrics for released k-means centres (docs/mathematics.md).
 
 Every metric here reads the true data: they are diagnostics for the curator, never released.
 
 - WCSS(C) = sum_i min_k ||x_i - c_k||^2 (each row assigned to its nearest released centre).
-- Fractional clustering loss = (WCSS(C_released) - WCSS(C_true)) / WCSS(C_true) (seed 000 Fig. 2).
-- NICV = WCSS / n on data scaled to [-1, 1]^d (Su et al., seed 003).
+- Fractional clustering loss = (WCSS(C_released) - WCSS(C_true)) / WCSS(C_true) (Ravi et al. 2021 Fig. 2).
+- NICV = WCSS / n on data scaled to [-1, 1]^d (Su et al. 2016).
 - Centroid MSE = sum_k ||c~_k - c_k||^2; for c~ = c + N(0, Sigma) its expectation is tr(Sigma).
 - Label agreement (share of rows whose nearest-centre index is unchanged) and the adjusted Rand index.
-- True vs noisy cluster populations (seed 000 Table 1).
+- True vs noisy cluster populations (Ravi et al. 2021 Table 1).
 
 Distances use ||x||^2 - 2 x.c + ||c||^2 after centring X at its mean (which keeps the cancellation
 error small), chunked over rows so 1M-row tables stay within memory. The batched forms
@@ -102,7 +102,7 @@ def wcss_many(X: np.ndarray, centers: np.ndarray) -> np.ndarray:
 
 
 def fractional_loss(X: np.ndarray, centers: np.ndarray, true_centers: np.ndarray) -> float:
-    """(WCSS(released) - WCSS(true)) / WCSS(true) (seed 000 Fig. 2); 0 for the true centres."""
+    """(WCSS(released) - WCSS(true)) / WCSS(true) (Ravi et al. 2021 Fig. 2); 0 for the true centres."""
     base = wcss(X, true_centers)
     if base <= 0:
         raise ParameterError("the true clustering has WCSS 0 (every row on its centre); loss is undefined.")
@@ -204,7 +204,8 @@ def populations(X: np.ndarray, centers: np.ndarray) -> np.ndarray:
 def population_table(
     X: np.ndarray, true_centers: np.ndarray, noisy_centers: np.ndarray, *, match: bool = False
 ) -> pd.DataFrame:
-    """True vs noisy cluster populations (seed 000 Table 1): columns true, noisy, change; index cluster.
+    """True vs noisy cluster populations (Ravi et al. 2021 Table 1): columns true, noisy, change; index
+    cluster.
 
     ``match=True`` first aligns the noisy centres to the true ones (for DP-Lloyd-type releases).
     """

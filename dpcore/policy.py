@@ -1,16 +1,19 @@
 """Privacy policies: which definition a release satisfies, which neighbours it protects, with what parameters.
 
-MECHANISMS.md s.1 lists the definitions a curator can pick:
+docs/mathematics.md lists the definitions a curator can pick:
 
-* ``PureDP``: eps-DP (seed 004 Def. 1). Pr[M(X) in S] <= e^eps Pr[M(X') in S] for neighbours X, X':
-  one row added or removed ("unbounded") or one row's value replaced ("bounded", seed 004 "Full domain").
-* ``ApproxDP``: (eps, delta)-DP (seed 002 Def. 2.1, seed 004 Def. 3), same neighbours, plus delta.
-* ``LocalPDP``: (eps, delta)-PDP for this dataset (seed 000 Def. 1): X vs X minus one of its own rows,
+* ``PureDP``: eps-DP (Machanavajjhala & Kifer 2015 Def. 1). Pr[M(X) in S] <= e^eps Pr[M(X') in S] for
+  neighbours X, X': one row added or removed ("unbounded") or one row's value replaced ("bounded",
+  Machanavajjhala & Kifer 2015 "Full domain").
+* ``ApproxDP``: (eps, delta)-DP (Zhu et al. 2017 Def. 2.1, Machanavajjhala & Kifer 2015 Def. 3), same
+  neighbours, plus delta.
+* ``LocalPDP``: (eps, delta)-PDP for this dataset (Ravi et al. 2021 Def. 1): X vs X minus one of its own rows,
   with the noise calibrated on X itself. Weaker than DP and never presented as DP.
-* ``Blowfish``: (eps, P)-Blowfish (seed 004 Defs. 5-6): one row's value x replaced by y, (x, y) an edge of
-  the policy graph G; Pr ratio <= exp(eps * d_G(x, y)), d_G the shortest-path length in G.
-* ``GeoIndistinguishability``: eps-geo-indistinguishability (seed 002 s.12.3.1, Def. 12.1): one location
-  x replaced by x'; Pr ratio <= exp(eps * d(x, x')), eps per metre (or level l within r metres, eps = l/r).
+* ``Blowfish``: (eps, P)-Blowfish (Machanavajjhala & Kifer 2015 Def. 5-6): one row's value x replaced by y,
+  (x, y) an edge of the policy graph G; Pr ratio <= exp(eps * d_G(x, y)), d_G the shortest-path length in G.
+* ``GeoIndistinguishability``: eps-geo-indistinguishability (Zhu et al. 2017 s.12.3.1, Def. 12.1): one
+  location x replaced by x'; Pr ratio <= exp(eps * d(x, x')), eps per metre (or level l within r metres, eps =
+  l/r).
 
 Every class is a frozen dataclass validated on creation (``PolicyError`` naming the parameter, the value
 and the valid range) and round-trips through ``to_dict`` / ``policy_from_dict`` (plain JSON types).
@@ -111,7 +114,8 @@ def _metres(r: float) -> str:
 
 
 def truthful_probability(epsilon: float) -> float:
-    """e^eps / (1 + e^eps): how often the most revealing eps-DP answer about one person is true (seed 004).
+    """e^eps / (1 + e^eps): how often the most revealing eps-DP answer about one person is true
+    (Machanavajjhala & Kifer 2015).
 
     Computed as the logistic function ``expit(eps)``, so large eps does not overflow.
     """
@@ -119,13 +123,14 @@ def truthful_probability(epsilon: float) -> float:
 
 
 def odds_bound(epsilon: float) -> float:
-    """e^eps: the most one release can change an attacker's odds by (seed 004); inf past eps = 709."""
+    """e^eps: the most one release can change an attacker's odds by (Machanavajjhala & Kifer 2015); inf past
+    eps = 709."""
     eps = _positive("epsilon", epsilon, _EPSILON_HINT)
     return math.exp(eps) if eps < 709.0 else math.inf
 
 
 def geo_radius_cdf(epsilon_per_metre: float, r: ArrayLike) -> float | NDArray[np.float64]:
-    """C_eps(r) = 1 - (1 + eps r) e^(-eps r): Pr[planar Laplace noise within r] (seed 002 s.12.3.1).
+    """C_eps(r) = 1 - (1 + eps r) e^(-eps r): Pr[planar Laplace noise within r] (Zhu et al. 2017 s.12.3.1).
 
     Evaluated as the regularised incomplete gamma P(2, eps r), which keeps full precision for small r.
     """
@@ -168,7 +173,7 @@ def _pair(x: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.f
 
 
 class _Graph:
-    """Shared behaviour of the Blowfish policy graphs (seed 004 "Blowfish")."""
+    """Shared behaviour of the Blowfish policy graphs (Machanavajjhala & Kifer 2015 "Blowfish")."""
 
     kind: ClassVar[str]
 
@@ -178,7 +183,8 @@ class _Graph:
 
 @dataclass(frozen=True)
 class FullDomainGraph(_Graph):
-    """Complete graph: every two values are connected, so (eps, G)-Blowfish is bounded eps-DP (seed 004)."""
+    """Complete graph: every two values are connected, so (eps, G)-Blowfish is bounded eps-DP (Machanavajjhala
+    & Kifer 2015)."""
 
     kind: ClassVar[str] = "full_domain"
 
@@ -205,7 +211,7 @@ class FullDomainGraph(_Graph):
 @dataclass(frozen=True)
 class PartitionGraph(_Graph):
     """Values connected iff they fall in the same block; each numeric attribute is cut into intervals of
-    width ``block_width`` starting at its public lower bound (seed 004 "Partitioned")."""
+    width ``block_width`` starting at its public lower bound (Machanavajjhala & Kifer 2015 "Partitioned")."""
 
     block_width: float
     kind: ClassVar[str] = "partition"
@@ -246,7 +252,8 @@ class PartitionGraph(_Graph):
 
 @dataclass(frozen=True)
 class DistanceThresholdGraph(_Graph):
-    """G^{d,theta}: values connected iff d(x, y) <= theta, d in {L1, L2, great-circle metres} (seed 004)."""
+    """G^{d,theta}: values connected iff d(x, y) <= theta, d in {L1, L2, great-circle metres} (Machanavajjhala
+    & Kifer 2015)."""
 
     theta: float
     metric: str = "l2"
@@ -290,7 +297,8 @@ class DistanceThresholdGraph(_Graph):
 
 @dataclass(frozen=True)
 class AttributeGraph(_Graph):
-    """G^{attr,c}: values connected iff they differ in at most c attributes (seed 004 "Attribute")."""
+    """G^{attr,c}: values connected iff they differ in at most c attributes (Machanavajjhala & Kifer 2015
+    "Attribute")."""
 
     c: int = 1
     kind: ClassVar[str] = "attribute"
@@ -386,8 +394,9 @@ class _Policy:
 
 @dataclass(frozen=True)
 class PureDP(_Policy):
-    """eps-DP (seed 004 Def. 1): outputs at most e^eps more likely for X than for a neighbour X' (one row
-    added or removed if ``neighbours="unbounded"``, one row's value replaced if ``"bounded"``)."""
+    """eps-DP (Machanavajjhala & Kifer 2015 Def. 1): outputs at most e^eps more likely for X than for a
+    neighbour X' (one row added or removed if ``neighbours="unbounded"``, one row's value replaced if
+    ``"bounded"``)."""
 
     epsilon: float
     neighbours: str = "unbounded"
@@ -420,8 +429,9 @@ class PureDP(_Policy):
 
 @dataclass(frozen=True)
 class ApproxDP(_Policy):
-    """(eps, delta)-DP (seed 002 Def. 2.1, seed 004 Def. 3): Pr[M(X) in S] <= e^eps Pr[M(X') in S] + delta
-    for neighbours X, X' (one row added or removed if unbounded, one row's value replaced if bounded)."""
+    """(eps, delta)-DP (Zhu et al. 2017 Def. 2.1, Machanavajjhala & Kifer 2015 Def. 3): Pr[M(X) in S] <= e^eps
+    Pr[M(X') in S] + delta for neighbours X, X' (one row added or removed if unbounded, one row's value
+    replaced if bounded)."""
 
     epsilon: float
     delta: float
@@ -452,8 +462,8 @@ class ApproxDP(_Policy):
 
 @dataclass(frozen=True)
 class LocalPDP(_Policy):
-    """(eps, delta)-PDP for this dataset (seed 000 Def. 1): the (eps, delta) bound holds only between X and
-    X minus one of its own rows, with noise calibrated on X itself, so it is not differential privacy."""
+    """(eps, delta)-PDP for this dataset (Ravi et al. 2021 Def. 1): the (eps, delta) bound holds only between
+    X and X minus one of its own rows, with noise calibrated on X itself, not differential privacy."""
 
     epsilon: float
     delta: float
@@ -491,8 +501,9 @@ class LocalPDP(_Policy):
 
 @dataclass(frozen=True)
 class Blowfish(_Policy):
-    """(eps, G)-Blowfish privacy (seed 004 Defs. 5-6): replacing one row's value x by y changes any output's
-    probability by at most exp(eps * d_G(x, y)), d_G the path length in the policy graph G."""
+    """(eps, G)-Blowfish privacy (Machanavajjhala & Kifer 2015 Def. 5-6): replacing one row's value x by y
+    changes any output's probability by at most exp(eps * d_G(x, y)), d_G the path length in the policy graph
+    G."""
 
     epsilon: float
     graph: Graph

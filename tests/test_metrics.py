@@ -1,4 +1,4 @@
-"""Metrics on hand-computed examples (MECHANISMS.md s.3.7)."""
+"""Metrics on hand-computed examples (docs/mathematics.md)."""
 
 from __future__ import annotations
 

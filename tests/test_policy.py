@@ -69,7 +69,7 @@ ALL_POLICIES = [
 
 
 def _cdf(eps: float, r: float) -> float:
-    """C_eps(r) as written in MECHANISMS.md s.4.1 (independent of the module's stable form)."""
+    """C_eps(r) as written in docs/mathematics.md (independent of the module's stable form)."""
     return 1.0 - (1.0 + eps * r) * math.exp(-eps * r)
 
 
@@ -253,7 +253,7 @@ def test_make_policy_missing_required_parameters():
 def test_truthful_probability_values():
     assert truthful_probability(math.log(3)) == pytest.approx(0.75, abs=1e-15)
     assert truthful_probability(1.0) == pytest.approx(math.e / (1 + math.e), rel=1e-15)
-    assert truthful_probability(0.1) == pytest.approx(0.525, abs=1e-3)  # seed 004's example
+    assert truthful_probability(0.1) == pytest.approx(0.525, abs=1e-3)
     assert truthful_probability(0.01) == pytest.approx(0.502, abs=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

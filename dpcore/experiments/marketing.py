@@ -178,10 +178,10 @@ def _html(figures: list[go.Figure], headline: dict[str, float], pop: pd.DataFram
     body = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figures)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        "<title>Marketing Campaign: colored vs white noise (seed 000, Section 4)</title>"
+        "<title>Marketing Campaign: colored vs white noise (Ravi et al. 2021, Section 4)</title>"
         f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
         '<body style="font-family:sans-serif">'
-        "<h1>Marketing Campaign: seed 000 Section 4 reproduced</h1>"
+        "<h1>Marketing Campaign: Ravi et al. 2021 Section 4 reproduced</h1>"
         '<p style="color:#b22222"><b>DIAGNOSTIC / DEMO</b>: uses the raw data, diagnostic noise and a fixed '
         "demo seed; bounds and scaling are data-derived. Nothing on this page is a privacy release.</p>"
         f"<h2>Headline numbers</h2><table>{rows}</table>"
