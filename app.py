@@ -1,33 +1,56 @@
-"""Streamlit entry point: ``streamlit run app.py``. Registers the pages that exist and draws the sidebar."""
+"""Streamlit entry point: ``streamlit run app.py``. Restores the session, registers the pages, draws the
+sidebar and runs the chosen page (``ui.nav.run_app``)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
+import threading
 
-import sklearn.cluster  # noqa: F401  (loads its OpenMP runtime, so the thread limit below covers it)
+# One OpenMP thread per computation in every thread. The variable is read once, when scikit-learn first
+# loads the OpenMP runtime; omp_set_num_threads (threadpoolctl) binds only the thread that calls it, and
+# every Streamlit run and background job has its own thread, where 2 spinning OpenMP threads on a busy
+# 2-core machine made 5 KMeans fits 25 s instead of 1 s.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import streamlit as st
 from threadpoolctl import threadpool_limits
 
-from ui import auth
-from ui.nav import PAGE_CONFIG, mark_entrypoint, registered_pages
-from ui.sidebar import render_sidebar
+from ui.nav import run_app
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@st.cache_resource
+# Heavy modules of the analysis pages, imported in the background after the first run (not before it:
+# the first page then shows without waiting for scikit-learn and Plotly).
+WARM_UP = ("sklearn.cluster", "plotly.graph_objects", "dpcore.kmeans", "dpcore.plots", "dpcore.location")
+
+
+@st.cache_resource(show_spinner=False)
 def _one_thread_per_computation() -> threadpool_limits:
-    """Sessions run side by side; BLAS/OpenMP spin-waiting under contention made small matrix work
-    10-50x slower on a 2-core machine (10 KMeans fits: 20 s vs 1.3 s), so each computation gets one."""
+    """One BLAS thread (OpenBLAS's limit is process-wide; OpenMP's comes from OMP_NUM_THREADS above)."""
     return threadpool_limits(limits=1)
 
 
+def _import_all() -> None:
+    for name in WARM_UP:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the page that needs it reports the error to the curator
+            logging.getLogger(__name__).exception("warm-up import of %s failed", name)
+
+
+@st.cache_resource(show_spinner=False)
+def _warm_up() -> threading.Thread:
+    """Once per server process: import ``WARM_UP`` in a daemon thread."""
+    thread = threading.Thread(target=_import_all, name="dpcore-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 _one_thread_per_computation()
-st.set_page_config(**PAGE_CONFIG)
-auth.require_sign_in()  # optional OIDC sign-in (.streamlit/secrets.toml [auth]); a no-op when not configured
-navigation = st.navigation(
-    [st.Page(path, title=title, icon=icon) for path, title, icon in registered_pages()]
-)
-render_sidebar()
-mark_entrypoint()
-navigation.run()
+try:
+    run_app()
+finally:
+    _warm_up()

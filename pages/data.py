@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, handle_missing, missing_report, prepare
+from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, missing_report, prepare
 from ui import datasets, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
@@ -12,45 +12,66 @@ ensure_entrypoint()
 
 UPLOAD_ERROR_KEY = "dp_upload_error"
 UPLOAD_DONE_KEY = "dp_upload_done"
+BOUNDS_ROWS = 8  # more features than this scroll inside a box of BOUNDS_HEIGHT pixels
+BOUNDS_HEIGHT = 360
+BLOBS = "Synthetic blobs"
+UPLOAD = "Upload a file"
+SOURCES = (*datasets.SAMPLE_CHOICES, BLOBS, UPLOAD)
 FEATURE_KINDS = ("numeric", "categorical", "date", "latitude", "longitude")
+DATA_DERIVED = "data-derived: not allowed for a differentially private release (demo or local-PDP only)"
 STRATEGIES = {
     "drop": "drop the rows (no leak)",
-    "median": "fill with the median (data-derived: leaks)",
-    "mean": "fill with the mean (data-derived: leaks)",
-    "mode": "fill with the most frequent value (data-derived: leaks)",
+    "median": f"fill with the median ({DATA_DERIVED})",
+    "mean": f"fill with the mean ({DATA_DERIVED})",
+    "mode": f"fill with the most frequent value ({DATA_DERIVED})",
 }
 SCALINGS = {
     "none": "None (original units)",
-    "standardize": "Standardise (mean 0, std 1)",
+    "standardize": f"Standardise (mean 0, std 1; {DATA_DERIVED})",
     "minmax": "Min-max to [-1, 1] using the public bounds",
 }
 SCALING_NOTES = {
     "none": "Features stay in their units; the public bounds are used as entered.",
-    "standardize": "Mean and standard deviation come from the data: they leak (recorded in the manifest).",
+    "standardize": "Mean and standard deviation come from the data: they leak (recorded in the manifest), so "
+    "differentially private, Blowfish and geo-indistinguishable releases are refused.",
     "minmax": "Computed from the bounds only: nothing more leaks than the bounds themselves.",
 }
 
 
+def _source_of(ds: state.Dataset | None) -> str:
+    """The Source option that loads ``ds`` (the first sample when nothing is loaded)."""
+    if ds is None:
+        return SOURCES[0]
+    if ds.name in datasets.SAMPLE_CHOICES:
+        return ds.name
+    return UPLOAD if ds.source.startswith("upload:") else BLOBS
+
+
 def _source_section() -> None:
     st.header("1. Choose a table")
+    ds = state.dataset()
     choice = st.radio(
         "Source",
-        [*datasets.SAMPLE_CHOICES, "Synthetic blobs", "Upload a file"],
+        SOURCES,
         horizontal=True,
-        key="data_source",
+        key=state.persist("data_source", _source_of(ds), SOURCES.__contains__),
     )
+    if ds is not None:
+        st.caption(f"In use: {ds.name}. Loading another table replaces it.")
     if choice in datasets.SAMPLE_CHOICES:
         if st.button(f"Load {choice}", key="data_load_sample"):
             with user_errors("loading the sample") as outcome:
                 datasets.load_sample_dataset(choice)
             if not outcome.failed:
                 st.rerun()
-    elif choice == "Synthetic blobs":
+    elif choice == BLOBS:
         a, b, c, d = st.columns(4)
-        n = a.number_input("Rows", min_value=2, max_value=200_000, value=1000, step=100)
-        dim = b.number_input("Features", min_value=1, max_value=20, value=2)
-        centers = c.number_input("Centres", min_value=1, max_value=50, value=4)
-        seed = d.number_input("Seed", min_value=0, value=0)
+        n = a.number_input(
+            "Rows", min_value=2, max_value=200_000, step=100, key=state.persist("data_blobs_n", 1000)
+        )
+        dim = b.number_input("Features", min_value=1, max_value=20, key=state.persist("data_blobs_d", 2))
+        centers = c.number_input("Centres", min_value=1, max_value=50, key=state.persist("data_blobs_k", 4))
+        seed = d.number_input("Seed", min_value=0, key=state.persist("data_blobs_seed", 0))
         if st.button("Generate blobs", key="data_load_blobs"):
             with user_errors("generating the blobs") as outcome:
                 datasets.load_blobs_dataset(n, dim, centers, seed)
@@ -92,22 +113,30 @@ def _kept() -> None:
         st.caption(f"Nothing was changed: the dataset in use is still {ds.name}.")
 
 
+def _rows(ds: state.Dataset) -> str:
+    """Size of the table in use (after the missing-value steps), with how many loaded rows were dropped."""
+    n, dropped = len(ds.cleaned), ds.n_rows - len(ds.cleaned)
+    size = f"{n:,} rows × {ds.cleaned.shape[1]} columns"
+    return f"{size} ({dropped:,} of {ds.n_rows:,} rows dropped)" if dropped else size
+
+
 def _overview(ds: state.Dataset) -> None:
     st.header("2. Table and schema")
-    st.markdown(
-        f"**{ds.name}** · {ds.n_rows:,} rows × {ds.raw.shape[1]} columns · "
-        f"fingerprint `{ds.fingerprint[:16]}`"
-    )
+    st.markdown(f"**{ds.name}** · {_rows(ds)} · fingerprint `{ds.fingerprint[:16]}`")
     if ds.source:
         st.caption(ds.source)
     st.dataframe(ds.raw.head(20), hide_index=True)
     st.subheader("Column kinds")
     st.dataframe(ds.schema.to_frame(), hide_index=True)
     a, b, c = st.columns([2, 2, 1])
-    column = a.selectbox("Column", list(ds.schema.kinds), key=f"data_kind_col_{ds.dataset_id}")
-    kind = b.selectbox(
-        "Kind", KINDS, index=KINDS.index(ds.schema.kinds[column]), key=f"data_kind_{ds.dataset_id}_{column}"
+    names = list(ds.schema.kinds)
+    column = a.selectbox(
+        "Column", names, key=state.persist(f"data_kind_col_{ds.dataset_id}", names[0], names.__contains__)
     )
+    kind_key = state.persist(
+        f"data_kind_{ds.dataset_id}_{column}", ds.schema.kinds[column], KINDS.__contains__
+    )
+    kind = b.selectbox("Kind", KINDS, key=kind_key)
     if c.button("Set kind", key="data_set_kind"):
         with user_errors("changing the column kind") as outcome:
             state.update_dataset(schema=ds.schema.with_kind(column, kind), prepared=None)
@@ -121,7 +150,8 @@ def _encodings(ds: state.Dataset) -> None:
     if not encoded:
         return
     st.subheader("Encodings")
-    column = st.selectbox("Show the encoding of", encoded, key=f"data_enc_col_{ds.dataset_id}")
+    enc_key = state.persist(f"data_enc_col_{ds.dataset_id}", encoded[0], encoded.__contains__)
+    column = st.selectbox("Show the encoding of", encoded, key=enc_key)
     with user_errors("building the encoding"):
         enc = column_encoding(ds.cleaned, ds.schema, column)
         if ds.schema.kinds[column] == "date":
@@ -130,7 +160,7 @@ def _encodings(ds: state.Dataset) -> None:
                 f"`{column}`: days since 1970-01-01 (fractional for times), parsed with format `{fmt}`."
             )
             new_fmt = st.text_input(
-                "Date format (strptime)", value=enc.format or "", key=f"data_fmt_{column}"
+                "Date format (strptime)", key=state.persist(f"data_fmt_{column}", enc.format or "")
             )
             if st.button("Use this date format", key="data_set_fmt") and new_fmt:
                 state.update_dataset(schema=ds.schema.with_date_format(column, new_fmt), prepared=None)
@@ -140,7 +170,8 @@ def _encodings(ds: state.Dataset) -> None:
             st.markdown(f"`{column}`: category → code, categories {origin}.")
             st.dataframe(enc.table(), hide_index=True)
             listed = st.text_input(
-                "Declare the public category list (comma-separated, in code order)", key=f"data_cats_{column}"
+                "Declare the public category list (comma-separated, in code order)",
+                key=state.persist(f"data_cats_{column}", ""),
             )
             if st.button("Declare categories", key="data_set_cats") and listed.strip():
                 cats = [c.strip() for c in listed.split(",") if c.strip()]
@@ -159,48 +190,81 @@ def _missing(ds: state.Dataset) -> None:
     else:
         st.dataframe(bad.reset_index(), hide_index=True)
         a, b = st.columns(2)
+        listed = list(bad.index)
         columns = a.multiselect(
-            "Columns", list(bad.index), default=list(bad.index), key=f"data_missing_cols_{ds.dataset_id}"
+            "Columns",
+            listed,
+            key=state.persist(f"data_missing_cols_{ds.dataset_id}", listed, lambda v: set(v) <= set(listed)),
         )
         strategy = b.selectbox(
-            "Treatment", MISSING_STRATEGIES, format_func=STRATEGIES.__getitem__, key="data_missing_strategy"
+            "Treatment",
+            MISSING_STRATEGIES,
+            format_func=STRATEGIES.__getitem__,
+            key=state.persist("data_missing_strategy", "drop", STRATEGIES.__contains__),
         )
         if st.button("Apply to the table", key="data_apply_missing") and columns:
             with user_errors("handling missing values") as outcome:
-                cleaned = handle_missing(ds.cleaned, columns, strategy)
+                state.apply_missing(columns, strategy)
             if not outcome.failed:
-                step = f"{strategy} on {', '.join(columns)} ({len(ds.cleaned) - len(cleaned)} rows removed)"
-                state.update_dataset(cleaned=cleaned, prepared=None, cleaning=(*ds.cleaning, step))
                 st.rerun()
     if ds.cleaning and st.button("Reset to the table as loaded", key="data_reset_missing"):
-        state.update_dataset(cleaned=ds.raw, prepared=None, cleaning=())
+        state.reset_cleaning()
         st.rerun()
+
+
+def _bounds_inputs(ds: state.Dataset, features: list[str]) -> pd.DataFrame:
+    """Two text fields (lower, upper) per feature, kept across pages; returned as the bounds table.
+
+    Plain fields, not an editable grid: after the focus leaves a grid (a button, another field), its
+    first click does not move the grid's selection, so what is typed next lands in the previously
+    selected cell.
+    """
+    widths = [3, 2, 3, 3]
+    for column, title in zip(st.columns(widths), ("feature", "kind", "lower", "upper"), strict=True):
+        column.caption(title)
+    typed: dict[str, tuple[str, str]] = {}
+    with st.container(height=BOUNDS_HEIGHT if len(features) > BOUNDS_ROWS else "content"):
+        for feature in features:
+            kind = ds.schema.kinds[feature]
+            a, b, c, d = st.columns(widths, vertical_alignment="center")
+            a.markdown(f"`{feature}`")
+            b.caption(kind)
+            if kind == "categorical":
+                c.caption("bounded by its codes (see Encodings)")
+                continue
+            hint = "e.g. 2012-01-01" if kind == "date" else None
+            lower, upper = (
+                box.text_input(
+                    f"{side.capitalize()} bound of {feature}",
+                    key=state.persist(f"data_{side}_{ds.dataset_id}_{feature}", ""),
+                    placeholder=hint,
+                    label_visibility="collapsed",
+                )
+                for box, side in ((c, "lower"), (d, "upper"))
+            )
+            typed[feature] = (lower, upper)
+    return datasets.bounds_frame(features, ds.schema, typed)
 
 
 def _features(ds: state.Dataset) -> None:
     st.header("4. Features, public bounds and scaling")
     options = ds.schema.columns(*FEATURE_KINDS)
-    features = st.multiselect("Features to cluster on", options, key=f"data_features_{ds.dataset_id}")
+    features = st.multiselect(
+        "Features to cluster on",
+        options,
+        key=state.persist(f"data_features_{ds.dataset_id}", [], lambda v: all(f in options for f in v)),
+    )
     if not features:
         st.info("Select at least one feature.")
         return
-    stored = st.session_state.setdefault(f"data_bounds_{ds.dataset_id}", {})
     st.markdown(
         "**Public bounds** per feature: values you know without looking at the data (e.g. age 18 to 100). "
         "Dates may be typed as 2012-01-01. Categorical features are bounded by their codes."
     )
-    edited = st.data_editor(
-        datasets.bounds_frame(features, ds.schema, stored),
-        hide_index=True,
-        disabled=["feature", "kind"],
-        column_config={
-            "lower": st.column_config.TextColumn("lower"),
-            "upper": st.column_config.TextColumn("upper"),
-        },
-        key=f"data_bounds_editor_{ds.dataset_id}_{'|'.join(features)}",
-    )
+    bounds = _bounds_inputs(ds, features)
     data_bounds = st.checkbox(
-        "Use bounds from the data (leaks information: not private)", key="data_bounds_ok"
+        f"Use bounds from the data (leaks information: not private; {DATA_DERIVED})",
+        key=state.persist("data_bounds_ok", False),
     )
     if data_bounds:
         st.warning(
@@ -209,15 +273,22 @@ def _features(ds: state.Dataset) -> None:
             "respect to them. The leak is recorded in the manifest."
         )
     scaling = st.radio(
-        "Scaling", list(SCALINGS), format_func=SCALINGS.__getitem__, horizontal=True, key="data_scaling"
+        "Scaling",
+        list(SCALINGS),
+        format_func=SCALINGS.__getitem__,
+        horizontal=True,
+        key=state.persist("data_scaling", "none", SCALINGS.__contains__),
     )
     st.caption(SCALING_NOTES[scaling])
     if st.button("Prepare", type="primary", key="data_prepare"):
         with user_errors("preparing the features") as outcome:
-            bounds = datasets.parse_bounds(edited)
-            stored.update({k: (str(lo), str(hi)) for k, (lo, hi) in bounds.items()})
             ready = prepare(
-                ds.cleaned, ds.schema, features, scaling=scaling, bounds=bounds, data_bounds_ok=data_bounds
+                ds.cleaned,
+                ds.schema,
+                features,
+                scaling=scaling,
+                bounds=datasets.parse_bounds(bounds),
+                data_bounds_ok=data_bounds,
             )
         if not outcome.failed:
             state.update_dataset(prepared=ready)

@@ -11,20 +11,22 @@ blocks the local mechanisms only. Widget values are kept across pages (``ui.stat
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore import plots
 from dpcore.data import PreparedData
-from dpcore.kmeans.sweep import MECHANISMS, local_unavailable, mechanism_guarantee, release
-from dpcore.mechanisms import Sampler, gaussian_ratio
-from dpcore.plots.kmeans import METRIC_TITLES, released_centers_figure
-from dpcore.policy import Blowfish, FullDomainGraph, Graph
+from dpcore.kmeans import local_unavailable
+from dpcore.kmeans.registry import KMEANS, KMeansInputs, takes
+from dpcore.mechanisms import gaussian_ratio
+from dpcore.plots.kmeans import METRIC_TITLES
+from dpcore.policy import NEIGHBOURS, Blowfish, FullDomainGraph, Graph
+from ui import accuracy, state
 from ui import kmeans_view as view
-from ui import state
 from ui.errors import user_errors
-from ui.release import release_panel
+from ui.nav import ensure_entrypoint
+from ui.release import current_plan, release_panel
+
+ensure_entrypoint()
 
 SWEEP_KEY = "km_sweep"
 ELBOW_MAX_K = 10
@@ -42,19 +44,28 @@ GAIN_EPS = 1.0
 
 
 def _label(key: str) -> str:
-    return MECHANISMS[key].label
+    return KMEANS[key].label
+
+
+def _markdown(text: str) -> str:
+    """``text`` with Markdown's emphasis characters escaped (formulas use * and _)."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
 
 
 def _neighbours() -> str:
     return view.policy_neighbours(state.policy())
 
 
-def _mechanism_header(key: str, *, guarantee: bool = True) -> None:
-    info = MECHANISMS[key]
-    if info.is_local:
+def _mechanism_header(key: str, *, summary: bool = True) -> None:
+    """The local badge; with ``summary``, the plain sentence and, on request, the formula and sources."""
+    spec = KMEANS[key]
+    if not spec.is_dp:
         st.badge(LOCAL_BADGE, icon=":material/warning:", color="red")
-    if guarantee:
-        st.caption(f"{mechanism_guarantee(key, _neighbours())} (seed {info.seed})")
+    if summary:
+        st.caption(spec.summary)
+        with st.expander("Formula and source"):
+            st.markdown(_markdown(spec.formula))
+            st.caption(f"Source: {spec.citation}.")
 
 
 def _data_summary(prep: PreparedData) -> None:
@@ -99,17 +110,17 @@ def _blowfish_note(key: str, prep: PreparedData, k: int, graph: Graph) -> None:
 
 
 def _blocked_error(blocked: str) -> None:
-    names = ", ".join(m.label for m in MECHANISMS.values() if m.is_local)
+    names = ", ".join(s.label for s in KMEANS.values() if not s.is_dp)
     st.error(f"{names}: unavailable for this K, so left out of the comparison and the release: {blocked}")
 
 
 def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -> view.SweepParams | None:
     st.subheader("Mechanisms to compare")
     chosen = []
-    last_local = [m for m, info in MECHANISMS.items() if info.is_local][-1]
-    for mech, info in MECHANISMS.items():
-        label = info.label + (" (slow: one MCMC chain per trial and ε)" if mech == "dp_lloyd_mcmc" else "")
-        if info.is_local and blocked:
+    last_local = [m for m, spec in KMEANS.items() if not spec.is_dp][-1]
+    for mech, spec in KMEANS.items():
+        label = spec.label + (" (slow: one MCMC chain per trial and ε)" if mech == "dp_lloyd_mcmc" else "")
+        if not spec.is_dp and blocked:
             st.checkbox(label, value=False, disabled=True, key=f"km_mech_{mech}_blocked")
         elif st.checkbox(label, key=state.persist(f"km_mech_{mech}", mech in view.DEFAULT_MECHANISMS)):
             chosen.append(mech)
@@ -165,9 +176,12 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         )
     graph = _graph() if "blowfish" in chosen else None
     neighbours = _neighbours()
-    if any(MECHANISMS[m].needs_bounds and not MECHANISMS[m].uses_graph for m in chosen):
-        st.caption(f"DP-Lloyd noise is calibrated for the policy's neighbours: {neighbours}.")
-    gaussian = any(MECHANISMS[m].needs_delta for m in chosen)
+    if any(takes(KMEANS[m], "neighbours") for m in chosen):
+        st.caption(
+            f"DP-Lloyd noise is calibrated for the policy's neighbours: {neighbours} "
+            f"({NEIGHBOURS[neighbours]})."
+        )
+    gaussian = any(KMEANS[m].needs_delta for m in chosen)
     if gaussian and calibration == "classic" and max(grid) >= 1:
         st.error(
             f"The classic calibration is valid only for ε < 1, but the range reaches ε = {max(grid):g}. "
@@ -214,17 +228,18 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     eps = a.select_slider(
         "ε for the detailed view",
         options=params.eps,
-        value=params.eps[len(params.eps) // 2],
-        key="km_view_eps",
+        key=state.persist("km_view_eps", params.eps[len(params.eps) // 2], params.eps.__contains__),
     )
-    shown = b.selectbox("Mechanism shown", params.mechanisms, format_func=_label, key="km_view_mech")
-    _mechanism_header(shown, guarantee=False)
+    mechs = params.mechanisms
+    shown_key = state.persist("km_view_mech", mechs[0], mechs.__contains__)
+    shown = b.selectbox("Mechanism shown", mechs, format_func=_label, key=shown_key)
+    _mechanism_header(shown, summary=False)
     with user_errors("drawing the detailed view") as outcome:
         bounds = (prep.lower, prep.upper)
         args = (result.key, prep.X, labels, bounds, params.k)
         rest = (params.delta, params.calibration, params.graph, params.mcmc_steps, params.neighbours)
         draw = view.diagnostic_draw(*args, shown, float(eps), *rest)
-        local = [m for m in params.mechanisms if MECHANISMS[m].is_local]
+        local = [m for m in params.mechanisms if not KMEANS[m].is_dp]
         ellipses = {m: view.diagnostic_draw(*args, m, float(eps), *rest) for m in local}
     if outcome.failed:
         return
@@ -242,7 +257,7 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
         ["1sigma", "95%"],
         format_func={"1sigma": "1 standard deviation", "95%": "95% of the noise"}.get,
         horizontal=True,
-        key="km_view_level",
+        key=state.persist("km_view_level", "1sigma", ("1sigma", "95%").__contains__),
     )
     true_centers = view.true_clustering(result.key, prep.X, params.k)[1]
     fig = plots.embedding(
@@ -294,16 +309,17 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: 
     for note in result.notes:
         st.warning(note)
     metrics = [m for m in METRIC_TITLES if m in result.frame.columns]
-    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key="km_metric")
+    metric_key = state.persist("km_metric", metrics[0], metrics.__contains__)
+    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key=metric_key)
     st.plotly_chart(plots.loss_vs_eps(result.frame, metric), key="km_loss")
+    accuracy.kmeans_eps_finder(result.frame, [m for m, s in KMEANS.items() if s.is_dp or not blocked])
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
 
 
 def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None) -> None:
     st.header("3. Release (the only output meant to leave)")
     pol = state.policy()
-    neighbours = view.policy_neighbours(pol)
-    options = [m for m, info in MECHANISMS.items() if not (info.is_local and blocked)]
+    options = [m for m, spec in KMEANS.items() if spec.is_dp or not blocked]
     if blocked:
         st.caption(f"Local mechanisms are not offered for this K: {blocked}")
     a, b, c = st.columns(3)
@@ -313,16 +329,16 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
         format_func=_label,
         key=state.persist("km_rel_mech", "dp_lloyd", options.__contains__),
     )
-    info = MECHANISMS[mech]
-    guarantee = mechanism_guarantee(mech, neighbours)
-    default_eps = 1.0 if pol.definition == "geo_ind" else float(pol.epsilon)
+    spec = KMEANS[mech]
+    default_eps = float(getattr(pol, "level", pol.epsilon))
     eps = float(
         b.number_input(
             "ε to spend", min_value=0.0, format="%.4g", key=state.persist("km_rel_eps", default_eps)
         )
     )
-    delta, calibration = 0.0, "none (Laplace noise)"
-    if info.is_local:
+    delta = 0.0
+    params: dict[str, Any] = {"n_clusters": k}
+    if spec.needs_delta:
         delta = float(
             c.number_input(
                 "δ to spend",
@@ -333,40 +349,24 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
                 key=state.persist("km_rel_delta", float(pol.delta) if 0 < pol.delta < 1 else 1e-6),
             )
         )
-        calibration = st.selectbox(
+    if takes(spec, "calibration"):
+        params["calibration"] = st.selectbox(
             "Gaussian calibration",
             list(view.CALIBRATIONS),
             format_func=view.CALIBRATIONS.__getitem__,
             key=state.persist("km_rel_calibration", "analytic", view.CALIBRATIONS.__contains__),
         )
-    _mechanism_header(mech, guarantee=False)
-    graph = _graph() if info.uses_graph else None
-    if graph is not None:
+    if takes(spec, "neighbours"):
+        params["neighbours"] = view.policy_neighbours(pol)
+    _mechanism_header(mech, summary=False)
+    if takes(spec, "graph"):
+        graph = _graph()
+        params["graph"] = graph.to_dict()
         _blowfish_note(view.data_key(prep), prep, k, graph)
-    with user_errors("checking the release parameters") as outcome:
-        release_policy = view.mechanism_policy(mech, eps, delta, graph, neighbours)
-        if info.is_local:
-            gaussian_ratio(eps, delta, calibration)  # type: ignore[arg-type]
-    if outcome.failed:
-        return
-    if info.needs_bounds and prep.bounds_source != "curator":
-        st.warning(
-            f"{info.label} needs public bounds, but some bounds were taken from the data "
-            f"({prep.bounds_source}): they reveal extreme values, so this release is not private with "
-            "respect to them. Enter curator bounds on the Data page to fix this."
-        )
-    mismatch = view.policy_mismatch(mech, pol)
-    if mismatch:
-        st.warning(mismatch)
-        if not st.checkbox(
-            "I understand: release under the mechanism's own guarantee (recorded in the manifest and ledger)",
-            key=f"km_rel_ack_{mech}",
-        ):
-            st.info("Tick the acknowledgement to continue, or choose a mechanism that meets the policy.")
-            return
-    if info.is_local:
+    plan = current_plan("kmeans", mech, epsilon=eps, delta=delta, params=params)
+    if plan is not None and not spec.is_dp:
         with user_errors("checking the noise"):
-            for caveat in view.diagnostic_draw(
+            draw = view.diagnostic_draw(
                 view.data_key(prep),
                 prep.X,
                 labels,
@@ -375,64 +375,14 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
                 mech,
                 eps,
                 delta,
-                calibration,
+                params["calibration"],
                 None,
                 0,
-            ).caveats:
+            )
+            for caveat in draw.caveats:
                 st.warning(caveat)
-
-    def run(sampler: Sampler) -> tuple[pd.DataFrame, list[go.Figure], dict[str, Any]]:
-        released = release(
-            mech,
-            prep.X,
-            labels if info.is_local else None,
-            epsilon=eps,
-            delta=delta if info.is_local else None,
-            sampler=sampler,
-            calibration=calibration if info.is_local else "analytic",
-            n_clusters=k,
-            bounds=(prep.lower, prep.upper) if info.needs_bounds else None,
-            graph=graph,
-            neighbours=neighbours,  # type: ignore[arg-type]
-        )
-        table = view.release_table(prep, released.centers)
-        figure = released_centers_figure(table, prep.feature_names, info.label)
-        extra = {
-            "columns": "'<feature> [scaled]': the prepared feature space; '<feature> [original units]': "
-            "after undoing the scaling and decoding categories and dates",
-            "guarantee_detail": released.guarantee,
-            **released.details,
-        }
-        return table, [figure], extra
-
-    params = {
-        "mechanism_key": mech,
-        "k": k,
-        "features": list(prep.feature_names),
-        "scaling": prep.scaling,
-        "public_bounds": view.public_bounds(prep),
-        "prepared_fingerprint": prep.fingerprint,
-        "calibration": calibration,
-        "graph": graph.to_dict() if graph is not None else None,
-        "neighbours": neighbours if info.needs_bounds and not info.uses_graph else None,
-        "data_leaks": list(prep.leaks),  # data-derived choices made on the Data page (never their values)
-    }
-    release_panel(
-        key="kmeans",
-        mechanism=info.label,
-        guarantee=guarantee,
-        epsilon=eps,
-        delta=delta,
-        run=run,
-        params=params,
-        policy=release_policy,
-        calibration=calibration,
-        bounds_source=prep.bounds_source
-        if info.needs_bounds
-        else "not used (noise calibrated on this dataset)",
-        title=f"K-means centroids released with {info.label}",
-    )
-
+    inputs = KMeansInputs.from_prepared(prep, labels)
+    release_panel(key="kmeans", plan=plan, inputs=inputs)
 
 st.title("K-means")
 dataset, prepared = state.require_prepared()

@@ -54,6 +54,7 @@ with user_errors("reading the releases"):
             ["current", "all"],
             format_func={"current": f"the current dataset ({ds.name})", "all": "all datasets"}.get,
             horizontal=True,
+            key=state.persist("ledger_scope", "current", ("current", "all").__contains__),
         )
     frame = ledger.to_dataframe(ds.dataset_id if scope == "current" and ds is not None else None)
     if frame.empty:
@@ -74,7 +75,9 @@ with user_errors("reading the releases"):
                 r.request_id: f"{r.time[:19]} · {r.mechanism} · ε {r.epsilon:.4g} · {r.request_id[:8]}"
                 for r in stored.itertuples()
             }
-            chosen = st.selectbox("Release", list(labels), format_func=labels.__getitem__)
+            ids = list(labels)
+            picked = state.persist("ledger_release", ids[0], ids.__contains__)
+            chosen = st.selectbox("Release", ids, format_func=labels.__getitem__, key=picked)
             row = stored[stored["request_id"] == chosen].iloc[0]
             st.caption(f"Stored at `{row['artifact_path']}` · SHA-256 `{row['artifact_hash']}`")
             content = artifact_bytes(row["artifact_path"], row["artifact_hash"])

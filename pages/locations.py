@@ -5,15 +5,16 @@ mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) 
 to leave. Maps draw without a tile server unless the curator ticks the basemap option.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import streamlit as st
 
-from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
 from dpcore.location.prilocation import LEVELS
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER
 from dpcore.location.sweep import MECHANISMS
 from dpcore.plots.location import (
-    METRIC_TITLES,
     density_heatmap,
     displacement_histogram,
     error_vs_eps,
@@ -21,10 +22,13 @@ from dpcore.plots.location import (
     true_vs_released,
 )
 from dpcore.policy import Blowfish, DistanceThresholdGraph, GeoIndistinguishability
-from ui import datasets, state
+from ui import accuracy, datasets, state
 from ui import locations_view as view
 from ui.errors import user_errors
-from ui.release import release_panel
+from ui.nav import ensure_entrypoint
+from ui.release import current_plan, release_panel
+
+ensure_entrypoint()
 
 SWEEP_KEY = "loc_sweep"
 NO_USER = "(none: each row is its own user)"
@@ -34,7 +38,7 @@ DIAGNOSTIC_BANNER = (
     "**Diagnostics (non-private).** Sections 1-3 use the raw coordinates (true maps, errors over many noisy "
     "trials). They cost no budget and are for the curator only: do not share these charts."
 )
-BOX_KEYS = ("loc_lat_min", "loc_lat_max", "loc_lon_min", "loc_lon_max")
+EDGE_LABELS = ("South edge (lat min)", "North edge (lat max)", "West edge (lon min)", "East edge (lon max)")
 
 
 def _sample_button(label: str) -> None:
@@ -57,10 +61,15 @@ def _coordinates(ds: state.Dataset) -> view.Coordinates:
         st.stop()
     others = [c for c in ds.cleaned.columns if c not in (*lat_cols, *lon_cols)]
     a, b, c = st.columns(3)
-    lat_col = a.selectbox("Latitude column (degrees)", lat_cols, key="loc_lat")
-    lon_col = b.selectbox("Longitude column (degrees)", lon_cols, key="loc_lon")
+    lat_key = state.persist("loc_lat", lat_cols[0], lat_cols.__contains__)
+    lat_col = a.selectbox("Latitude column (degrees)", lat_cols, key=lat_key)
+    lon_key = state.persist("loc_lon", lon_cols[0], lon_cols.__contains__)
+    lon_col = b.selectbox("Longitude column (degrees)", lon_cols, key=lon_key)
+    users = [NO_USER, *others]
     user_col = c.selectbox(
-        "User column (PriLocation groups visits by user)", [NO_USER, *others], key="loc_user"
+        "User column (PriLocation groups visits by user)",
+        users,
+        key=state.persist("loc_user", NO_USER, users.__contains__),
     )
     with user_errors("reading the coordinates") as read:
         coords = view.coordinates(ds.cleaned, lat_col, lon_col, None if user_col == NO_USER else user_col)
@@ -71,29 +80,41 @@ def _coordinates(ds: state.Dataset) -> view.Coordinates:
     return coords
 
 
-def _apply_preset() -> None:
-    box = view.PRESETS.get(st.session_state["loc_preset"])
-    if box is not None:
-        for key, value in zip(BOX_KEYS, box, strict=True):
-            st.session_state[key] = value
-
-
-def _region() -> Region:
+def _region(ds: state.Dataset) -> Region:
     st.subheader("Public region")
     st.caption(
-        "A box anyone could know (never the data's own extent, which would leak its extreme points). Points "
-        "outside it are clamped onto its edge."
+        "A box anyone could know, chosen by you: never the data's own extent, which would leak its extreme "
+        "points. Points outside it are clamped onto its edge."
     )
-    first = next(iter(view.PRESETS))
-    st.selectbox("Preset", list(view.PRESETS), key="loc_preset", on_change=_apply_preset)
-    for key, value in zip(BOX_KEYS, view.PRESETS[first] or (), strict=True):
-        st.session_state.setdefault(key, value)
+    suffix = ds.dataset_id
+    choice = st.selectbox(
+        "Public region",
+        list(view.PRESETS),
+        index=None,
+        placeholder="Choose the public region of this dataset",
+        key=state.persist(f"loc_region_{suffix}", view.default_region(ds.origin), _known_region),
+        on_change=_custom_from_previous,
+        args=(suffix,),
+    )
+    if choice is None:
+        st.info(
+            "Choose a public region for this dataset: one of the regions listed, or a custom box whose "
+            "edges are public knowledge (e.g. a county's or a city's published boundary box)."
+        )
+        st.stop()
+    preset = view.PRESETS[choice]
     cols = st.columns(4)
-    labels = ("South edge (lat min)", "North edge (lat max)", "West edge (lon min)", "East edge (lon max)")
+    if preset is not None:
+        for col, label, value in zip(cols, EDGE_LABELS, preset, strict=True):
+            col.number_input(label, value=value, format="%.4f", disabled=True)
+        return Region(*preset)
     box = [
-        col.number_input(label, format="%.4f", key=key)
-        for col, label, key in zip(cols, labels, BOX_KEYS, strict=True)
+        col.number_input(label, value=None, format="%.4f", key=state.persist(f"loc_box_{i}_{suffix}", None))
+        for i, (col, label) in enumerate(zip(cols, EDGE_LABELS, strict=True))
     ]
+    if any(edge is None for edge in box):
+        st.info("Enter the four edges of the custom box, in degrees.")
+        st.stop()
     with user_errors("checking the region") as outcome:
         region = Region(*map(float, box))
     if outcome.failed:
@@ -101,19 +122,34 @@ def _region() -> Region:
     return region
 
 
+def _known_region(value: object) -> bool:
+    return value is None or value in view.PRESETS
+
+
+def _custom_from_previous(suffix: str) -> None:
+    """A custom box whose edges were never set starts from the region chosen before it."""
+    previous = view.PRESETS.get(state.kept(f"loc_region_{suffix}"))
+    if st.session_state[f"loc_region_{suffix}"] != view.CUSTOM_REGION or previous is None:
+        return
+    keys = [f"loc_box_{i}_{suffix}" for i in range(4)]
+    if all(state.kept(k) is None and k not in st.session_state for k in keys):
+        for k, edge in zip(keys, previous, strict=True):
+            st.session_state[k] = edge
+
+
 def _parameters() -> view.Params:
     a, b = st.columns(2)
     with a:
         st.subheader("PriLocation")
+        levels = [*LEVELS, CUSTOM_HS]
         level = st.selectbox(
             "Hierarchy level to protect (HS)",
-            [*LEVELS, CUSTOM_HS],
-            index=list(LEVELS).index("state"),
+            levels,
             format_func=lambda k: k if k == CUSTOM_HS else f"{k} ({LEVELS[k]:,.0f} m)",
-            key="loc_hs_level",
+            key=state.persist("loc_hs_level", "state", levels.__contains__),
         )
         hs = (
-            float(st.number_input("HS (metres)", min_value=1.0, value=10_000.0, key="loc_hs_m"))
+            float(st.number_input("HS (metres)", min_value=1.0, key=state.persist("loc_hs_m", 10_000.0)))
             if level == CUSTOM_HS
             else LEVELS[level]
         )
@@ -122,8 +158,10 @@ def _parameters() -> view.Params:
             "within about HS of where it was."
         )
         c1, c2 = st.columns(2)
-        clusters = int(c1.number_input("Clusters", min_value=1, value=20, key="loc_clusters"))
-        grid = int(c2.number_input("Clustering grid cells per side", min_value=1, value=30, key="loc_grid"))
+        clusters = int(c1.number_input("Clusters", min_value=1, key=state.persist("loc_clusters", 20)))
+        grid = int(
+            c2.number_input("Clustering grid cells per side", min_value=1, key=state.persist("loc_grid", 30))
+        )
     with b:
         st.subheader("Blowfish distance threshold")
         pol = state.policy()
@@ -133,58 +171,53 @@ def _parameters() -> view.Params:
             st.caption(f"θ = {theta:,.0f} m, from the Privacy policy page ({graph.label}).")
         else:
             theta = float(
-                st.number_input("θ (metres)", min_value=1.0, value=50_000.0, step=1000.0, key="loc_theta")
+                st.number_input(
+                    "θ (metres)", min_value=1.0, step=1000.0, key=state.persist("loc_theta", 50_000.0)
+                )
             )
             st.caption("Set a haversine distance-threshold policy on the Privacy policy page to use its θ.")
         st.caption(
             f"An adversary may learn the region a person is in, but not their position within {theta:,.0f} m."
         )
-    geo_eps, radius = _geo()
+    geo = _geo()
     st.subheader("Hotspots (private k-means on projected coordinates)")
     k = int(
         st.number_input(
             "Number of hotspots K",
             min_value=1,
             max_value=30,
-            value=8,
             step=1,
             help="Blowfish hotspots check every pair of cells each round: their cost grows as K².",
-            key="loc_hotspot_k",
+            key=state.persist("loc_hotspot_k", 8),
         )
     )
     st.caption(
         "Locations are clamped into the public region and projected to metres around its centre; DP hotspots "
         f"run DP-Lloyd, Blowfish hotspots Blowfish k-means with θ = {theta:,.0f} m (above)."
     )
-    return view.Params(hs, theta, geo_eps, radius, clusters, grid, k)
+    if geo is None:
+        return view.Params(hs, theta, None, None, clusters, grid, k)
+    return view.Params(hs, theta, geo.epsilon_per_metre, geo.radius_m, clusters, grid, k)
 
 
-def _geo() -> tuple[float, float]:
+def _geo() -> GeoIndistinguishability | None:
+    """The geo-indistinguishability policy, read-only: it is set in one place, the Privacy policy page."""
     st.subheader("Geo-indistinguishability (planar Laplace)")
     pol = state.policy()
-    form = st.radio(
-        "Give ε as", ["level l within radius r", "ε per metre"], horizontal=True, key="loc_geo_form"
-    )
-    a, b = st.columns(2)
-    per_metre = form == "ε per metre"
-    if per_metre:
-        default = pol.epsilon if isinstance(pol, GeoIndistinguishability) else 0.0005
-        value = a.number_input("ε per metre", min_value=0.0, value=default, format="%.3g", key="loc_geo_eps")
-        label = "Protected radius r for the ledger (metres)"
-    else:
-        value = a.number_input("Level l", min_value=0.0, value=1.0, key="loc_geo_level")
-        label = "within radius r (metres)"
-    radius = b.number_input(label, min_value=0.0, value=2000.0, key="loc_geo_radius")
-    with user_errors("checking the geo-indistinguishability parameters") as outcome:
-        geo = (
-            GeoIndistinguishability(value) if per_metre else GeoIndistinguishability.from_level(value, radius)
+    if isinstance(pol, GeoIndistinguishability):
+        st.markdown(
+            f"From the Privacy policy page: level **l = {pol.level:.4g} within r = {pol.radius_m:,.0f} m** "
+            f"(ε = {pol.epsilon_per_metre:.3g} per metre). A planar Laplace release spends level l within r."
         )
-        if radius <= 0:
-            raise ParameterError("The protected radius r must be a positive number of metres, e.g. 2000.")
-        st.info(geo.plain_language())
-    if outcome.failed:
-        st.stop()
-    return geo.epsilon_per_metre, float(radius)
+        st.info(pol.plain_language())
+    else:
+        st.info(
+            "Planar Laplace releases under geo-indistinguishability: set its level l within a radius r as "
+            "the privacy policy. Until then, its diagnostic map runs at ε / HS per metre, as in the "
+            "comparison."
+        )
+    st.page_link("pages/policy.py", label="Set it on the Privacy policy page", icon=":material/shield:")
+    return pol if isinstance(pol, GeoIndistinguishability) else None
 
 
 def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Params, tiles: bool) -> None:
@@ -193,14 +226,20 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     chosen = st.multiselect(
         "Mechanisms",
         list(MECHANISMS),
-        default=list(MECHANISMS),
         format_func=lambda m: MECHANISMS[m][0],
-        key="loc_mechs",
+        key=state.persist("loc_mechs", list(MECHANISMS), lambda v: set(v) <= set(MECHANISMS)),
     )
     a, b = st.columns(2)
-    lo, hi = a.select_slider("ε range", options=view.EPS_OPTIONS, value=(0.1, 5.0), key="loc_eps_range")
+    lo, hi = a.select_slider(
+        "ε range",
+        options=view.EPS_OPTIONS,
+        value=(0.1, 5.0),  # a pair makes it a range slider; the kept value in session state wins
+        key=state.persist("loc_eps_range", (0.1, 5.0), _eps_pair),
+    )
     eps = tuple(e for e in view.EPS_OPTIONS if lo <= e <= hi)
-    trials = int(b.number_input("Trials per ε", min_value=1, max_value=50, value=3, key="loc_trials"))
+    trials = int(
+        b.number_input("Trials per ε", min_value=1, max_value=50, key=state.persist("loc_trials", 3))
+    )
     st.caption(
         "Planar Laplace runs at ε / HS per metre and the Blowfish mean at θ = HS, so every mechanism is "
         "compared at the same ε. Hotspots: fractional WCSS loss (WCSS of the released centres minus WCSS of "
@@ -228,21 +267,29 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     if stored[0] != settings:
         st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
     frame = stored[1]
-    for metric in (m for m in METRIC_TITLES if m in set(frame["metric"])):
-        st.plotly_chart(error_vs_eps(frame, metric=metric), key=f"loc_err_{metric}")
+    sweep_hs = stored[0][5]  # the HS the comparison ran with: DE x HS is the error in metres
+    st.plotly_chart(error_vs_eps(frame, hs_m=sweep_hs), key="loc_err_all")
+    accuracy.locations_eps_finder(frame, sweep_hs, list(LOCATIONS))
     _maps(key, coords, region, params, tiles, eps)
+
+
+def _eps_pair(value: object) -> bool:
+    return isinstance(value, tuple | list) and len(value) == 2 and all(e in view.EPS_OPTIONS for e in value)
 
 
 def _maps(
     key: str, coords: view.Coordinates, region: Region, params: view.Params, tiles: bool, eps_grid: tuple
 ) -> None:
-    hs, geo_eps, clusters, grid = params.hs_m, params.geo_eps, params.n_clusters, params.grid_size
+    hs, clusters, grid = params.hs_m, params.n_clusters, params.grid_size
     st.subheader("Maps at one ε (diagnostic)")
     eps = float(
         st.select_slider(
-            "ε for the maps", options=eps_grid, value=eps_grid[len(eps_grid) // 2], key="loc_map_eps"
+            "ε for the maps",
+            options=eps_grid,
+            key=state.persist("loc_map_eps", eps_grid[len(eps_grid) // 2], eps_grid.__contains__),
         )
     )
+    geo_eps = eps / hs if params.geo_eps is None else params.geo_eps
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
     with user_errors("drawing the maps") as outcome:
         d = view.diagnostics(key, coords.lat, coords.lon, coords.users, box, geo_eps, eps, hs, clusters, grid)
@@ -251,7 +298,8 @@ def _maps(
     if d.sample.size < coords.lat.size:
         st.caption(f"Maps show a fixed random subset of {d.sample.size:,} of the {coords.lat.size:,} points.")
     la, lo = coords.lat[d.sample], coords.lon[d.sample]
-    title = f"Planar Laplace, ε = {geo_eps:.3g} per metre: true vs released"
+    source = "ε / HS, as in the comparison" if params.geo_eps is None else "the privacy policy"
+    title = f"Planar Laplace, ε = {geo_eps:.3g} per metre ({source}): true vs released"
     st.plotly_chart(
         true_vs_released(la, lo, d.laplace_lat, d.laplace_lon, tiles=tiles, title=title),
         key="loc_map_laplace",
@@ -287,7 +335,7 @@ def _hotspot_map(
     if outcome.failed:
         return
     released = {
-        f"{view.RELEASES[m].label}: {h.mean_distance_m[m] / 1000:,.0f} km": (c[:, 0], c[:, 1])
+        f"{LOCATIONS[m].label}: {h.mean_distance_m[m] / 1000:,.0f} km": (c[:, 0], c[:, 1])
         for m, c in h.released.items()
     }
     fig = hotspot_map(
@@ -304,74 +352,54 @@ def _hotspot_map(
     )
 
 
-def _release(coords: view.Coordinates, region: Region, params: view.Params, tiles: bool) -> None:
-    hs, theta, geo_eps, radius = params.hs_m, params.theta_m, params.geo_eps, params.radius_m
-    clusters, grid = params.n_clusters, params.grid_size
+def _release(coords: view.Coordinates, region: Region, params: view.Params) -> None:
     st.header("4. Release (the only output meant to leave)")
     a, b = st.columns(2)
+    keys = list(LOCATIONS)
     mech = a.selectbox(
         "Mechanism to release",
-        list(view.RELEASES),
-        format_func=lambda m: view.RELEASES[m].label,
-        key="loc_rel_mech",
+        keys,
+        format_func=lambda m: LOCATIONS[m].label,
+        key=state.persist("loc_rel_mech", keys[0], keys.__contains__),
     )
-    spec = view.RELEASES[mech]
+    spec = LOCATIONS[mech]
+    st.markdown(spec.summary)
+    with st.expander("Formula and sources"):
+        st.markdown(f"{spec.formula}\n\n*{spec.citation}*")
     pol = state.policy()
-    if mech == "planar_laplace":
-        eps = GeoIndistinguishability(geo_eps).level_at(radius)
-        b.markdown(
-            f"ε = {geo_eps:.3g} per metre (section 2). The ledger debits the level within "
-            f"r = {radius:,.0f} m: **{eps:.4g}**."
-        )
+    geo = pol if isinstance(pol, GeoIndistinguishability) else None
+    if spec.definition == "geo_ind":
+        if geo is None:
+            st.info("Planar Laplace spends a level l within a radius r: set them on the Privacy policy page.")
+            return
+        eps = geo.level
+        b.markdown(f"Level l = **{eps:.4g}** within r = {geo.radius_m:,.0f} m, from the Privacy policy page.")
     else:
-        default = 1.0 if isinstance(pol, GeoIndistinguishability) else float(pol.epsilon)
+        default = 1.0 if geo is not None else float(pol.epsilon)
         eps = float(
-            b.number_input("ε to spend", min_value=0.0, value=default, format="%.4g", key="loc_rel_eps")
+            b.number_input(
+                "ε to spend", min_value=0.0, format="%.4g", key=state.persist("loc_rel_eps", default)
+            )
         )
-    with user_errors("checking the release parameters") as outcome:
-        policy = view.release_policy(
-            mech, geo_eps if mech == "planar_laplace" else eps, hs_m=hs, theta_m=theta
+    if coords.user_column is not None:
+        most = int(
+            st.number_input(
+                "Most locations per user (public)",
+                min_value=1,
+                step=1,
+                help=MAX_PER_USER.help,
+                key=state.persist("loc_max_per_user", 1),
+            )
         )
+        params = replace(params, max_per_user=most)
+    scope = view.release_scope(coords, params)
+    st.caption(f"Protection: {scope}.")
+    with user_errors("reading the locations to release") as outcome:
+        inputs = view.release_inputs(coords, region)
     if outcome.failed:
         return
-    run = view.release_runner(
-        mech,
-        coords,
-        region,
-        epsilon=eps,
-        geo_eps=geo_eps,
-        hs_m=hs,
-        theta_m=theta,
-        n_clusters=clusters,
-        grid_size=grid,
-        tiles=tiles,
-        hotspot_k=params.hotspot_k,
-    )
-    release_params = {
-        "mechanism_key": mech,
-        "region": region.to_dict(),
-        "columns": list(coords.columns),
-        "epsilon_per_metre": geo_eps if mech == "planar_laplace" else None,
-        "ledger_radius_m": radius if mech == "planar_laplace" else None,
-        "hs_m": hs if mech == "prilocation" else None,
-        "theta_m": theta if mech in ("blowfish_mean", "blowfish_hotspots") else None,
-        "hotspot_k": params.hotspot_k if mech in view.HOTSPOTS else None,
-        "n_clusters": clusters if mech == "prilocation" else None,
-        "grid_size": grid if mech == "prilocation" else None,
-    }
-    release_panel(
-        key="locations",
-        mechanism=spec.label,
-        guarantee=spec.guarantee,
-        epsilon=eps,
-        delta=0.0,
-        run=run,
-        params=release_params,
-        policy=policy,
-        calibration="none (Laplace / exponential mechanism)",
-        bounds_source="curator (public region box)",
-        title=f"Locations released with {spec.label}",
-    )
+    plan = current_plan("location", mech, epsilon=eps, params=view.release_params(mech, params), scope=scope)
+    release_panel(key="locations", plan=plan, inputs=inputs)
 
 
 st.title("Locations")
@@ -386,7 +414,7 @@ if dataset.name != AIRPORTS:
     _sample_button("Use the US airports sample instead")
 coordinates = _coordinates(dataset)
 st.header("2. Public region and parameters")
-public_region = _region()
+public_region = _region(dataset)
 outside = int((~public_region.contains(coordinates.lat, coordinates.lon)).sum())
 if outside:
     st.warning(
@@ -394,8 +422,8 @@ if outside:
         "the raw data, shown to you only): every mechanism clamps them onto the region's edge."
     )
 parameters = _parameters()
-use_tiles = st.checkbox("Tile basemap for maps (needs internet)", value=False, key="loc_tiles")
+use_tiles = st.checkbox("Tile basemap for maps (needs internet)", key=state.persist("loc_tiles", False))
 data_key = view.data_key(dataset.fingerprint, dataset.cleaning, coordinates.columns)
 _compare(data_key, coordinates, public_region, parameters, use_tiles)
 st.divider()
-_release(coordinates, public_region, parameters, use_tiles)
+_release(coordinates, public_region, parameters)

@@ -1,5 +1,8 @@
 """Privacy policy: definition, parameters, their plain-language meaning, and the dataset's total budget."""
 
+from collections.abc import Callable
+from typing import Any
+
 import streamlit as st
 
 from dpcore.plan import policy_account
@@ -37,13 +40,13 @@ GRAPH_UNITS = (
 )
 
 
-def _defaults(current: Policy) -> None:
-    """Seed the widgets from the policy in use (widget state is dropped when the page is left)."""
+def _defaults(current: Policy) -> dict[str, Any]:
+    """Widget defaults from the policy in use; a value the curator typed is kept (``ui.state.persist``)."""
     graph = getattr(current, "graph", None)
-    geo_eps = current.epsilon if current.definition == "geo_ind" else 0.01
-    values = {
+    geo = current if isinstance(current, GeoIndistinguishability) else None
+    return {
         "pol_definition": current.definition,
-        "pol_eps": current.epsilon if current.definition != "geo_ind" else 1.0,
+        "pol_eps": current.epsilon if geo is None else 1.0,
         "pol_delta": current.delta or 1e-6,
         "pol_neighbours": current.neighbours if current.neighbours in NEIGHBOURS else "unbounded",
         "pol_graph": graph.kind if graph is not None else "distance_threshold",
@@ -51,13 +54,13 @@ def _defaults(current: Policy) -> None:
         "pol_theta": getattr(graph, "theta", 1.0),
         "pol_metric": getattr(graph, "metric", "l2"),
         "pol_c": getattr(graph, "c", 1),
-        "pol_geo_form": "level",
-        "pol_geo_eps": geo_eps,
-        "pol_geo_level": 1.0,
-        "pol_geo_radius": 1.0 / geo_eps,
+        "pol_geo_level": 1.0 if geo is None else geo.level,
+        "pol_geo_radius": 1000.0 if geo is None else geo.radius_m,
     }
-    for key, value in values.items():
-        st.session_state.setdefault(key, value)
+
+
+def _kept(key: str, valid: Callable[[Any], bool] | None = None) -> str:
+    return state.persist(key, _defaults(state.policy())[key], valid)
 
 
 def _graph_inputs(kind: str):
@@ -68,7 +71,7 @@ def _graph_inputs(kind: str):
             "Block width (scaled feature units)",
             step=0.5,
             format="%.4g",
-            key="pol_block_width",
+            key=_kept("pol_block_width"),
             help=GRAPH_UNITS,
         )
         return PartitionGraph(width)
@@ -76,13 +79,14 @@ def _graph_inputs(kind: str):
         theta = st.number_input(
             "θ (distance within which values stay hidden)",
             format="%.4g",
-            key="pol_theta",
+            key=_kept("pol_theta"),
             help=GRAPH_UNITS,
         )
-        metric = st.selectbox("Metric", list(METRICS), format_func=METRICS.__getitem__, key="pol_metric")
+        metric_key = _kept("pol_metric", METRICS.__contains__)
+        metric = st.selectbox("Metric", list(METRICS), format_func=METRICS.__getitem__, key=metric_key)
         return DistanceThresholdGraph(theta, metric)
     if kind == "attribute":
-        return AttributeGraph(st.number_input("c (attributes that may differ)", step=1, key="pol_c"))
+        return AttributeGraph(st.number_input("c (attributes that may differ)", step=1, key=_kept("pol_c")))
     return FullDomainGraph()
 
 
@@ -91,38 +95,35 @@ def _policy_inputs() -> Policy:
         "Definition",
         list(DEFINITIONS),
         format_func=lambda k: DEFINITIONS[k][0],
-        key="pol_definition",
-        help="Section 1 of MECHANISMS.md: which neighbouring datasets the release protects.",
+        key=_kept("pol_definition", DEFINITIONS.__contains__),
+        help="Which neighbouring datasets the release protects, and how.",
     )
     st.caption(DEFINITIONS[definition][1])
     if definition == "geo_ind":
-        form = st.radio(
-            "Give ε as",
-            ["level", "per_metre"],
-            format_func={"level": "privacy level l within radius r", "per_metre": "ε per metre"}.get,
-            horizontal=True,
-            key="pol_geo_form",
+        st.caption(
+            "Set here and only here: the Locations page's planar Laplace releases use this level and "
+            "radius, and its budget counts levels within this radius."
         )
-        if form == "per_metre":
-            eps_m = st.number_input("ε per metre", step=0.001, format="%.4g", key="pol_geo_eps")
-            return make_policy("geo_ind", epsilon_per_metre=eps_m)
-        level = st.number_input("Level l", step=0.5, format="%.4g", key="pol_geo_level")
-        radius = st.number_input("Radius r (metres)", step=50.0, format="%.6g", key="pol_geo_radius")
+        level = st.number_input("Privacy level l", step=0.5, format="%.4g", key=_kept("pol_geo_level"))
+        radius = st.number_input(
+            "within radius r (metres)", step=50.0, format="%.6g", key=_kept("pol_geo_radius")
+        )
         return GeoIndistinguishability.from_level(level, radius)
-    eps = st.number_input("ε (epsilon)", step=0.1, format="%.4g", key="pol_eps")
+    eps = st.number_input("ε (epsilon)", step=0.1, format="%.4g", key=_kept("pol_eps"))
     delta = None
     if definition in ("approx_dp", "local_pdp"):
-        delta = st.number_input("δ (delta)", step=1e-7, format="%.2e", key="pol_delta")
+        delta = st.number_input("δ (delta)", step=1e-7, format="%.2e", key=_kept("pol_delta"))
     if definition in ("pure_dp", "approx_dp"):
         neighbours = st.radio(
             "Neighbouring datasets differ by",
             list(NEIGHBOURS),
             format_func=NEIGHBOURS.__getitem__,
-            key="pol_neighbours",
+            key=_kept("pol_neighbours", NEIGHBOURS.__contains__),
         )
         return make_policy(definition, epsilon=eps, delta=delta, neighbours=neighbours)
     if definition == "blowfish":
-        kind = st.selectbox("Policy graph", list(GRAPHS), format_func=GRAPHS.__getitem__, key="pol_graph")
+        graph_key = _kept("pol_graph", GRAPHS.__contains__)
+        kind = st.selectbox("Policy graph", list(GRAPHS), format_func=GRAPHS.__getitem__, key=graph_key)
         return make_policy("blowfish", epsilon=eps, graph=_graph_inputs(kind))
     return make_policy(definition, epsilon=eps, delta=delta)
 
@@ -206,7 +207,6 @@ def _budget() -> None:
 
 st.title("Privacy policy")
 current = state.policy()
-_defaults(current)
 with user_errors("checking the policy") as checked:
     chosen = _policy_inputs()
 if checked.failed:

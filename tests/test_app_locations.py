@@ -77,9 +77,7 @@ def test_airports_sample_loads_and_comparison_draws_charts():
     )
     assert any("Diagnostics (non-private)" in w.value for w in at.warning)
     assert any("outside the public region" in w.value for w in at.warning)  # Alaska, Hawaii, ...
-    assert any(
-        "within" in i.value and "probability 50%" in i.value for i in at.info
-    )  # geo radii, plain words
+    assert any("Privacy policy page" in link.label for link in at.page_link)  # geo-ind is set there only
     assert at.checkbox(key="loc_tiles").value is False  # offline maps by default
     assert not at.get("plotly_chart")
     at.select_slider(key="loc_eps_range").set_value((0.5, 1.0))
@@ -103,22 +101,18 @@ def test_airports_sample_loads_and_comparison_draws_charts():
     assert len(hot) == 8 and hot["value"].between(-0.05, 20).all()
     titles = _titles(at)
     assert [t for t in titles if "vs ε" in t] == [
-        "Distance error DE (fraction of HS) vs ε (median over trials, band 10-90%)",
-        "Median relative error of rectangle queries vs ε (median over trials, band 10-90%)",
-        "Error of the mean position (m) vs ε (median over trials, band 10-90%)",
-        "Hotspot fractional WCSS loss (projected m², vs non-private k-means) vs ε (median over trials, "
-        "band 10-90%)",
+        "Error of every mechanism vs ε (median over trials, band 25–75%)"  # one trade-off chart
     ]
     assert any(t.startswith("Planar Laplace displacement") for t in titles)
     assert any(t.startswith("PriLocation, ε = ") for t in titles)
     assert sum(t.startswith("Private density") for t in titles) == 2
     (hotspots,) = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "Hotspots, ε" in _title(el)]
     assert hotspots["layout"]["title"]["text"] == "Hotspots, ε = 1, K = 8: true vs released centres"
-    names = [t["name"] for t in hotspots["data"]]
+    names = [t["name"] for t in hotspots["data"]][1:]  # after the basemap outlines
     assert names[:2] == ["locations (raw data)", "true hotspots (non-private k-means)"]
     assert names[2].startswith("DP hotspots (DP-Lloyd): ") and names[2].endswith(" km")
     assert names[3].startswith("Blowfish hotspots (distance threshold θ): ")
-    assert [_size(t["x"]) for t in hotspots["data"][1:]] == [8, 8, 8]
+    assert [_size(t["x"]) for t in hotspots["data"][2:]] == [8, 8, 8]
     assert hotspots["layout"]["yaxis"]["scaleanchor"] == "x"  # equal ground scale, offline
     maps = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     assert not any(t.get("type") == "scattermap" for m in maps for t in m["data"])  # no tile server
@@ -204,18 +198,20 @@ def test_over_budget_release_is_refused_without_downloads():
 
 def test_bad_inputs_show_messages():
     at = _airports()
-    at.number_input(key="loc_lat_min").set_value(60.0).run()
+    suffix = at.session_state["dp_dataset"].dataset_id
+    at.selectbox(key=f"loc_region_{suffix}").set_value("Custom (enter the box below)").run()
+    south = at.number_input(key=f"loc_box_0_{suffix}")
+    assert south.value == 24.0  # the custom box starts from the region chosen before
+    south.set_value(60.0).run()
     assert not at.exception
     assert any("lat_min < lat_max" in e for e in _errors(at))
     assert "loc_run" not in [b.key for b in at.button]  # the rest of the page waits for a valid region
-    at.number_input(key="loc_lat_min").set_value(24.0).run()
+    at.number_input(key=f"loc_box_0_{suffix}").set_value(24.0).run()
     assert not _errors(at)
     at.selectbox(key="loc_rel_mech").set_value("dp_mean").run()
     at.number_input(key="loc_rel_eps").set_value(0.0).run()
     assert not at.exception and any("epsilon" in e for e in _errors(at))
     assert "locations_release" not in [b.key for b in at.button]
-    at.number_input(key="loc_geo_level").set_value(0.0).run()
-    assert not at.exception and any("level" in e for e in _errors(at))
 
 
 def test_out_of_range_coordinates_show_a_message():

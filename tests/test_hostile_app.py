@@ -254,13 +254,16 @@ def test_out_of_range_coordinates_and_bad_region_on_the_locations_page(app_path:
     assert any("latitude must be in [-90, 90]" in e for e in _errors(at)), _errors(at)
 
     at = _uploaded(app_path, "ok.csv", b"lat,lon\n45,1\n10,2\n12,3\n")
+    suffix = at.session_state["dp_dataset"].dataset_id
     at.switch_page("pages/locations.py").run()
     _clean(at)
     assert not _errors(at)
-    at.number_input(key="loc_lat_min").set_value(60.0).run()  # south edge above the north edge
+    at.selectbox(key=f"loc_region_{suffix}").set_value("Custom (enter the box below)").run()
+    for i, edge in enumerate((60.0, 50.0, -10.0, 10.0)):  # south edge above the north edge
+        at.number_input(key=f"loc_box_{i}_{suffix}").set_value(edge).run()
     _clean(at)
     assert any("lat_min < lat_max" in e for e in _errors(at)), _errors(at)
-    at.number_input(key="loc_lat_min").set_value(0.0).run()
+    at.number_input(key=f"loc_box_0_{suffix}").set_value(0.0).run()
     _clean(at)
     assert not _errors(at)
 

@@ -13,6 +13,7 @@ import streamlit as st
 
 from dpcore.data import SAMPLES, Schema
 from dpcore.errors import DataError
+from dpcore.sessions import store_table
 from ui import state
 
 SAMPLE_CHOICES: dict[str, str] = {
@@ -25,14 +26,18 @@ BOUND_COLUMNS = ("feature", "kind", "lower", "upper")
 def load_sample_dataset(label: str) -> state.Dataset:
     """Make a bundled sample (a key of ``SAMPLE_CHOICES``) the current dataset."""
     name = SAMPLE_CHOICES[label]
-    return state.set_dataset(label, state.sample_table(name), source=SAMPLES[name][2])
+    return state.set_dataset(
+        label, state.sample_table(name), source=SAMPLES[name][2], origin={"sample": name}
+    )
 
 
 def load_blobs_dataset(n_samples: int, n_features: int, centers: int, seed: int) -> state.Dataset:
     """Make synthetic Gaussian blobs the current dataset."""
-    table = state.blobs_table(int(n_samples), int(n_features), int(centers), int(seed))
+    params = {"n_samples": int(n_samples), "n_features": int(n_features), "centers": int(centers)}
+    table = state.blobs_table(**params, seed=int(seed))
     label = f"Synthetic blobs (n={n_samples}, d={n_features}, {centers} centres, seed {seed})"
-    return state.set_dataset(label, table, source="scikit-learn make_blobs (synthetic, no real people)")
+    source = "scikit-learn make_blobs (synthetic, no real people)"
+    return state.set_dataset(label, table, source=source, origin={"blobs": {**params, "seed": int(seed)}})
 
 
 def load_upload(filename: str, data: bytes) -> state.Dataset:
@@ -47,7 +52,9 @@ def load_upload(filename: str, data: bytes) -> state.Dataset:
     table = state.upload_table(data, filename)
     detected = table.attrs.get("dpcore_source", "")
     source = f"upload: {filename}" + (f" ({detected})" if detected else "")
-    return state.set_dataset(filename, table, source=source)
+    ds = state.set_dataset(filename, table, source=source)
+    store_table(table, ds.fingerprint)  # kept by fingerprint: a reload or a restart restores the session
+    return ds
 
 
 def bounds_frame(features: list[str], schema: Schema, stored: Mapping[str, tuple[str, str]]) -> pd.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dpcore.policy import GeoIndistinguishability
 from ui import auth, state
 from ui.errors import user_errors
 from ui.release import policy_budget
@@ -21,7 +22,9 @@ def _dataset_section() -> None:
         st.caption("No dataset loaded: choose one on the Data page.")
         return
     st.markdown(f"**{ds.name}**")
-    st.caption(f"{ds.n_rows:,} rows · {ds.raw.shape[1]} columns · fingerprint `{ds.fingerprint[:12]}`")
+    dropped = ds.n_rows - len(ds.cleaned)
+    rows = f"{len(ds.cleaned):,} rows" + (f" ({dropped:,} dropped)" if dropped else "")
+    st.caption(f"{rows} · {ds.raw.shape[1]} columns · fingerprint `{ds.fingerprint[:12]}`")
     if ds.prepared is not None:
         p = ds.prepared
         st.caption(f"Prepared: {p.n_samples:,} rows × {p.n_features} features (scaling: {p.scaling})")
@@ -47,12 +50,12 @@ def _mode_section() -> None:
         "Sampling mode",
         options=list(MODE_LABELS),
         format_func=MODE_LABELS.__getitem__,
-        key=state.MODE_KEY,
+        key=state.persist(state.MODE_KEY, "secure", MODE_LABELS.__contains__),
         help="Releases use the OS entropy source and OpenDP's exact samplers. Demo mode fixes a seed so "
         "stakeholder demos are reproducible; anyone with the seed can remove its noise.",
     )
     if state.mode() == "demo":
-        st.number_input("Demo seed", min_value=0, step=1, key=state.SEED_KEY)
+        st.number_input("Demo seed", min_value=0, step=1, key=state.persist(state.SEED_KEY, 0))
         st.warning("DEMO mode: outputs are reproducible and marked DEMO. They are not a privacy release.")
 
 
@@ -68,7 +71,9 @@ def render_sidebar() -> None:
         _dataset_section()
         pol = state.policy()
         st.subheader("Privacy policy")
-        unit = " per metre" if pol.definition == "geo_ind" else ""
-        delta = f", δ = {pol.delta:.2g}" if pol.delta else ""
-        st.caption(f"{pol.label} · ε = {pol.epsilon:.3g}{unit}{delta}")
+        if isinstance(pol, GeoIndistinguishability):
+            st.caption(f"{pol.label} · level {pol.level:.3g} within {pol.radius_m:,.0f} m")
+        else:
+            delta = f", δ = {pol.delta:.2g}" if pol.delta else ""
+            st.caption(f"{pol.label} · ε = {pol.epsilon:.3g}{delta}")
         _mode_section()

@@ -7,7 +7,7 @@ same table (uploaded again, or a bundled sample) keeps its budget across session
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -15,7 +15,16 @@ import pandas as pd
 import streamlit as st
 
 from dpcore import config
-from dpcore.data import PreparedData, Schema, fingerprint, infer_schema, load_sample, load_table, make_blobs
+from dpcore.data import (
+    PreparedData,
+    Schema,
+    fingerprint,
+    handle_missing,
+    infer_schema,
+    load_sample,
+    load_table,
+    make_blobs,
+)
 from dpcore.errors import DataError
 from dpcore.ledger import Ledger
 from dpcore.mechanisms import Sampler
@@ -24,13 +33,16 @@ from ui import auth
 
 __all__ = [
     "DEFAULT_POLICY",
+    "KEEP_PREFIX",
     "MODE_KEY",
     "SEED_KEY",
     "Dataset",
+    "apply_missing",
     "blobs_table",
     "dataset",
     "dataset_id_for",
     "demo_seed",
+    "kept",
     "ledger",
     "mode",
     "persist",
@@ -38,6 +50,7 @@ __all__ = [
     "prepared",
     "require_dataset",
     "require_prepared",
+    "reset_cleaning",
     "sample_table",
     "sampler",
     "set_dataset",
@@ -67,8 +80,11 @@ class Dataset:
     """The table the curator works on.
 
     ``raw`` is the table as loaded (its fingerprint names the dataset in the ledger); ``cleaned`` is
-    ``raw`` after the curator's explicit missing-value choices; ``prepared`` is the output of
-    ``dpcore.data.prepare`` on ``cleaned`` (None until the curator prepares features).
+    ``raw`` after the curator's explicit missing-value choices (``steps``: (strategy, columns) in order,
+    ``cleaning``: the same in words); ``prepared`` is the output of ``dpcore.data.prepare`` on ``cleaned``
+    (None until the curator prepares features). ``origin`` says how to load ``raw`` again in a restored
+    session: ``{"sample": key}`` or ``{"blobs": {...}}``; None means the table itself is kept by
+    fingerprint (``dpcore.sessions.store_table``), as for uploads.
     """
 
     name: str
@@ -79,6 +95,8 @@ class Dataset:
     source: str = ""
     prepared: PreparedData | None = None
     cleaning: tuple[str, ...] = ()
+    steps: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    origin: Mapping[str, Any] | None = None
 
     @property
     def dataset_id(self) -> str:
@@ -97,7 +115,9 @@ def dataset() -> Dataset | None:
     return st.session_state.get(DATASET_KEY)
 
 
-def set_dataset(name: str, raw: pd.DataFrame, *, source: str = "") -> Dataset:
+def set_dataset(
+    name: str, raw: pd.DataFrame, *, source: str = "", origin: Mapping[str, Any] | None = None
+) -> Dataset:
     """Make ``raw`` the current dataset (schema inferred, nothing prepared); forget pending releases."""
     if raw.empty:
         raise DataError(f"'{name}' has no rows; choose a file with at least one data row.")
@@ -108,6 +128,7 @@ def set_dataset(name: str, raw: pd.DataFrame, *, source: str = "") -> Dataset:
         cleaned=raw,
         fingerprint=fingerprint(raw),
         source=source,
+        origin=origin,
     )
     for key in [k for k in st.session_state if str(k).startswith(RELEASE_PREFIX)]:
         del st.session_state[key]
@@ -115,14 +136,39 @@ def set_dataset(name: str, raw: pd.DataFrame, *, source: str = "") -> Dataset:
     return ds
 
 
-def update_dataset(**changes: Any) -> Dataset:
-    """Replace fields of the current dataset (``schema``, ``cleaned``, ``prepared``, ``cleaning``)."""
+def _current() -> Dataset:
     current = dataset()
     if current is None:
         raise DataError("No dataset is loaded; choose a sample or upload a file on the Data page first.")
-    ds = replace(current, **changes)
+    return current
+
+
+def update_dataset(**changes: Any) -> Dataset:
+    """Replace fields of the current dataset (``schema``, ``prepared``; cleaning goes through
+    :func:`apply_missing` and :func:`reset_cleaning`, which keep the replayable steps)."""
+    ds = replace(_current(), **changes)
     st.session_state[DATASET_KEY] = ds
     return ds
+
+
+def apply_missing(columns: Sequence[str], strategy: str) -> Dataset:
+    """Apply one missing-value treatment (``dpcore.data.handle_missing``) to the current cleaned table;
+    the step is recorded so a restored session can replay it. The prepared features are dropped."""
+    ds = _current()
+    cleaned = handle_missing(ds.cleaned, list(columns), strategy)  # type: ignore[arg-type]
+    removed = len(ds.cleaned) - len(cleaned)
+    words = f"{strategy} on {', '.join(columns)} ({removed} rows removed)"
+    return update_dataset(
+        cleaned=cleaned,
+        prepared=None,
+        cleaning=(*ds.cleaning, words),
+        steps=(*ds.steps, (strategy, tuple(columns))),
+    )
+
+
+def reset_cleaning() -> Dataset:
+    """Undo every missing-value treatment: back to the table as loaded, nothing prepared."""
+    return update_dataset(cleaned=_current().raw, prepared=None, cleaning=(), steps=())
 
 
 def prepared() -> PreparedData | None:
@@ -222,6 +268,11 @@ def sampler() -> Sampler:
 
 
 # -- widget values kept across pages -----------------------------------------------------------------
+
+
+def kept(key: str, default: Any = None) -> Any:
+    """The value last kept for the widget ``key`` by :func:`persist` (``default`` if none)."""
+    return st.session_state.get(KEEP_PREFIX + key, default)
 
 
 def persist(key: str, default: Any, valid: Callable[[Any], bool] | None = None) -> str:

@@ -1,0 +1,214 @@
+"""The session plan kept server-side, so a reload, a deep link, a server restart or a second tab restore it.
+
+The URL carries a session token (``?s=<32 hex digits>``, 128 random bits, created on the first visit).
+At the start of every run :func:`sync_session` restores the plan saved under the URL's token (first run
+of a browser session only), puts the token back in the URL if a navigation dropped it, and saves the
+plan when it changed. The plan holds what the curator chose, never data or secrets: the dataset's
+reference (sample key, blobs parameters, or the fingerprint of a table kept in the data folder), schema,
+missing-value steps, preparation choices (features, public bounds, scaling), the policy, and every
+widget value kept by ``ui.state.persist`` (the sampling mode and demo seed among them). Restoring
+re-runs the loading, cleaning and preparation from those choices; a step that no longer applies is
+reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import streamlit as st
+
+from dpcore import config
+from dpcore.data import PreparedData, Schema, prepare
+from dpcore.errors import DataError, DPCoreError
+from dpcore.policy import policy_from_dict
+from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
+from ui import state
+from ui.errors import user_errors
+
+__all__ = ["QUERY_PARAM", "plan", "sync_session", "token"]
+
+QUERY_PARAM = "s"
+TOKEN_KEY = "dp_session_token"
+SAVED_KEY = "dp_session_saved"
+NOTICE_KEY = "dp_session_notice"
+VERSION = 1
+_PLAIN = (bool, int, float, str, type(None))
+
+
+@st.cache_resource(show_spinner=False)
+def _store(url: str) -> SessionStore:
+    return SessionStore(url)
+
+
+def _owner() -> str:
+    """Who may restore a plan: a hash of the user's name (not the name itself)."""
+    return hashlib.sha256(state.user().encode("utf-8")).hexdigest()[:32]
+
+
+def token() -> str | None:
+    """This browser session's token (None before the first run has synced)."""
+    return st.session_state.get(TOKEN_KEY)
+
+
+# -- what is saved ---------------------------------------------------------------------------------
+
+
+def _storable(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_storable(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _widgets() -> dict[str, Any]:
+    """Kept widget values: the live value while the widget is drawn, else its kept copy."""
+    out = {}
+    for key in [k for k in st.session_state if str(k).startswith(state.KEEP_PREFIX)]:
+        name = str(key)[len(state.KEEP_PREFIX) :]
+        value = st.session_state[name] if name in st.session_state else st.session_state[key]
+        if _storable(value):
+            out[name] = value
+    return out
+
+
+def _preparation(p: PreparedData) -> dict[str, Any]:
+    """The ``prepare`` arguments that give ``p`` again: curator bounds in encoded units (dates in days)."""
+    bounds = {
+        name: (float(lo), float(hi))
+        for name, lo, hi in zip(p.feature_names, p.raw_lower, p.raw_upper, strict=True)
+        if p.bound_sources[name] == "curator"
+    }
+    return {
+        "features": list(p.feature_names),
+        "scaling": p.scaling,
+        "bounds": bounds,
+        "data_bounds_ok": "data (leaks)" in p.bound_sources.values(),
+    }
+
+
+def _dataset_plan(ds: state.Dataset) -> dict[str, Any]:
+    if ds.origin is None:
+        store_table(ds.raw, ds.fingerprint)  # no-op once the table is kept
+    return {
+        "name": ds.name,
+        "source": ds.source,
+        "origin": dict(ds.origin) if ds.origin is not None else None,
+        "fingerprint": ds.fingerprint,
+        "schema": {
+            "kinds": dict(ds.schema.kinds),
+            "date_formats": dict(ds.schema.date_formats),
+            "categories": {k: list(v) for k, v in ds.schema.categories.items()},
+            "notes": dict(ds.schema.notes),
+        },
+        "steps": [(strategy, tuple(columns)) for strategy, columns in ds.steps],
+        "prepare": None if ds.prepared is None else _preparation(ds.prepared),
+    }
+
+
+def plan() -> dict[str, Any]:
+    """The restorable plan of this browser session (JSON types and tuples only)."""
+    ds = state.dataset()
+    return {
+        "version": VERSION,
+        "owner": _owner(),
+        "dataset": None if ds is None else _dataset_plan(ds),
+        "policy": state.policy().to_dict(),
+        "widgets": _widgets(),  # sampling mode and demo seed included
+    }
+
+
+# -- restoring -------------------------------------------------------------------------------------
+
+
+def _raw_table(saved: dict[str, Any]):
+    origin = saved.get("origin") or {}
+    if "sample" in origin:
+        return state.sample_table(origin["sample"])
+    if "blobs" in origin:
+        return state.blobs_table(**origin["blobs"])
+    return load_stored_table(saved["fingerprint"])
+
+
+def _restore_dataset(saved: dict[str, Any]) -> None:
+    raw = _raw_table(saved)
+    ds = state.set_dataset(saved["name"], raw, source=saved["source"], origin=saved.get("origin"))
+    if ds.fingerprint != saved["fingerprint"]:
+        raise DataError(f"'{ds.name}' is not the table this session used; load it again on the Data page.")
+    sch = saved["schema"]
+    if list(sch["kinds"]) != [str(c) for c in raw.columns]:
+        raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")
+    schema = Schema(
+        kinds=sch["kinds"],
+        date_formats=sch["date_formats"],
+        categories={k: tuple(v) for k, v in sch["categories"].items()},
+        notes=sch["notes"],
+    )
+    state.update_dataset(schema=schema)
+    for strategy, columns in saved["steps"]:
+        state.apply_missing(columns, strategy)
+    choices = saved.get("prepare")
+    if choices is not None:
+        ds = state.dataset()
+        ready = prepare(
+            ds.cleaned,
+            ds.schema,
+            choices["features"],
+            scaling=choices["scaling"],
+            bounds=choices["bounds"],
+            data_bounds_ok=choices["data_bounds_ok"],
+        )
+        state.update_dataset(prepared=ready)
+
+
+def _restore(saved: dict[str, Any]) -> list[str]:
+    """Put a saved plan into this session; returns what could not be restored, in words."""
+    problems = []
+    for name, value in saved.get("widgets", {}).items():
+        st.session_state[state.KEEP_PREFIX + name] = value
+    try:
+        state.set_policy(policy_from_dict(saved["policy"]))
+    except (DPCoreError, KeyError, TypeError) as err:
+        problems.append(f"the privacy policy ({err})")
+    if saved.get("dataset"):
+        try:
+            _restore_dataset(saved["dataset"])
+        except (DPCoreError, KeyError, TypeError, ValueError) as err:
+            problems.append(f"the dataset ({err})")
+    return problems
+
+
+def _start(given: str | None) -> str:
+    """This browser session's token: the URL's (restoring its plan) or a new one."""
+    if not is_token(given):
+        return new_token()
+    saved = _store(config.ledger_url()).load(given)  # type: ignore[arg-type]
+    if saved is None:
+        return given  # type: ignore[return-value]
+    if saved.get("owner") != _owner():
+        st.toast("This link belongs to another user's session: a new session starts.")
+        return new_token()
+    problems = _restore(saved)
+    if problems:
+        st.session_state[NOTICE_KEY] = "Session restored, except " + "; ".join(problems) + "."
+    else:
+        st.toast("Session restored: dataset, policy and settings as you left them.")
+    return given  # type: ignore[return-value]
+
+
+def sync_session() -> None:
+    """Call at the start of every run, before any widget: restore, keep the token in the URL, save."""
+    current = token()
+    if current is None:
+        with user_errors("restoring the saved session"):
+            current = _start(st.query_params.get(QUERY_PARAM))
+        current = current or new_token()
+        st.session_state[TOKEN_KEY] = current
+    if st.query_params.get(QUERY_PARAM) != current:
+        st.query_params[QUERY_PARAM] = current
+    if NOTICE_KEY in st.session_state:
+        st.warning(st.session_state.pop(NOTICE_KEY))
+    with user_errors("saving the session"):
+        now = plan()
+        if now != st.session_state.get(SAVED_KEY):
+            _store(config.ledger_url()).save(current, now)
+            st.session_state[SAVED_KEY] = now
