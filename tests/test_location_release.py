@@ -1,4 +1,4 @@
-"""PriLocation, private density grids, Blowfish mean position, exponential selection (MECHANISMS.md s.4)."""
+"""PriLocation, private density grids, Blowfish mean position, exponential selection."""
 
 import math
 
@@ -39,6 +39,7 @@ from dpcore.location.prilocation import (
     laplace_distance_error,
     prepare_visits,
     run_prilocation,
+    sample_columns,
     sample_log_weights,
     synthetic_visits,
 )
@@ -81,31 +82,41 @@ def test_prilocation_beats_per_location_laplace_at_state_level(visits: pd.DataFr
 
 
 def test_prilocation_budget_release_and_guarantee_structure(visits: pd.DataFrame) -> None:
-    m = PriLocation(0.8, US, hs_m=200_000.0, n_clusters=30, max_visits_per_user=5, rng=Sampler(seed=4))
+    m = PriLocation(
+        0.8, US, hs_m=200_000.0, n_clusters=30, grid_size=30, max_visits_per_user=5, rng=Sampler(seed=4)
+    )
     m.fit(visits.user, visits.lat, visits.lon)
-    assert [n for n, _ in m.budget_log_] == ["clustering", "weights", "selection"]
-    assert [e for _, e in m.budget_log_] == [0.4, 0.2, 0.2]
-    assert m.budget_spent_ == pytest.approx(0.8, abs=1e-15)
-    assert m.grid_.epsilon_spent == pytest.approx(0.4) and m.grid_.neighbours == "bounded"
+    # Per user: at most 5 visits, each step at eps / 5 per visit (group privacy), split exactly.
+    assert m.epsilon_per_visit_ == 0.16 and m.group_size_ == 5
+    assert m.budget_log_ == [("clustering", 0.08), ("weights", 0.04), ("selection", 0.04)]
+    assert m.budget_spent_ == pytest.approx(0.8, abs=1e-15) and m.budget_spent_ <= 0.8
+    assert m.grid_.epsilon_spent == 0.08 and m.grid_.neighbours == "bounded"
     assert m.sampling_mode_ == "demo"
     released = m.released()
-    assert set(released.columns) == {"user", "lat", "lon", "kind"}
-    assert (released.kind == "added").sum() == m.added_counts_.sum()
-    # Cap: at most 5 visits per user are used.
-    assert visits.iloc[m.diagnostic_kept_index_].groupby("user").size().max() <= 5
-    # Every replacement is a public candidate within HS/2 of a released centre.
-    rep = released[released.kind == "replaced"]
+    assert list(released.columns) == ["user", "lat", "lon"]  # nothing marks added rows
+    w_true, w_noisy = m.diagnostic_weights_
+    assert len(released) == np.maximum(np.rint(w_noisy), 0).sum()  # one row per released weight unit
+    assert m.diagnostic_added_.sum() == np.maximum(np.maximum(np.rint(w_noisy), 0) - w_true, 0).sum()
+    # Cap: at most 5 visits per user are used, chosen at random (not the first 5 in input order).
+    kept = visits.iloc[m.diagnostic_kept_index_]
+    assert kept.groupby("user").size().max() <= 5
+    first5 = visits.groupby("user").head(5).index
+    assert not set(m.diagnostic_kept_index_) <= set(first5)
+    # Every released row, replaced or added, is a public candidate within HS/2 of a released centre.
     d = haversine_m(
-        rep.lat.to_numpy()[:, None], rep.lon.to_numpy()[:, None], m.centers_[:, 0], m.centers_[:, 1]
+        released.lat.to_numpy()[:, None],
+        released.lon.to_numpy()[:, None],
+        m.centers_[:, 0],
+        m.centers_[:, 1],
     )
     assert np.all(d.min(axis=1) <= 100_000.0 + 1e-6)
-    # The curator's user ids never leave: released users are pseudonyms, one per user, rows sorted by them.
+    # The curator's user ids never leave: released users are pseudonyms, rows in random order.
     assert not set(released.user) & set(visits.user.astype(str)) and not set(released.user) & set(visits.user)
     assert released.user.str.fullmatch(r"user-\d{5}").all()
-    assert released.user.is_monotonic_increasing
-    per_user = visits.iloc[m.diagnostic_kept_index_].groupby("user").size().sort_values().to_numpy()
-    released_per_user = rep.groupby("user").size().sort_values().to_numpy()
-    assert np.array_equal(per_user, released_per_user)  # linkage within the release is kept
+    assert not released.user.is_monotonic_increasing
+    per_user = kept.groupby("user").size().sort_values().to_numpy()
+    replaced_per_user = released[~m.diagnostic_added_].groupby("user").size().sort_values().to_numpy()
+    assert np.array_equal(per_user, replaced_per_user)  # linkage within the release is kept
 
 
 def test_prilocation_errors(visits: pd.DataFrame) -> None:
@@ -113,7 +124,7 @@ def test_prilocation_errors(visits: pd.DataFrame) -> None:
         PriLocation(1.0, US).fit(visits.user, visits.lat, visits.lon)
     with pytest.raises(ParameterError, match="unknown level"):
         PriLocation(1.0, US, level="planet").fit(visits.user, visits.lat, visits.lon)
-    with pytest.raises(DataError, match="same length"):
+    with pytest.raises(DataError, match="one user per row"):
         PriLocation(1.0, US, level="city").fit(visits.user[:3], visits.lat, visits.lon)
     with pytest.raises(ParameterError, match="n_clusters"):
         PriLocation(1.0, US, level="city", n_clusters=10**6).fit(visits.user, visits.lat, visits.lon)
@@ -360,6 +371,18 @@ def test_sample_log_weights_never_picks_zero_weight_and_matches_probabilities() 
         counts = np.bincount(sample_log_weights(log_w, Sampler(seed=3)), minlength=4)
         assert counts[2] == 0
         assert stats.chisquare(counts[[0, 1, 3]], 50_000 * np.array([0.1, 0.3, 0.6])).pvalue > 0.01
+
+
+def test_sample_columns_matches_each_columns_probabilities() -> None:
+    with np.errstate(divide="ignore"):  # zero weights: -inf log-weights, never drawn
+        logits = np.log(np.array([[1.0, 0.0], [3.0, 1.0], [0.0, 1.0], [6.0, 2.0]]))
+    columns = np.repeat([1, 0], [30_000, 50_000])
+    choice = sample_columns(logits, columns, Sampler(seed=8))
+    for j, p in ((0, [0.1, 0.3, 0.0, 0.6]), (1, [0.0, 0.25, 0.25, 0.5])):
+        counts = np.bincount(choice[columns == j], minlength=4)
+        allowed = np.array(p) > 0
+        assert counts[~allowed].sum() == 0
+        assert stats.chisquare(counts[allowed], counts.sum() * np.array(p)[allowed]).pvalue > 0.01
 
 
 def test_float32_selection_scores_keep_sub_metre_precision_at_street_level(visits: pd.DataFrame) -> None:

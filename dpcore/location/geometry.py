@@ -1,14 +1,16 @@
 """Spherical geometry in metres: haversine distance, bearings, destination points, local projection.
 
-All distances are great-circle metres on a sphere of radius R = 6,371,008.8 m (the IUGG mean radius,
-MECHANISMS.md s.4). Degrees are never treated as metres: planar methods work in a local azimuthal
-equidistant projection around a public reference point, which keeps distances from that point exact.
+All distances are great-circle metres on a sphere of radius R = 6,371,008.8 m (the IUGG mean radius).
+Degrees are never treated as metres: planar methods work in a local azimuthal equidistant projection
+around a public reference point, which keeps distances from that point exact; ``PlaneMap`` extends it to
+the whole sphere without stretching any distance by more than its scale factor.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -182,13 +184,8 @@ class LocalProjection:
         xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
         return destination_point(self.lat0, self.lon0, np.degrees(np.arctan2(xa, ya)), np.hypot(xa, ya))
 
-    def max_scale(self, region: Region) -> float:
-        """Largest local scale factor a / sin(a) over a region (a = angular distance from the reference).
-
-        Any two points of a region within 90 degrees of the reference are at most ``max_scale`` times
-        farther apart in the projection than on the sphere (the region's cap is geodesically convex and
-        the projected straight segment is no longer than the projected geodesic).
-        """
+    def cap_angle(self, region: Region) -> float:
+        """A: the largest angular distance (radians) from the reference to the region's boundary, < pi/2."""
         lat, lon = region.boundary()
         a = float(np.max(haversine_m(self.lat0, self.lon0, lat, lon))) / EARTH_RADIUS_M
         if a >= math.pi / 2:
@@ -196,6 +193,16 @@ class LocalProjection:
                 "the region is too large for a local projection (it reaches 90 degrees from its centre); "
                 "split it into smaller regions."
             )
+        return a
+
+    def max_scale(self, region: Region) -> float:
+        """Largest local scale factor k = A / sin(A) over the cap of radius A = ``cap_angle(region)``.
+
+        Any two points of that cap are at most k times farther apart in the projection than on the sphere
+        (the cap is geodesically convex and the projected straight segment is no longer than the projected
+        geodesic, whose length is at most k times the geodesic's).
+        """
+        a = self.cap_angle(region)
         return 1.0 if a == 0 else a / math.sin(a)
 
 
@@ -203,3 +210,74 @@ def unit_vectors(lat: ArrayLike, lon: ArrayLike) -> FloatArray:
     """Earth-centred unit vectors (..., 3); the chord R ||u - v|| is a metric below the great-circle one."""
     p, lam = np.radians(np.asarray(lat, dtype=float)), np.radians(np.asarray(lon, dtype=float))
     return np.stack([np.cos(p) * np.cos(lam), np.cos(p) * np.sin(lam), np.sin(p)], axis=-1)
+
+
+@dataclass(frozen=True)
+class PlaneMap:
+    """The whole sphere mapped into the box B bounding the region's projection, k-Lipschitz everywhere.
+
+    f = clamp_B o P o retract_A o fold (Blowfish-safe handling of points outside the public region):
+    ``fold`` reflects the hemisphere opposite the reference onto the near one (1-Lipschitz); ``retract_A``
+    pulls a point farther than A = ``cap_angle`` radially back to angular distance A (1-Lipschitz: radial
+    lengths shrink and, as sin increases below 90 degrees, so do tangential ones); P, the azimuthal
+    equidistant projection, is k-Lipschitz on that cap, k = A / sin A; the coordinate clamp to B is
+    1-Lipschitz in L1 and L2. So ||f(x) - f(y)||_2 <= k d(x, y) for ALL x, y (great-circle metres), and
+    f = P on the region: out-of-region points never stretch a distance, unlike clamping lat and lon.
+    """
+
+    region: Region
+    projection: LocalProjection
+    angle: float
+    scale: float
+    lower: FloatArray
+    upper: FloatArray
+
+    @classmethod
+    def of(cls, region: Region) -> PlaneMap:
+        """The region's map (cached per region)."""
+        if not isinstance(region, Region):
+            raise ParameterError("this release needs a public region: pass region=Region(lat_min, ...).")
+        return _plane_map(region)
+
+    @classmethod
+    def _build(cls, region: Region) -> PlaneMap:
+        proj = region.projection()
+        angle = proj.cap_angle(region)
+        x, y = proj.forward(*region.boundary(per_edge=20_000))
+        return cls(
+            region,
+            proj,
+            angle,
+            proj.max_scale(region),
+            np.array([x.min(), y.min()]),
+            np.array([x.max(), y.max()]),
+        )
+
+    def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """f(lat, lon) in metres (x east, y north of the region centre), inside [lower, upper]."""
+        u = unit_vectors(lat, lon)
+        p0, l0 = math.radians(self.projection.lat0), math.radians(self.projection.lon0)
+        east = np.array([-math.sin(l0), math.cos(l0), 0.0])
+        north = np.array([-math.sin(p0) * math.cos(l0), -math.sin(p0) * math.sin(l0), math.cos(p0)])
+        up = np.array([math.cos(p0) * math.cos(l0), math.cos(p0) * math.sin(l0), math.sin(p0)])
+        ue, un, uu = u @ east, u @ north, np.abs(u @ up)
+        h = np.hypot(ue, un)
+        rho = EARTH_RADIUS_M * np.minimum(np.arctan2(h, uu), self.angle)
+        safe = np.where(h > 0, h, 1.0)
+        x = np.where(h > 0, rho * ue / safe, 0.0)
+        y = np.where(h > 0, rho * un / safe, 0.0)
+        return np.clip(x, self.lower[0], self.upper[0]), np.clip(y, self.lower[1], self.upper[1])
+
+    def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """Exact inverse of the projection P (points of B outside P(region) land outside the region)."""
+        return self.projection.inverse(x, y)
+
+    @property
+    def l1_diameter(self) -> float:
+        """Largest L1 distance between two points of B: (W + H), the box's width plus height."""
+        return float(np.sum(self.upper - self.lower))
+
+
+@lru_cache(maxsize=32)
+def _plane_map(region: Region) -> PlaneMap:
+    return PlaneMap._build(region)

@@ -1,4 +1,4 @@
-"""Private density grids over a public region (MECHANISMS.md s.4.3; Qardaji, Yang, Li, ICDE 2013).
+"""Private density grids over a public region (Qardaji, Yang and Li 2013).
 
 Uniform grid (UG): m x m cells over the curator's lat/lon box with m = sqrt(n eps / c), c = 10, and
 Laplace(s / eps) on each cell count. Adaptive grid (AG): level 1 has m1 = max(10, ceil(sqrt(n eps/c)/4))
@@ -9,21 +9,26 @@ v' = (a^2 m2^2 v + (1-a)^2 sum u) / (a^2 m2^2 + (1-a)^2) and u' = u + (v' - sum 
 of children.
 
 Guarantee: eps-DP, cells of a level are disjoint (parallel composition) and levels add up (sequential).
-Neighbours: ``"unbounded"`` (one point added or removed, s = 1; n is then private, so the grid size uses
-a curator-given public estimate of n or a noisy count that spends ``count_fraction`` of eps) or
-``"bounded"`` (one point moved anywhere in the region, s = 2; n is public under this relation).
-The region is public; points outside it are clamped onto its edge. Cells are equal in degrees.
+Neighbours: ``"unbounded"`` (one person's points added or removed, s = g; n is then private, so the grid
+size uses a curator-given public estimate of n or a noisy count that spends ``count_fraction`` of eps) or
+``"bounded"`` (one person's points moved anywhere, s = 2 g; n is public under this relation), where
+g = ``points_per_person`` is the public most points one person has among those given (1: each point is
+one person; the caller enforces the cap). Budget parts come from ``split_budget`` (their sum never
+exceeds eps). The region is public; points outside it are clamped onto its edge, a remap of each point
+on its own, so one person still changes at most g cells by one each. Cells are equal in degrees.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from dpcore.errors import ParameterError
+from dpcore.location.budget import BudgetLog, split_budget
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.location.laplace import as_sampler
 from dpcore.mechanisms import Sampler, _check_epsilon
@@ -36,7 +41,8 @@ MAX_CELLS_PER_SIDE = 1024
 class DensityGrid:
     """A released grid: level-1 ``counts`` on ``lat_edges`` x ``lon_edges`` and the finest ``leaves``
     (rows lat_lo, lat_hi, lon_lo, lon_hi, count), those of level-1 cell k (row-major) at rows
-    leaf_offsets[k]:leaf_offsets[k + 1]; parent counts equal the sum of their leaves."""
+    leaf_offsets[k]:leaf_offsets[k + 1]; parent counts equal the sum of their leaves. ``budget_log`` holds
+    the parts of eps (noisy count, levels); ``epsilon_spent`` is their exact sum, never above eps."""
 
     kind: str
     region: Region
@@ -51,6 +57,7 @@ class DensityGrid:
     n_source: str
     neighbours: str
     sampling_mode: str
+    budget_log: tuple[tuple[str, float], ...]
 
     def range_query(self, boxes: ArrayLike) -> FloatArray:
         """Noisy counts of boxes (rows lat_lo, lat_hi, lon_lo, lon_hi), leaves assumed uniform inside.
@@ -104,26 +111,72 @@ def _prepare(
     n_estimate: float | None,
     count_fraction: float,
     sampler: Sampler,
-) -> tuple[FloatArray, FloatArray, float, float, float, str, float]:
-    """Clamped points, the grid budget, the budget spent on n, n for sizing and its source, sensitivity."""
+    levels: list[tuple[str, Fraction]],
+    points_per_person: int,
+) -> tuple[FloatArray, FloatArray, BudgetLog, float, str, float]:
+    """Clamped points, the budget log (noisy count first if any, then ``levels``), n for sizing and its
+    source, the per-cell sensitivity s. ``levels`` are shares of the budget left after the count."""
     if not isinstance(region, Region):
         raise ParameterError("a density grid needs a public region: pass region=Region(lat_min, ...).")
     if neighbours not in NEIGHBOURS:
         raise ParameterError(f"neighbours must be 'unbounded' or 'bounded' (got {neighbours!r}).")
+    g = points_per_person
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
+        raise ParameterError(f"points_per_person must be a whole number >= 1 (got {g!r}).")
     eps = _check_epsilon(epsilon)
     la, lo = validate_latlon(lat, lon, table=True)
     la, lo = region.clip(la, lo)
+    s = NEIGHBOURS[neighbours] * int(g)
     if neighbours == "bounded":
-        return la, lo, eps, 0.0, float(la.size), "public (bounded neighbours keep n fixed)", 2.0
+        return (
+            la,
+            lo,
+            split_budget(eps, levels),
+            float(la.size),
+            "public (bounded neighbours keep n fixed)",
+            s,
+        )
     if n_estimate is not None:
         if not (math.isfinite(n_estimate) and n_estimate > 0):
             raise ParameterError(f"n_estimate must be a positive number (got {n_estimate!r}).")
-        return la, lo, eps, 0.0, float(n_estimate), "curator", 1.0
+        return la, lo, split_budget(eps, levels), float(n_estimate), "curator", s
     if not (0.0 < count_fraction < 1.0):
         raise ParameterError(f"count_fraction must be in (0, 1), e.g. 0.05 (got {count_fraction!r}).")
-    eps_n = eps * count_fraction
-    n_hat = max(1.0, la.size + float(sampler.laplace(1, 1.0 / eps_n)[0]))
-    return la, lo, eps - eps_n, eps_n, n_hat, "noisy count", 1.0
+    share = Fraction(count_fraction)
+    log = split_budget(eps, [("noisy count", share), *((name, (1 - share) * f) for name, f in levels)])
+    n_hat = max(1.0, la.size + float(sampler.laplace(1, s / log[0][1])[0]))
+    return la, lo, log, n_hat, "noisy count", s
+
+
+def _grid(
+    kind: str,
+    region: Region,
+    edges: tuple[FloatArray, FloatArray],
+    counts: FloatArray,
+    leaves: FloatArray,
+    offsets: np.ndarray,
+    log: BudgetLog,
+    n_hat: float,
+    source: str,
+    neighbours: str,
+    sampler: Sampler,
+) -> DensityGrid:
+    eps_count = log[0][1] if log[0][0] == "noisy count" else 0.0
+    return DensityGrid(
+        kind,
+        region,
+        *edges,
+        counts,
+        leaves,
+        offsets,
+        math.fsum(e for _, e in log),
+        eps_count,
+        n_hat,
+        source,
+        neighbours,
+        sampler.mode,
+        tuple(log),
+    )
 
 
 def _cell_index(
@@ -155,13 +208,24 @@ def uniform_grid(
     count_fraction: float = 0.05,
     c: float = 10.0,
     grid_size: int | None = None,
+    points_per_person: int = 1,
     rng: Sampler | int | None = None,
 ) -> DensityGrid:
-    """UG: eps-DP m x m histogram of the points in ``region`` (Laplace(s / eps) per cell, s = 1 or 2)."""
+    """UG: eps-DP m x m histogram of the points in ``region`` (Laplace(s / eps) per cell, s = g or 2 g)."""
     sampler = as_sampler(rng)
-    la, lo, eps_grid, eps_n, n_hat, source, s = _prepare(
-        lat, lon, epsilon, region, neighbours, n_estimate, count_fraction, sampler
+    la, lo, log, n_hat, source, s = _prepare(
+        lat,
+        lon,
+        epsilon,
+        region,
+        neighbours,
+        n_estimate,
+        count_fraction,
+        sampler,
+        [("grid", Fraction(1))],
+        points_per_person,
     )
+    eps_grid = log[-1][1]
     m = grid_side(n_hat, eps_grid, c) if grid_size is None else int(grid_size)
     if m < 1:
         raise ParameterError(f"grid_size must be a whole number >= 1 (got {grid_size!r}).")
@@ -172,20 +236,18 @@ def uniform_grid(
     leaves = np.column_stack(
         [lat_e[ii.ravel()], lat_e[ii.ravel() + 1], lon_e[jj.ravel()], lon_e[jj.ravel() + 1], counts.ravel()]
     )
-    return DensityGrid(
+    return _grid(
         "uniform",
         region,
-        lat_e,
-        lon_e,
+        (lat_e, lon_e),
         counts,
         leaves,
         np.arange(m * m + 1),
-        eps_grid + eps_n,
-        eps_n,
+        log,
         n_hat,
         source,
         neighbours,
-        sampler.mode,
+        sampler,
     )
 
 
@@ -201,16 +263,28 @@ def adaptive_grid(
     alpha: float = 0.5,
     c: float = 10.0,
     c2: float = 5.0,
+    points_per_person: int = 1,
     rng: Sampler | int | None = None,
 ) -> DensityGrid:
     """AG (Qardaji et al. 2013): two-level eps-DP grid with constrained inference (see module docstring)."""
     if not (0.0 < alpha < 1.0):
         raise ParameterError(f"alpha must be in (0, 1), e.g. 0.5 (got {alpha!r}).")
     sampler = as_sampler(rng)
-    la, lo, eps_grid, eps_n, n_hat, source, s = _prepare(
-        lat, lon, epsilon, region, neighbours, n_estimate, count_fraction, sampler
+    a = Fraction(alpha)
+    la, lo, log, n_hat, source, s = _prepare(
+        lat,
+        lon,
+        epsilon,
+        region,
+        neighbours,
+        n_estimate,
+        count_fraction,
+        sampler,
+        [("level 1", a), ("level 2", 1 - a)],
+        points_per_person,
     )
-    e1, e2 = alpha * eps_grid, (1.0 - alpha) * eps_grid
+    (_, e1), (_, e2) = log[-2:]
+    eps_grid = e1 + e2
     m1 = int(min(MAX_CELLS_PER_SIDE, max(10, math.ceil(math.sqrt(n_hat * eps_grid / c) / 4))))
     i, j, lat_e, lon_e = _level_one(la, lo, region, m1)
     cell = i * m1 + j
@@ -237,20 +311,18 @@ def adaptive_grid(
     w = (lon_e[pj + 1] - lon_e[pj]) / k
     lat_lo, lon_lo = lat_e[pi] + r * h, lon_e[pj] + col * w
     leaves = np.column_stack([lat_lo, lat_lo + h, lon_lo, lon_lo + w, u_cons])
-    return DensityGrid(
+    return _grid(
         "adaptive",
         region,
-        lat_e,
-        lon_e,
+        (lat_e, lon_e),
         v_cons.reshape(m1, m1),
         leaves,
         offset,
-        eps_grid + eps_n,
-        eps_n,
+        log,
         n_hat,
         source,
         neighbours,
-        sampler.mode,
+        sampler,
     )
 
 

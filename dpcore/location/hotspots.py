@@ -1,25 +1,26 @@
-"""Location hotspots: private k-means on locations (MECHANISMS.md s.4.4 and s.3.4-3.5).
+"""Location hotspots: private k-means on locations (Su et al. 2016; Machanavajjhala and Kifer 2015).
 
-Points are clamped into the public region and projected to metres (azimuthal equidistant around its
-centre, ``LocalProjection``: x east, y north); the public bounds are the projected region's bounding box.
-``policy="dp"`` runs ``DPLloydKMeans``: eps-DP, one location added or removed (the public region as the
-bounds). ``policy="blowfish"`` runs ``BlowfishKMeans`` with the L2 distance-threshold graph of radius
-k theta in the projection, k = a / sin(a) the projection's largest scale factor
-(``LocalProjection.max_scale``): great-circle distance <= theta implies projected distance <= k theta,
-so the result is (eps, G^{d,theta})-Blowfish for great-circle metres, for locations inside the region
-(clamping is not a contraction of great-circle distance). Noise goes through ``Sampler.privatize`` inside
-the estimators; the released centres (projected metres) are mapped back to lat/lon by the exact inverse
-projection and clamped into the region (post-processing).
+Points go through the region's ``PlaneMap`` f (metres around its centre, x east, y north): the azimuthal
+equidistant projection on the region, the whole sphere mapped into the box B bounding the projected
+region, k-Lipschitz everywhere (k = A / sin A, A the region's angular radius), so out-of-region points
+never stretch a distance. The public bounds are B. ``policy="dp"`` runs ``DPLloydKMeans``: eps-DP, one
+location added or removed. ``policy="blowfish"`` runs ``BlowfishKMeans`` with the L2 distance-threshold
+graph of radius k theta in the plane: great-circle distance <= theta implies ||f(x) - f(y)||_2 <= k theta,
+so the result is (eps, G^{d,theta})-Blowfish for great-circle metres, wherever the locations lie. Noise
+goes through ``Sampler.privatize`` inside the estimators; the released centres (plane metres) are mapped
+back to lat/lon by the exact inverse projection and clamped into the region (post-processing). A person
+with up to g locations is protected by group privacy: the caller runs the estimator at eps / g
+(``per_member_epsilon``).
 
-Honest gain of Blowfish here (seed 004 via ``dpcore.kmeans.blowfish``): a location crossing between two
-hotspot cells can still move the per-cluster sums by almost the region's L1 width, so the per-round sum
+Honest gain of Blowfish here (via ``dpcore.kmeans.blowfish``): a location crossing between two hotspot
+cells can still move the per-cluster sums by almost the region's L1 width, so the per-round sum
 sensitivity is within a few percent of bounded DP's (``sensitivity_gain_`` ~ 1.00-1.05 on the US airports)
 and about twice DP-Lloyd's (which adds or removes a row: sum h, count 1 instead of 2 sum h, count 2).
 Blowfish hotspots are therefore noisier than DP hotspots at the same eps, for a weaker guarantee.
 
 Metrics (diagnostics on the true data): the fractional WCSS loss (WCSS_released - WCSS_true) / WCSS_true
-in projected metres^2 against non-private k-means (seed 000 Fig. 2; MECHANISMS.md s.3.7), and the mean
-great-circle distance from each true hotspot to its nearest released one.
+in plane metres^2 against non-private k-means (Ravi et al. Fig. 2), and the mean great-circle distance
+from each true hotspot to its nearest released one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from dpcore.errors import ParameterError
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans, noisy_lloyd_trials
-from dpcore.location.geometry import FloatArray, LocalProjection, Region, haversine_m, validate_latlon
+from dpcore.location.geometry import FloatArray, PlaneMap, Region, haversine_m, validate_latlon
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
 
@@ -45,30 +46,31 @@ HotspotModel = DPLloydKMeans | BlowfishKMeans
 
 @dataclass(frozen=True)
 class ProjectedLocations:
-    """Locations clamped into the public region, in metres around its centre, with the public bounds."""
+    """Locations through the region's ``PlaneMap`` (metres around its centre), with the public bounds B."""
 
     X: FloatArray  # (n, 2): east, north metres
     bounds: tuple[FloatArray, FloatArray]
     region: Region
-    projection: LocalProjection
-    max_scale: float
+    plane: PlaneMap
+
+    @property
+    def max_scale(self) -> float:
+        """k: the map's Lipschitz constant (plane metres per great-circle metre)."""
+        return self.plane.scale
 
     def to_latlon(self, centres: ArrayLike) -> FloatArray:
-        """Projected points (..., 2) back to (..., 2) rows of (lat, lon), clamped into the region."""
+        """Plane points (..., 2) back to (..., 2) rows of (lat, lon), clamped into the region."""
         c = np.asarray(centres, dtype=float)
-        return np.stack(self.region.clip(*self.projection.inverse(c[..., 0], c[..., 1])), axis=-1)
+        return np.stack(self.region.clip(*self.plane.inverse(c[..., 0], c[..., 1])), axis=-1)
 
 
 def project_locations(lat: ArrayLike, lon: ArrayLike, region: Region) -> ProjectedLocations:
-    """Clamp into ``region`` and project to metres; bounds = bounding box of the projected region."""
+    """Map the locations into the plane with ``PlaneMap.of(region)``; bounds = the box B it maps into."""
     if not isinstance(region, Region):
         raise ParameterError("hotspots need a public region: pass region=Region(lat_min, ...).")
-    la, lo = region.clip(*validate_latlon(lat, lon, table=True))
-    proj = region.projection()
-    x, y = proj.forward(la, lo)
-    bx, by = proj.forward(*region.boundary())
-    bounds = (np.array([bx.min(), by.min()]), np.array([bx.max(), by.max()]))
-    return ProjectedLocations(np.column_stack([x, y]), bounds, region, proj, proj.max_scale(region))
+    plane = PlaneMap.of(region)
+    x, y = plane.forward(*validate_latlon(lat, lon, table=True))
+    return ProjectedLocations(np.column_stack([x, y]), (plane.lower, plane.upper), region, plane)
 
 
 def hotspot_estimator(
@@ -78,11 +80,15 @@ def hotspot_estimator(
     *,
     policy: str = "dp",
     theta_m: float | None = None,
+    neighbours: str = "unbounded",
     random_state: int | Sampler | None = None,
 ) -> HotspotModel:
-    """The unfitted estimator: DPLloydKMeans, or BlowfishKMeans with theta scaled by ``max_scale``."""
+    """The unfitted estimator: DPLloydKMeans (``neighbours`` "unbounded" or "bounded"), or BlowfishKMeans
+    with theta scaled by ``max_scale``."""
     if policy == "dp":
-        return DPLloydKMeans(n_clusters, epsilon, bounds=data.bounds, random_state=random_state)
+        return DPLloydKMeans(
+            n_clusters, epsilon, bounds=data.bounds, neighbours=neighbours, random_state=random_state
+        )
     if policy != "blowfish":
         raise ParameterError(f"policy must be 'dp' or 'blowfish' (got {policy!r}).")
     if theta_m is None or not (np.isfinite(theta_m) and theta_m > 0):
@@ -100,12 +106,19 @@ def location_hotspots(
     *,
     policy: str = "dp",
     theta_m: float | None = None,
+    neighbours: str = "unbounded",
     random_state: int | Sampler | None = None,
 ) -> tuple[FloatArray, HotspotModel]:
     """Released hotspot centres as rows (lat, lon), and the fitted estimator (budget log, sampling mode)."""
     data = project_locations(lat, lon, region)
     model = hotspot_estimator(
-        data, n_clusters, epsilon, policy=policy, theta_m=theta_m, random_state=random_state
+        data,
+        n_clusters,
+        epsilon,
+        policy=policy,
+        theta_m=theta_m,
+        neighbours=neighbours,
+        random_state=random_state,
     )
     model.fit(data.X)
     return data.to_latlon(model.cluster_centers_), model

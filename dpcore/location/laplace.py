@@ -1,9 +1,11 @@
-"""Planar Laplace: eps-geo-indistinguishability for single locations (seed 002 s.12.3.1; Andres et al. 2013).
+"""Planar Laplace: eps-geo-indistinguishability for single locations (Andres et al. 2013).
 
-Density (eps^2 / 2 pi) exp(-eps ||z - x||) (eq. 12.5): the angle theta ~ U[0, 2 pi) and the radius from
-the inverse of C_eps(r) = 1 - (1 + eps r) e^(-eps r), r = -(1/eps) (W_{-1}((p - 1)/e) + 1), p ~ U[0, 1)
-(a Gamma(2, 1/eps) draw; E[r] = 2/eps). The point is moved r metres along the great circle at bearing
-theta (destination-point formula), so the great-circle displacement is exactly the planar radius.
+Density (eps^2 / 2 pi) exp(-eps ||z - x||): the angle theta ~ U[0, 2 pi) and the radius from
+the inverse of C_eps(r) = 1 - (1 + eps r) e^(-eps r), r = -(1/eps) (W_{-1}((p - 1)/e) + 1), p ~ U(0, 1)
+(a Gamma(2, 1/eps) draw; E[r] = 2/eps), computed by ``dpcore.policy.geo_radius_quantile``, the one radius
+quantile of the engine (right Lambert-W branch down to p = 1e-300). The point is moved r metres along
+the great circle at bearing theta (destination-point formula), so the great-circle displacement is
+exactly the planar radius.
 
 Guarantee: eps-geo-indistinguishability: for any two locations x, x' the output distributions differ by at
 most a factor exp(eps d(x, x')), d in metres. Neighbour relation: one location x replaced by any x'.
@@ -11,7 +13,7 @@ most a factor exp(eps d(x, x')), d in metres. Neighbour relation: one location x
 Snapping to a grid of step u (local projection around a public reference) and truncation to a public
 region (remap to the nearest grid point inside it, never resample) are post-processing. The finite-
 precision correction eps' of Andres et al. s.4 is NOT applied: the guarantee above is for exact real
-arithmetic, and float sampling may leak low-order bits (seed 004, Mironov 2012).
+arithmetic, and float sampling may leak low-order bits (Mironov 2012).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import lambertw
 
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import (
@@ -32,6 +33,7 @@ from dpcore.location.geometry import (
     validate_latlon,
 )
 from dpcore.mechanisms import Sampler, _check_epsilon
+from dpcore.policy import geo_radius_quantile
 
 RADIUS_QUANTILES = (0.5, 0.9, 0.95)
 
@@ -47,19 +49,14 @@ def as_sampler(rng: Sampler | int | None) -> Sampler:
     raise ParameterError(f"rng must be a dpcore Sampler, an integer demo seed or None (got {rng!r}).")
 
 
-def radius_quantile(epsilon: float, q: ArrayLike) -> FloatArray:
-    """Radius (metres) containing planar Laplace noise with probability q: C_eps^{-1}(q) via W_{-1}."""
-    eps = _check_epsilon(epsilon)
-    qa = np.asarray(q, dtype=float)
-    if not np.all((qa >= 0) & (qa < 1)):
-        raise ParameterError(f"q must be a probability in [0, 1), such as 0.9 (got {q!r}).")
-    return -(lambertw((qa - 1.0) / np.e, k=-1).real + 1.0) / eps
-
-
 def sample_displacement(n: int, epsilon: float, sampler: Sampler) -> tuple[FloatArray, FloatArray]:
-    """(radius metres, bearing degrees) of n planar Laplace draws: p, theta uniform from ``sampler.rng``."""
-    u = sampler.rng.random((2, n))
-    return radius_quantile(epsilon, u[0]), 360.0 * u[1]
+    """(radius metres, bearing degrees) of n planar Laplace draws from ``sampler.rng``.
+
+    p = (k + 1/2) / 2^53 with k uniform on {0, ..., 2^53 - 1}: uniform on (0, 1), never 0 or 1.
+    """
+    p = (sampler.rng.integers(0, 2**53, n) + 0.5) * 2.0**-53
+    radius = np.asarray(geo_radius_quantile(_check_epsilon(epsilon), p), dtype=float).reshape(n)
+    return radius, 360.0 * sampler.rng.random(n)
 
 
 def planar_laplace(
@@ -81,8 +78,8 @@ class PlanarLaplace:
 
     eps-geo-indistinguishability: for any two locations x, x' the output distributions differ by at most a
     factor exp(eps d(x, x')), d in metres. Give ``epsilon`` (per metre) or ``level`` and ``radius_m``
-    (eps = l / r, seed 002 s.12.3.1). ``grid_step_m`` snaps outputs to a square grid of that step in the
-    azimuthal equidistant projection around ``region``'s centre (or ``origin``); ``region`` remaps outputs
+    (eps = l / r, Zhu et al. 2017, s.12.3.1). ``grid_step_m`` snaps outputs to a square grid of that step in
+    the azimuthal equidistant projection around ``region``'s centre (or ``origin``); ``region`` remaps outputs
     outside it to the nearest grid point inside it (the nearest point of the box without a grid), never
     resampling. Both are post-processing: the guarantee is unchanged and the eps' finite-precision
     correction of Andres et al. is not applied.
@@ -126,7 +123,7 @@ class PlanarLaplace:
 
     def radius_quantiles(self, qs: tuple[float, ...] = RADIUS_QUANTILES) -> dict[float, float]:
         """Radius in metres that contains the noise with each probability (50/90/95% by default)."""
-        r = radius_quantile(self.epsilon_per_metre, qs)
+        r = geo_radius_quantile(self.epsilon_per_metre, qs)
         return {q: float(v) for q, v in zip(qs, np.atleast_1d(r), strict=True)}
 
     def _projection(self) -> LocalProjection:

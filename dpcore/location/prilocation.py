@@ -1,41 +1,56 @@
-"""PriLocation: private release of users' visited locations (seed 002 s.12.4, Xiong et al.).
+"""PriLocation: private release of users' visited locations (Zhu et al. 2017, s.12.4, after Xiong et al.).
 
-Budget split (Table 12.3): eps/2 private location clustering, eps/4 Laplace on each user's per-cluster
-visit counts (eq. 12.12), eps/4 exponential mechanism replacing each visit by a candidate of its cluster
-(score HS - d(t_i, t_j), sensitivity HS, eq. 12.16). HS (metres) is the curator's hierarchy level: the
-largest distance between two locations of one unit of that level (Def. 12.3), never taken from the data.
+Budget split: eps/2 private location clustering, eps/4 Laplace on each user's per-cluster visit counts,
+eps/4 exponential mechanism replacing each visit by a candidate of its cluster (score HS - d(t_i, t_j),
+sensitivity HS). The split is exact (``split_budget``: the parts never add up to more than eps). HS
+(metres) is the curator's hierarchy level: the largest distance between two locations of one unit of
+that level, never taken from the data.
 
 What we implement, and how it differs from the book (whose privacy analysis is informal):
 
 * Clustering: a uniform private grid (Qardaji et al. 2013; ``grids.uniform_grid``, bounded neighbours,
   Laplace(2 / (eps/2)) per cell) over the public region, then weighted k-means on the noisy cell centres
-  (post-processing). The book's DP k-means is replaced by this private-grid clustering.
+  (post-processing). The grid clamps out-of-region visits onto the region's edge: a remap of each visit on
+  its own, so moving one visit still changes at most two cell counts by one.
 * Candidates are public: points of a square grid of step ``candidate_step_m`` within HS/2 of each released
-  centre (so a cluster unit has diameter HS, Def. 12.3) and inside the region. The book selects among the
-  users' own locations, which would release other people's exact visits.
+  centre (so a cluster unit has diameter HS) and inside the region. The book selects among the users' own
+  locations, which would release other people's exact visits.
+* Cluster assignment and selection use each visit's own location, never a clamped one: the score changes
+  by at most d(x, x') <= HS for a move of at most HS anywhere on the sphere (clamping latitude and
+  longitude separately can stretch a 38 km move near the pole to 1,000 km).
 * A negative noisy weight deletes uniformly random visits (the book deletes the farthest from the centre,
-  a data-dependent choice that breaks the HS bound); a positive one adds the centre (a public point).
+  a data-dependent choice that breaks the HS bound). A positive one adds visits; each added visit is an
+  exponential-mechanism draw for a visit at the cluster's centre (a public point), so it has the
+  distribution of a replaced visit that sat at the centre: added and replaced rows carry no mark, the
+  released rows are shuffled, and which rows are added can be told only as well as the selection step
+  allows (a factor e^(eps/4 d(x, c) / HS) for a visit x at distance d(x, c) from its centre c).
 
 Neighbour relation (per visit): one visit's location x replaced by x' with d(x, x') <= HS (great-circle
 metres) in the same released cluster. Guarantee: eps for that relation (eps/2 clustering, which even
 protects any move; eps/4 weights, unchanged by such a move and calibrated like the book to adding or
 removing one visit; eps/4 selection, |q(x, c) - q(x', c)| <= d(x, x') <= HS). Moves to another cluster,
-or farther than HS, are not protected by the last step. A user with k visits is protected at k eps for
-moving all of them; ``max_visits_per_user`` (public) keeps at most that many visits per user, in input
-order. Distance error DE = mean over users of sum d(t, t_hat) / (HS |T|) (eqs. 12.17-12.18), over replaced
-visits. The baseline ``laplace_distance_error`` applies planar Laplace with eps / HS per metre to every visit
+or farther than HS, are not protected by the last step. Per user: with ``max_visits_per_user`` m
+(public), at most m visits per user are kept (uniformly at random) and every step runs at eps' with
+m eps' <= eps (``per_member_epsilon``), so moving all of one user's visits within HS in their clusters
+changes any output's probability by at most e^eps (group privacy). Distance error
+DE = mean over users of sum d(t, t_hat) / (HS |T|) (Zhu et al. eqs. 12.17-12.18), over replaced visits.
+The baseline ``laplace_distance_error`` applies planar Laplace with eps / HS per metre to every visit
 (eps for every move within HS, in or across clusters: a stronger guarantee at the same eps).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from dpcore.errors import DataError, ParameterError
+from dpcore.errors import ParameterError
+from dpcore.location.budget import BudgetLog, per_member_epsilon, split_budget
+from dpcore.location.contribution import cap_per_user, check_max_per_user, user_codes
 from dpcore.location.geometry import (
     EARTH_RADIUS_M,
     FloatArray,
@@ -56,7 +71,12 @@ LEVELS: dict[str, float] = {
     "region": 100_000.0,
     "state": 300_000.0,
 }
-BUDGET_SPLIT = (("clustering", 0.5), ("weights", 0.25), ("selection", 0.25))
+BUDGET_SPLIT = (("clustering", Fraction(1, 2)), ("weights", Fraction(1, 4)), ("selection", Fraction(1, 4)))
+
+
+def prilocation_budget(epsilon: float) -> BudgetLog:
+    """[(clustering, ~eps/2), (weights, ~eps/4), (selection, ~eps/4)], never adding up to more than eps."""
+    return split_budget(epsilon, BUDGET_SPLIT)
 
 
 def hierarchical_sensitivity(level: str | float) -> float:
@@ -86,7 +106,8 @@ def candidate_offsets(hs_m: float, step_m: float) -> tuple[FloatArray, FloatArra
 def exponential_select(
     scores: FloatArray, epsilon: float, sensitivity: float, sampler: Sampler
 ) -> np.ndarray:
-    """One exponential-mechanism draw per row: Pr[j] proportional to exp(eps q_j / (2 Delta)) (002 Def. 2.8).
+    """One exponential-mechanism draw per row: Pr[j] proportional to exp(eps q_j / (2 Delta)) (McSherry and
+    Talwar 2007).
 
     Rows of ``scores`` may hold -inf for candidates that are not allowed (public exclusions).
     """
@@ -108,8 +129,26 @@ def sample_log_weights(log_w: np.ndarray, sampler: Sampler) -> np.ndarray:
     return np.minimum(np.count_nonzero(log_w < u, axis=0), log_w.shape[0] - 1)
 
 
+def sample_columns(log_w: np.ndarray, columns: np.ndarray, sampler: Sampler) -> np.ndarray:
+    """One index per entry of ``columns``, Pr[i] proportional to exp(log_w[i, column]) (inverse CDF).
+
+    Draws that share a column share its cumulative weights: memory O(m k + len(columns)), not
+    O(m len(columns)). Rows of -inf get probability 0 (u in (0, total], first index reaching it).
+    """
+    w = np.exp(log_w - log_w.max(axis=0))
+    cdf = np.cumsum(w, axis=0)
+    out = np.empty(columns.size, dtype=np.intp)
+    u = 1.0 - sampler.rng.random(columns.size)
+    order = np.argsort(columns, kind="stable")
+    bounds = np.searchsorted(columns[order], np.arange(log_w.shape[1] + 1))
+    for j in range(log_w.shape[1]):
+        rows = order[bounds[j] : bounds[j + 1]]
+        out[rows] = np.searchsorted(cdf[:, j], u[rows] * cdf[-1, j], side="left")
+    return np.minimum(out, log_w.shape[0] - 1)
+
+
 def distance_error(users: ArrayLike, d_m: ArrayLike, hs_m: float) -> float:
-    """DE = mean over users of mean_t d(t, t_hat) / HS (seed 002 eqs. 12.17-12.18)."""
+    """DE = mean over users of mean_t d(t, t_hat) / HS (Zhu et al. 2017, eqs. 12.17-12.18)."""
     codes = pd.factorize(np.asarray(users))[0]
     d = np.asarray(d_m, dtype=float)
     n_visits = np.bincount(codes)
@@ -175,10 +214,10 @@ def weighted_kmeans_on_grid(
 
 @dataclass(frozen=True)
 class Visits:
-    """Visits checked and clamped into the public region, with the parts every run reuses (eps-free).
+    """Checked visits with the parts every run reuses (eps-free); locations as given (never clamped).
 
     ``codes``: user code of each visit; ``labels``: user id of each code; ``index``: input row of each
-    visit (after the public per-user cap, input order kept); ``uv``: Earth-centred unit vectors (n, 3).
+    visit (after the per-user cap, input order kept); ``uv``: Earth-centred unit vectors (n, 3).
     """
 
     codes: np.ndarray
@@ -199,33 +238,28 @@ def prepare_visits(
     lon: ArrayLike,
     region: Region,
     max_visits_per_user: int | None = None,
+    sampler: Sampler | None = None,
 ) -> Visits:
-    """Check (user, lat, lon) visits, keep at most ``max_visits_per_user`` per user, clamp into ``region``."""
+    """Check (user, lat, lon) visits; with ``max_visits_per_user`` m keep min(count, m) random visits per
+    user (drawn with ``sampler``, required then)."""
     if not isinstance(region, Region):
         raise ParameterError("PriLocation needs a public region: pass region=Region(lat_min, ...).")
     la, lo = validate_latlon(lat, lon, table=True)
-    user_arr = np.asarray(users)
-    if user_arr.shape != la.shape:
-        raise DataError("users, lat and lon must have the same length (one row per visit).")
-    codes, labels = pd.factorize(user_arr)
-    if (codes < 0).any():
-        raise DataError("some visits have no user id; drop or fill those rows first.")
+    codes, labels = user_codes(users, la.size)
     keep = np.arange(la.size)
     if max_visits_per_user is not None:
-        cap = max_visits_per_user
-        if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
-            raise ParameterError(f"max_visits_per_user must be a whole number >= 1 (got {cap!r}).")
-        rank = pd.Series(codes).groupby(codes).cumcount().to_numpy()
-        keep = np.flatnonzero(rank < cap)
-    la, lo = region.clip(la[keep], lo[keep])
-    return Visits(codes[keep], np.asarray(labels), keep, la, lo, unit_vectors(la, lo))
+        if sampler is None:
+            raise ParameterError("capping visits per user needs the release's sampler.")
+        keep = cap_per_user(codes, max_visits_per_user, sampler)
+    return Visits(codes[keep], labels, keep, la[keep], lo[keep], unit_vectors(la[keep], lo[keep]))
 
 
 @dataclass(frozen=True)
 class PriLocationRun:
     """One run of the three steps. ``kept``: visits kept (positions in ``Visits``, grouped by cluster);
-    ``choice``: candidate picked for each kept visit; ``w_true``/``w_noisy``: per (user, cluster) counts
-    (None in diagnostic runs, which only need the kept visits)."""
+    ``choice``: candidate picked for each kept visit; ``w_true``/``w_noisy``: per (user, cluster) counts;
+    ``added_user``/``added_cluster``/``added_choice``: user code, cluster and candidate of each added visit
+    (all None in diagnostic runs, which only need the kept visits)."""
 
     grid: DensityGrid
     c_lat: FloatArray
@@ -238,6 +272,16 @@ class PriLocationRun:
     choice: np.ndarray
     w_true: np.ndarray | None
     w_noisy: np.ndarray | None
+    added_user: np.ndarray | None = None
+    added_cluster: np.ndarray | None = None
+    added_choice: np.ndarray | None = None
+
+    def added(self) -> tuple[FloatArray, FloatArray]:
+        """Released (lat, lon) of each added visit (full runs only)."""
+        assert self.added_cluster is not None and self.added_choice is not None
+        return self.cand_lat[self.added_cluster, self.added_choice], self.cand_lon[
+            self.added_cluster, self.added_choice
+        ]
 
     def replacements(self) -> tuple[FloatArray, FloatArray]:
         """Released (lat, lon) of each kept visit."""
@@ -306,13 +350,14 @@ def run_prilocation(
     *,
     diagnostic: bool = False,
 ) -> PriLocationRun:
-    """The three PriLocation steps on prepared visits (parameters already checked by ``PriLocation``).
+    """The three PriLocation steps on prepared visits at ``epsilon`` per visit (parameters already checked
+    by ``PriLocation``).
 
     ``diagnostic=True`` (sweeps, never a release) computes the selection in float32 and draws the weight
     noise only for the (user, cluster) pairs with visits: the kept visits, their replacements and so the
-    distance error have the same distribution, but the added visits (``w_noisy``) are not produced.
+    distance error have the same distribution, but the added visits are not produced.
     """
-    e_clu, e_w, e_sel = (epsilon * f for _, f in BUDGET_SPLIT)
+    (_, e_clu), (_, e_w), (_, e_sel) = prilocation_budget(epsilon)
     k = n_clusters
     # 1. Private location clustering: noisy grid, then weighted k-means on it (post-processing).
     grid = uniform_grid(
@@ -354,16 +399,22 @@ def run_prilocation(
     # Score HS - d with d the chord R ||u - v||, a metric no larger than the great-circle distance, so a move
     # of at most HS changes every score by at most HS (cheaper than haversine, same sensitivity).
     bounds = np.searchsorted(cluster[kept], np.arange(k + 1))
-    log_w = _selection_log_weights(
-        visits.uv[kept],
-        bounds,
-        centre_uv,
-        unit_vectors(cand_lat, cand_lon),
-        allowed,
-        e_sel * EARTH_RADIUS_M / (2.0 * hs_m),
-        np.float32 if diagnostic else np.float64,
-    )
+    cand_uv = unit_vectors(cand_lat, cand_lon)
+    scale = e_sel * EARTH_RADIUS_M / (2.0 * hs_m)
+    dtype = np.float32 if diagnostic else np.float64
+    log_w = _selection_log_weights(visits.uv[kept], bounds, centre_uv, cand_uv, allowed, scale, dtype)
     choice = sample_log_weights(log_w, sampler)
+    if diagnostic:
+        return PriLocationRun(
+            grid, c_lat, c_lon, cand_lat, cand_lon, allowed, cluster, kept, choice, None, None
+        )
+    # Added visits: (w_rel - w_true)+ per (user, cluster), each the selection for a visit at the centre.
+    extra = np.maximum(w_rel - w_true, 0)
+    pairs = np.flatnonzero(extra)
+    added_user = np.repeat(pairs // k, extra[pairs])
+    added_cluster = np.repeat(pairs % k, extra[pairs])
+    at_centre = _selection_log_weights(centre_uv, np.arange(k + 1), centre_uv, cand_uv, allowed, scale, dtype)
+    added_choice = sample_columns(at_centre, added_cluster, sampler)
     return PriLocationRun(
         grid,
         c_lat,
@@ -374,16 +425,20 @@ def run_prilocation(
         cluster,
         kept,
         choice,
-        None if diagnostic else w_true.reshape(visits.n_users, k),
-        None if w_noisy is None else w_noisy.reshape(visits.n_users, k),
+        w_true.reshape(visits.n_users, k),
+        w_noisy.reshape(visits.n_users, k),
+        added_user,
+        added_cluster,
+        added_choice,
     )
 
 
 class PriLocation:
-    """PriLocation (seed 002 s.12.4) with a stated per-visit neighbour relation (see module docstring).
+    """PriLocation (Zhu et al. 2017, s.12.4) with a stated neighbour relation (see module docstring).
 
     (eps, G)-Blowfish-style guarantee: moving one visit by at most HS metres within its released cluster
-    changes the probability of any release by at most a factor e^eps.
+    changes the probability of any release by at most a factor e^eps; with ``max_visits_per_user`` m, the
+    same holds for moving all of one user's (at most m) visits.
     """
 
     def __init__(
@@ -429,35 +484,52 @@ class PriLocation:
             raise ParameterError(
                 f"candidate_step_m must be in (0, HS/2] metres (got {self.candidate_step_m!r})."
             )
+        if self.max_visits_per_user is not None:
+            check_max_per_user(self.max_visits_per_user)
         return eps, hs, int(self.n_clusters), step
 
     def fit(self, users: ArrayLike, lat: ArrayLike, lon: ArrayLike) -> PriLocation:
+        """Run once; the release is ``released()``, everything ``diagnostic_*`` stays with the curator."""
         eps, hs, k, step = self.checked_params()
-        visits = prepare_visits(users, lat, lon, self.region, self.max_visits_per_user)
         sampler = as_sampler(self.rng)
-        run = run_prilocation(visits, eps, hs, self.region, k, self.grid_size, step, sampler)
-        assert run.w_true is not None and run.w_noisy is not None  # a full (non-diagnostic) run
+        cap = self.max_visits_per_user
+        visits = prepare_visits(users, lat, lon, self.region, cap, sampler)
+        group = 1 if cap is None else int(cap)
+        eps_visit = per_member_epsilon(eps, group)
+        run = run_prilocation(visits, eps_visit, hs, self.region, k, self.grid_size, step, sampler)
+        assert run.added_user is not None and run.w_noisy is not None  # a full (non-diagnostic) run
         in_order = np.argsort(run.kept, kind="stable")
         kept = run.kept[in_order]
         r_lat, r_lon = (a[in_order] for a in run.replacements())
-        w_rel = np.maximum(np.rint(run.w_noisy), 0).astype(int)
-
-        self.replaced_ = pd.DataFrame({"user": visits.labels[visits.codes[kept]], "lat": r_lat, "lon": r_lon})
-        self.added_counts_ = np.maximum(w_rel - run.w_true, 0)
-        self.user_labels_ = visits.labels
-        # Released user ids are random pseudonyms (drawn with the release's sampler), never the curator's ids.
-        self.user_pseudonyms_ = np.array(
-            [f"user-{i:05d}" for i in sampler.rng.permutation(visits.labels.size)], dtype=object
+        a_lat, a_lon = run.added()
+        # Released user ids are random pseudonyms (drawn with the release's sampler), never the curator's
+        # ids; replaced and added rows are shuffled together and carry no mark.
+        pseudonyms = np.array(
+            [f"user-{i:05d}" for i in sampler.rng.permutation(visits.n_users)], dtype=object
+        )
+        users_all = np.r_[visits.codes[kept], run.added_user].astype(np.int64)
+        order = sampler.rng.permutation(users_all.size)
+        self.table_ = pd.DataFrame(
+            {
+                "user": pseudonyms[users_all[order]],
+                "lat": np.r_[r_lat, a_lat][order],
+                "lon": np.r_[r_lon, a_lon][order],
+            }
         )
         self.hs_m_ = hs
         self.grid_: DensityGrid = run.grid
-        self.centers_ = np.column_stack([run.c_lat, run.c_lon])
-        self.noisy_weights_ = run.w_noisy
-        self.budget_log_ = [(name, eps * f) for name, f in BUDGET_SPLIT]
-        self.budget_spent_ = float(sum(e for _, e in self.budget_log_))
+        self.epsilon_per_visit_ = eps_visit
+        self.group_size_ = group
+        self.budget_log_ = prilocation_budget(eps_visit)
+        self.budget_spent_ = group * math.fsum(e for _, e in self.budget_log_)
         self.sampling_mode_ = sampler.mode
         self.n_candidates_ = int(run.allowed.sum(axis=1).min()), int(run.allowed.sum(axis=1).max())
         # Diagnostics (true data, never released).
+        self.centers_ = np.column_stack([run.c_lat, run.c_lon])
+        self.replaced_ = pd.DataFrame({"user": visits.labels[visits.codes[kept]], "lat": r_lat, "lon": r_lon})
+        self.diagnostic_weights_ = run.w_true, run.w_noisy
+        self.diagnostic_pseudonyms_ = pseudonyms
+        self.diagnostic_added_ = np.r_[np.zeros(kept.size, bool), np.ones(run.added_user.size, bool)][order]
         self.diagnostic_kept_index_ = visits.index[kept]
         self.diagnostic_displacement_m_ = haversine_m(visits.lat[kept], visits.lon[kept], r_lat, r_lon)
         self.diagnostic_distance_error_ = (
@@ -468,21 +540,5 @@ class PriLocation:
         return self
 
     def released(self) -> pd.DataFrame:
-        """The release: replaced visits and each cluster centre repeated ``added_counts_`` times a user.
-
-        Users appear under random pseudonyms; rows are sorted by (user, lat, lon, kind), a function of the
-        released values only, so the row order says nothing about the input's order.
-        """
-        eu, ec = np.nonzero(self.added_counts_)
-        reps = self.added_counts_[eu, ec]
-        code = {label: i for i, label in enumerate(self.user_labels_)}
-        replaced_users = np.array([code[u] for u in self.replaced_["user"]], dtype=np.int64)
-        out = pd.DataFrame(
-            {
-                "user": self.user_pseudonyms_[np.r_[replaced_users, np.repeat(eu, reps)].astype(np.int64)],
-                "lat": np.r_[self.replaced_["lat"].to_numpy(), np.repeat(self.centers_[ec, 0], reps)],
-                "lon": np.r_[self.replaced_["lon"].to_numpy(), np.repeat(self.centers_[ec, 1], reps)],
-                "kind": ["replaced"] * len(self.replaced_) + ["added"] * int(reps.sum()),
-            }
-        )
-        return out.sort_values(["user", "lat", "lon", "kind"], ignore_index=True)
+        """The release: one row (user pseudonym, lat, lon) per replaced or added visit, in random order."""
+        return self.table_.copy()

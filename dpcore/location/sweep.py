@@ -1,7 +1,7 @@
 """Error-vs-epsilon sweep of the location mechanisms (internal comparison, never a release).
 
 All noise comes from ``Sampler.diagnostic`` (fast numpy noise): the results are curator diagnostics
-computed on the true data. Everything that does not depend on eps is computed once per sweep: clamped
+computed on the true data. Everything that does not depend on eps is computed once per sweep: checked
 points, user codes, PriLocation's unit vectors (``prepare_visits``), query boxes and their true answers,
 the projected mean and the sensitivities. Shortcuts that keep the distributions exact:
 
@@ -15,13 +15,14 @@ the projected mean and the sensitivities. Shortcuts that keep the distributions 
   trial's released centres by grid filtering (``dpcore.kmeans.lloyd.PlanarCells``: exact nearest
   centres, whole cells scored as scatter + n ||mean - c||^2), which also runs their Lloyd rounds.
 
-Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, seed 002
-eqs. 12.17-12.18; for planar Laplace with eps / HS per metre, for PriLocation at eps),
+Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, Zhu et al.
+2017, eqs. 12.17-12.18; for planar Laplace with eps / HS per metre, for PriLocation at eps),
 ``median_relative_error`` of random rectangle queries (density grids, Qardaji et al. 2013),
-``mean_error_m`` (great-circle metres between the true and the released mean position: Blowfish with
-theta = HS vs bounded DP), ``fractional_wcss_loss`` of the hotspots ((WCSS_released - WCSS_true) /
-WCSS_true in projected metres^2 vs non-private k-means, seed 000 Fig. 2; DP-Lloyd and Blowfish with the
-curator's theta). Small matrix products run with one BLAS thread (threads only add overhead there).
+``mean_error_m`` (great-circle metres between the true and the released mean position, both through the
+region's ``PlaneMap``: Blowfish with theta = HS vs bounded DP), ``fractional_wcss_loss`` of the hotspots
+((WCSS_released - WCSS_true) / WCSS_true in plane metres^2 vs non-private k-means, Ravi et al. 2021
+Fig. 2; DP-Lloyd and Blowfish with the curator's theta). Every row counts as one person (per location).
+Small matrix products run with one BLAS thread (threads only add overhead there).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from threadpoolctl import threadpool_limits
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import PlanarCells
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity
-from dpcore.location.geometry import FloatArray, LocalProjection, Region, haversine_m, validate_latlon
+from dpcore.location.geometry import FloatArray, PlaneMap, Region, haversine_m, validate_latlon
 from dpcore.location.grids import adaptive_grid, random_boxes, relative_error, true_box_counts, uniform_grid
 from dpcore.location.hotspots import ProjectedLocations, hotspot_trials, project_locations, true_hotspots
 from dpcore.location.prilocation import PriLocation, Visits, distance_error, prepare_visits, run_prilocation
@@ -72,7 +73,7 @@ class _SweepData:
     grid_size: int | None
     boxes: FloatArray
     truth: FloatArray | None
-    proj: LocalProjection
+    plane: PlaneMap
     mean_xy: tuple[float, float]
     mean_latlon: tuple[float, float]
     hotspot_k: int
@@ -127,7 +128,7 @@ def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sa
     )
     scale = np.array([laplace_scale(sens, e) for e in eps])
     noise = sampler.laplace((trials, eps.size, 2), 1.0) * scale[None, :, None]
-    r_lat, r_lon = data.proj.inverse(data.mean_xy[0] + noise[..., 0], data.mean_xy[1] + noise[..., 1])
+    r_lat, r_lon = data.plane.inverse(data.mean_xy[0] + noise[..., 0], data.mean_xy[1] + noise[..., 1])
     return haversine_m(*data.mean_latlon, r_lat, r_lon)
 
 
@@ -176,10 +177,10 @@ def location_sweep(
     report = progress or (lambda _f, _t: None)
     trials = int(trials)
     with threadpool_limits(1, user_api="blas"):
-        la, lo = region.clip(*validate_latlon(lat, lon, table=True))
-        proj = region.projection()
-        x, y = proj.forward(la, lo)
-        m_lat, m_lon = proj.inverse(x.mean(), y.mean())
+        la, lo = validate_latlon(lat, lon, table=True)
+        plane = PlaneMap.of(region)
+        x, y = plane.forward(la, lo)
+        m_lat, m_lon = plane.inverse(x.mean(), y.mean())
         boxes = random_boxes(region, n_queries, Sampler.diagnostic(seed))
         grids = {"uniform_grid", "adaptive_grid"} & set(mechanisms)
         data = _SweepData(
@@ -192,7 +193,7 @@ def location_sweep(
             grid_size=grid_size,
             boxes=boxes,
             truth=true_box_counts(la, lo, boxes, region) if grids else None,
-            proj=proj,
+            plane=plane,
             mean_xy=(float(x.mean()), float(y.mean())),
             mean_latlon=(float(m_lat), float(m_lon)),
             hotspot_k=hotspot_k,

@@ -1,0 +1,173 @@
+"""Release steps and parameters shared by pairs of location mechanisms (grids, mean positions, hotspots)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcore.location.blowfish import mean_position
+from dpcore.location.budget import per_member_epsilon
+from dpcore.location.grids import DensityGrid
+from dpcore.location.hotspots import location_hotspots
+from dpcore.location.registry import LocationInputs, keep_per_user, kept_details, kept_diagnostics, no_delta
+from dpcore.mechanisms import Sampler
+from dpcore.plots.location import density_heatmap, hotspot_map, released_map
+from dpcore.registry import MechanismOutput, Param
+
+THETA = Param(
+    "theta_m",
+    "Distance threshold θ (metres)",
+    float,
+    50_000.0,
+    low=1.0,
+    high=2.0e7,
+    help="Positions within θ metres of each other are protected, e.g. 50000.",
+)
+HOTSPOT_K = Param(
+    "hotspot_k",
+    "Number of hotspots K",
+    int,
+    8,
+    low=1,
+    high=30,
+    help="Blowfish hotspots check every pair of cells each round: their cost grows as K².",
+)
+GRID_COLUMNS = ["lat_lo", "lat_hi", "lon_lo", "lon_hi", "noisy_count"]
+GRID_SUMMARY = "Counts how many locations fall in each cell of a grid over the region and blurs every count"
+
+
+def neighbours_param(*choices: str) -> Param:
+    """Which datasets are neighbours: one person's locations added or removed, or replaced by others."""
+    return Param(
+        "neighbours",
+        "Neighbouring datasets",
+        str,
+        choices[0],
+        choices=choices,
+        help="unbounded: one person's locations added or removed; bounded: replaced by others (n public).",
+    )
+
+
+PLANE_NOTE = (
+    "locations mapped to metres around the region centre by a map that never stretches a distance by more "
+    "than its scale factor (azimuthal equidistant inside the region)"
+)
+
+
+def mean_release(
+    policy: str,
+    label: str,
+    inputs: LocationInputs,
+    epsilon: float,
+    delta: float,
+    params: dict[str, Any],
+    sampler: Sampler,
+) -> MechanismOutput:
+    """Noisy mean position of the kept rows (n public), calibrated for a person with ``group`` rows."""
+    no_delta(delta)
+    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    theta = params.get("theta_m")
+    out = mean_position(
+        kept.lat,
+        kept.lon,
+        epsilon,
+        inputs.region,
+        policy=policy,
+        theta_m=theta,
+        points_per_person=kept.group,
+        rng=sampler,
+    )
+    table = pd.DataFrame({"lat": [out.lat], "lon": [out.lon], "n": [kept.n]})
+    figure = released_map(table["lat"], table["lon"], title=f"{label}: released locations")
+    details = {
+        **kept_details(kept, inputs),
+        "l1_sensitivity_m": out.l1_sensitivity_m,
+        "laplace_scale_m": out.laplace_scale_m,
+        "mapping": PLANE_NOTE,
+    }
+    if theta is not None:
+        details["theta_m"] = theta
+    return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)
+
+
+def hotspot_release(
+    policy: str,
+    label: str,
+    inputs: LocationInputs,
+    epsilon: float,
+    delta: float,
+    params: dict[str, Any],
+    sampler: Sampler,
+) -> MechanismOutput:
+    """DP-Lloyd / Blowfish k-means on the mapped rows at eps / g per row (group privacy for g rows)."""
+    no_delta(delta)
+    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    k, theta = params["hotspot_k"], params.get("theta_m")
+    eps_row = per_member_epsilon(epsilon, kept.group)
+    centres, model = location_hotspots(
+        kept.lat,
+        kept.lon,
+        k,
+        eps_row,
+        inputs.region,
+        policy=policy,
+        theta_m=theta,
+        neighbours=params.get("neighbours", "unbounded"),
+        random_state=sampler,
+    )
+    table = pd.DataFrame({"hotspot": np.arange(1, k + 1), "lat": centres[:, 0], "lon": centres[:, 1]})
+    details: dict[str, Any] = {
+        **kept_details(kept, inputs),
+        "n_clusters": k,
+        "epsilon_per_location": eps_row,
+        "n_iter": int(model.n_iter_),
+        "budget_log_per_location": [[name, float(e)] for name, e in model.budget_log_],
+        "mapping": PLANE_NOTE,
+        "count_sensitivity": [float(v) for v in model.count_sensitivity_],
+        "sum_l1_sensitivity_m": [float(v) for v in model.sum_sensitivity_],
+    }
+    if theta is not None:
+        details["theta_m"] = theta
+        details["theta_projected_m"] = float(model.graph.theta)
+        details["sensitivity_gain_vs_bounded_dp"] = [float(v) for v in np.atleast_1d(model.sensitivity_gain_)]
+    figure = hotspot_map(
+        {label: (table["lat"], table["lon"])},
+        title=f"{label}: released hotspot centres (K = {k}, ε = {epsilon:g})",
+    )
+    return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)
+
+
+def grid_release(
+    build: Callable[..., DensityGrid],
+    label: str,
+    inputs: LocationInputs,
+    epsilon: float,
+    delta: float,
+    params: dict[str, Any],
+    sampler: Sampler,
+) -> MechanismOutput:
+    """Keep at most m rows per user, build the grid with sensitivity m per cell, table of its leaves."""
+    no_delta(delta)
+    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    grid = build(
+        kept.lat,
+        kept.lon,
+        epsilon,
+        inputs.region,
+        neighbours=params["neighbours"],
+        points_per_person=kept.group,
+        rng=sampler,
+    )
+    table = pd.DataFrame(grid.leaves, columns=GRID_COLUMNS)
+    figure = density_heatmap(grid, title=f"{label}: released noisy counts (ε = {epsilon:g})")
+    details = {
+        **kept_details(kept, inputs),
+        "n_source": grid.n_source,
+        "n_estimate": grid.n_estimate,
+        "budget_log": [[name, e] for name, e in grid.budget_log],
+        "cells_per_side_level_1": int(grid.counts.shape[0]),
+    }
+    return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)

@@ -1,0 +1,46 @@
+"""Adaptive density grid (Qardaji et al. 2013): a coarse noisy grid, dense cells split finer, made consistent.
+
+Guarantee: eps-DP for one person's locations added or removed (``neighbours="unbounded"``, with a noisy
+count of n for the grid size) or replaced by any others (``"bounded"``, n public), at most g of them (the
+public ``max_per_user``, 1 without a user column): Laplace(s g / eps_level) per cell at each level, s = 1
+or 2 (cells of a level are disjoint); the budget parts never add up to more than eps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpcore.location.grids import adaptive_grid
+from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, neighbours_param
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.mechanisms import Sampler
+from dpcore.registry import MechanismOutput, MechanismSpec
+
+LABEL = "Adaptive density grid"
+
+
+def release(
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+) -> MechanismOutput:
+    """One adaptive grid over ``inputs.region``."""
+    return grid_release(adaptive_grid, LABEL, inputs, epsilon, delta, params, sampler)
+
+
+SPEC = LOCATIONS.register(
+    MechanismSpec(
+        domain="location",
+        key="adaptive_grid",
+        label=LABEL,
+        definition="pure_dp",
+        summary=f"{GRID_SUMMARY}, with finer cells where there are many locations.",
+        formula=(
+            "level 1: m1 = max(10, ceil(sqrt(n_hat eps / 10) / 4)) cells per side, Laplace(g / (a eps')); a "
+            "cell with noisy count v is cut into m2 = ceil(sqrt(v (1 - a) eps' / 5)) per side, Laplace(g / "
+            "((1 - a) eps')); constrained inference makes parents equal the sum of their children; a = 0.5, "
+            "eps' = 0.95 eps, g = most locations per user."
+        ),
+        citation="Qardaji, Yang and Li 2013",
+        release=release,
+        params=(neighbours_param("unbounded", "bounded"), MAX_PER_USER),
+    )
+)

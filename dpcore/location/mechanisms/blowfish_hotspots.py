@@ -1,0 +1,47 @@
+"""Blowfish hotspots: k-means under the distance-threshold policy (Machanavajjhala and Kifer 2015).
+
+Guarantee: (eps, G^{d,theta})-Blowfish: replacing each of one person's locations (at most g: the public
+``max_per_user``, 1 without a user column) by one at most theta metres away changes any output's
+probability by at most e^eps; n is public. Blowfish k-means runs at eps / g per location with the L2
+threshold k theta in the region's ``PlaneMap`` (k its scale factor), whatever lies outside the region.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpcore.location.mechanisms._shared import HOTSPOT_K, THETA, hotspot_release
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.mechanisms import Sampler
+from dpcore.registry import MechanismOutput, MechanismSpec
+
+LABEL = "Blowfish hotspots (distance threshold θ)"
+
+
+def release(
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+) -> MechanismOutput:
+    """K released hotspot centres."""
+    return hotspot_release("blowfish", LABEL, inputs, epsilon, delta, params, sampler)
+
+
+SPEC = LOCATIONS.register(
+    MechanismSpec(
+        domain="location",
+        key="blowfish_hotspots",
+        label=LABEL,
+        definition="blowfish",
+        summary=(
+            "Finds K centres where locations concentrate, blurred so that an observer may learn roughly "
+            "where a person is but not their position within θ metres; here the blur is about twice that "
+            "of the differentially private hotspots, so prefer those unless you need this policy."
+        ),
+        formula=(
+            "Lloyd's k-means on f(x_i) in metres with per-round noisy counts and sums calibrated to the "
+            "graph joining positions within k θ (Blowfish k-means), at eps / g per location."
+        ),
+        citation="Machanavajjhala and Kifer 2015; He, Machanavajjhala and Ding 2014",
+        release=release,
+        params=(HOTSPOT_K, THETA, MAX_PER_USER),
+    )
+)

@@ -1,0 +1,91 @@
+"""Planar Laplace per location: level l within r metres of geo-indistinguishability (Andres et al. 2013).
+
+Each kept location is moved by planar Laplace noise with l' / r per metre, l' = ``per_member_epsilon(l, g)``
+(g = the public most locations of one user, 1 without a user column), so moving every location of one
+person by at most r metres changes any output's probability by at most e^(g l') <= e^l. Outputs outside
+the region are clamped onto it and the rows are shuffled (post-processing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from dpcore.location.budget import per_member_epsilon
+from dpcore.location.laplace import PlanarLaplace
+from dpcore.location.registry import (
+    LOCATIONS,
+    MAX_PER_USER,
+    LocationInputs,
+    keep_per_user,
+    kept_details,
+    kept_diagnostics,
+    no_delta,
+)
+from dpcore.mechanisms import Sampler
+from dpcore.plots.location import released_map
+from dpcore.registry import MechanismOutput, MechanismSpec, Param
+
+LABEL = "Planar Laplace (per location)"
+
+
+def release(
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+) -> MechanismOutput:
+    """``epsilon`` is the level l within ``params["radius_m"]`` metres, for a whole person."""
+    no_delta(delta)
+    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    radius = float(params["radius_m"])
+    level_point = per_member_epsilon(epsilon, kept.group)
+    mech = PlanarLaplace(level=level_point, radius_m=radius, region=inputs.region, rng=sampler)
+    z_lat, z_lon = mech.release(kept.lat, kept.lon)
+    order = sampler.rng.permutation(kept.n)
+    table = pd.DataFrame({"lat": z_lat[order], "lon": z_lon[order]})
+    figure = released_map(table["lat"], table["lon"], title=f"{LABEL}: released locations")
+    details = {
+        **kept_details(kept, inputs),
+        "level": float(epsilon),
+        "radius_m": radius,
+        "level_per_location": level_point,
+        "epsilon_per_metre": mech.epsilon_per_metre,
+        "truncation": "outputs outside the region clamped onto it (post-processing); rows shuffled",
+    }
+    diagnostics = {
+        **kept_diagnostics(kept, inputs),
+        "median_displacement_m": float(pd.Series(mech.displacement_m_).median()),
+    }
+    return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
+
+
+SPEC = LOCATIONS.register(
+    MechanismSpec(
+        domain="location",
+        key="planar_laplace",
+        label=LABEL,
+        definition="geo_ind",
+        summary=(
+            "Each location is moved in a random direction by a random distance: at level l within r metres, "
+            "two places up to r metres apart look alike, and places farther apart less so."
+        ),
+        formula=(
+            "z = x moved d metres at bearing b along the great circle, b ~ U[0, 360), d ~ Gamma(2, r / l'); "
+            "density (e^2 / 2 pi) exp(-e ||z - x||) with e = l' / r per metre, l' = l / m for at most m "
+            "locations per user (m = 1 without a user column)."
+        ),
+        citation="Andres et al. 2013; Zhu et al. 2017, s.12.3",
+        release=release,
+        params=(
+            Param(
+                "radius_m",
+                "Radius r (metres)",
+                float,
+                1000.0,
+                low=0.01,
+                high=2.0e7,
+                help="The distance within which two places are protected at level l, e.g. 1000.",
+            ),
+            MAX_PER_USER,
+        ),
+    )
+)

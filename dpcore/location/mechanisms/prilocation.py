@@ -1,0 +1,105 @@
+"""PriLocation release (Zhu et al. 2017, s.12.4): users' visits replaced by public points of their cluster.
+
+Guarantee (Blowfish-style, per visit): moving one visit by at most HS metres within its released cluster
+changes any output's probability by at most e^eps; with a user column and the public ``max_per_user`` m,
+every step runs at eps / m per visit, so the same holds for all of one user's (at most m) visits. The
+table holds a random pseudonym and a location per released visit, replaced and added visits alike, in
+random order (see ``dpcore.location.prilocation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpcore.location.prilocation import PriLocation
+from dpcore.location.registry import (
+    LOCATIONS,
+    MAX_PER_USER,
+    LocationInputs,
+    keep_per_user,
+    kept_details,
+    kept_diagnostics,
+    no_delta,
+)
+from dpcore.mechanisms import Sampler
+from dpcore.plots.location import released_map
+from dpcore.registry import MechanismOutput, MechanismSpec, Param
+
+LABEL = "PriLocation (users' visits)"
+
+
+def release(
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+) -> MechanismOutput:
+    """One PriLocation run; without a user column every row is its own user (one visit each)."""
+    no_delta(delta)
+    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    users = np.arange(kept.n) if kept.codes is None else kept.codes
+    model = PriLocation(
+        epsilon,
+        inputs.region,
+        hs_m=params["hs_m"],
+        n_clusters=params["n_clusters"],
+        grid_size=params["grid_size"],
+        # the cap is already applied: rows per user <= group, so the group-privacy split is all that remains
+        max_visits_per_user=kept.group,
+        rng=sampler,
+    ).fit(users, kept.lat, kept.lon)
+    table = model.released()
+    figure = released_map(table["lat"], table["lon"], title=f"{LABEL}: released locations")
+    details = {
+        **kept_details(kept, inputs),
+        "hs_m": model.hs_m_,
+        "n_clusters": params["n_clusters"],
+        "grid_size": params["grid_size"],
+        "epsilon_per_visit": model.epsilon_per_visit_,
+        "budget_log_per_visit": [[name, e] for name, e in model.budget_log_],
+        "n_candidates": list(model.n_candidates_),
+    }
+    diagnostics = {
+        **kept_diagnostics(kept, inputs),
+        "distance_error": model.diagnostic_distance_error_,
+    }
+    return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
+
+
+SPEC = LOCATIONS.register(
+    MechanismSpec(
+        domain="location",
+        key="prilocation",
+        label=LABEL,
+        definition="blowfish",
+        summary=(
+            "Each visit is replaced by a nearby public point of its area and each user's number of visits "
+            "per area is blurred, so nobody can tell where a visit was within the protected distance (the "
+            "hierarchy level, e.g. 300 km for a state)."
+        ),
+        formula=(
+            "eps' = eps / m per visit; eps'/2: noisy grid (Laplace(2 / (eps'/2)) per cell) and weighted "
+            "k-means centres; eps'/4: noisy visit counts w + Laplace(4 / eps') per (user, cluster); eps'/4: "
+            "each visit t replaced by candidate c with Pr proportional to exp(eps' (HS - d(t, c)) / (8 HS)); "
+            "added visits drawn the same way for t = the cluster centre."
+        ),
+        citation=(
+            "Zhu et al. 2017, s.12.4 (after Xiong et al.); Qardaji et al. 2013; McSherry and Talwar 2007"
+        ),
+        release=release,
+        params=(
+            Param(
+                "hs_m",
+                "Hierarchy level HS (metres)",
+                float,
+                300_000.0,
+                low=1.0,
+                high=2.0e7,
+                help="The largest distance between two places of one unit of the level you protect, "
+                "e.g. 25000 for a city.",
+            ),
+            Param("n_clusters", "Clusters", int, 20, low=1, high=10_000, help="e.g. 20."),
+            Param("grid_size", "Clustering grid cells per side", int, 30, low=1, high=1024, help="e.g. 30."),
+            MAX_PER_USER,
+        ),
+    )
+)

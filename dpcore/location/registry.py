@@ -1,0 +1,121 @@
+"""The location mechanisms' registry, their common input and the per-user contribution step.
+
+``LOCATIONS`` holds one :class:`~dpcore.registry.MechanismSpec` per module of
+``dpcore.location.mechanisms``; ``LOCATIONS[key].release(inputs, epsilon=..., delta=0.0, params=...,
+sampler=...)`` runs one release from a :class:`LocationInputs`. Every release keeps at most the public
+``max_per_user`` rows of each user (at random, with the release's sampler) when there is a user column,
+calibrates its noise for a person with that many rows, and returns its scope sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpcore.errors import ParameterError
+from dpcore.location.contribution import cap_per_user, check_max_per_user, scope_sentence, user_codes
+from dpcore.location.geometry import FloatArray, Region, validate_latlon
+from dpcore.mechanisms import Sampler
+from dpcore.registry import Param, Registry
+
+__all__ = [
+    "LOCATIONS",
+    "MAX_PER_USER",
+    "Kept",
+    "LocationInputs",
+    "keep_per_user",
+    "kept_details",
+    "kept_diagnostics",
+    "no_delta",
+]
+
+LOCATIONS = Registry("location")
+
+MAX_PER_USER = Param(
+    "max_per_user",
+    "Most locations per user (public)",
+    int,
+    1,
+    low=1,
+    high=100_000,
+    help="A limit you know holds for every user, never read from the data: each user's extra rows are "
+    "dropped at random and the noise protects a user with this many locations. Used only with a user column.",
+)
+
+
+@dataclass(frozen=True)
+class LocationInputs:
+    """What a location release reads: coordinates in degrees, a user id per row (or None: each row is a
+    different person) and the curator's public region. Checked on creation (``DataError``)."""
+
+    lat: FloatArray
+    lon: FloatArray
+    users: np.ndarray | None
+    region: Region
+
+    def __post_init__(self) -> None:
+        lat, lon = validate_latlon(self.lat, self.lon, table=True)
+        object.__setattr__(self, "lat", lat)
+        object.__setattr__(self, "lon", lon)
+        if self.users is not None:
+            object.__setattr__(self, "users", np.asarray(self.users))
+            user_codes(self.users, lat.size)
+        if not isinstance(self.region, Region):
+            raise ParameterError(
+                "a location release needs a public region: pass region=Region(lat_min, ...)."
+            )
+
+    @property
+    def has_users(self) -> bool:
+        return self.users is not None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The rows a release uses: at most ``group`` per person (``codes``: user code per row, or None)."""
+
+    lat: FloatArray
+    lon: FloatArray
+    codes: np.ndarray | None
+    labels: np.ndarray | None
+    group: int
+    scope: str
+
+    @property
+    def n(self) -> int:
+        return int(self.lat.size)
+
+
+def keep_per_user(inputs: LocationInputs, max_per_user: int, sampler: Sampler) -> Kept:
+    """With users: min(count, m) random rows per user and group m; without: every row, group 1."""
+    m = check_max_per_user(max_per_user)
+    if inputs.users is None:
+        return Kept(inputs.lat, inputs.lon, None, None, 1, scope_sentence(False, m))
+    codes, labels = user_codes(inputs.users, inputs.lat.size)
+    keep = cap_per_user(codes, m, sampler)
+    return Kept(inputs.lat[keep], inputs.lon[keep], codes[keep], labels, m, scope_sentence(True, m))
+
+
+def no_delta(delta: float) -> None:
+    """Location mechanisms spend epsilon only."""
+    if delta != 0:
+        raise ParameterError(f"this location mechanism spends no delta; pass delta = 0 (got {delta!r}).")
+
+
+def kept_details(kept: Kept, inputs: LocationInputs) -> dict[str, Any]:
+    """Manifest facts every location release shares: scope, the per-user cap, the public region."""
+    out: dict[str, Any] = {"scope": kept.scope, "region": inputs.region.to_dict()}
+    if inputs.has_users:
+        out["max_per_user"] = kept.group
+    return out
+
+
+def kept_diagnostics(kept: Kept, inputs: LocationInputs) -> dict[str, Any]:
+    """Curator-only counts: rows given and rows used after the per-user cap (data-dependent)."""
+    return {"rows_given": int(inputs.lat.size), "rows_used": kept.n}
+
+
+# Registers every mechanism (each module imports the names above from this, by then initialised, module).
+from dpcore.location import mechanisms as _mechanisms  # noqa: E402,F401
