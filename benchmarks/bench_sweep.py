@@ -16,8 +16,8 @@ import warnings
 from sklearn.cluster import KMeans
 
 from dpcore.experiments.marketing import DELTA, EPS_GRID, K, load_marketing
+from dpcore.kmeans import noise_shape, sweep
 from dpcore.kmeans.covariance import RankDeficientWarning
-from dpcore.kmeans.sweep import noise_shape, sweep
 from dpcore.policy import DistanceThresholdGraph
 
 TARGET_S = 3.0

@@ -1,4 +1,4 @@
-"""Mechanism sweep and single release (dpcore.kmeans.sweep)."""
+"""The comparison sweep and its diagnostics (dpcore.kmeans.sweep); releases: tests/test_kmeans_registry.py."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import pandas as pd
 import pytest
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.sweep import (
-    MECHANISMS,
-    CentroidRelease,
+from dpcore.kmeans import (
+    KMeansInputs,
     blowfish_gain,
     diagnostic_draw,
     local_unavailable,
-    mechanism_guarantee,
     noise_shape,
-    release,
+    release_centroids,
     sweep,
     true_clustering,
 )
@@ -42,26 +40,6 @@ def data() -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         labels.append(np.full(n, k))
     X = np.clip(np.vstack(parts), -4, 4)
     return X, np.concatenate(labels), (np.full(3, -4.0), np.full(3, 4.0))
-
-
-def test_registry() -> None:
-    assert set(MECHANISMS) == {
-        "white",
-        "white_per_cluster",
-        "colored",
-        "dp_lloyd",
-        "blowfish",
-        "dp_lloyd_mcmc",
-    }
-    for key, info in MECHANISMS.items():
-        assert info.key == key
-        assert info.is_local == (key in LOCAL)
-        assert info.needs_delta == info.is_local
-        assert info.needs_bounds == (not info.is_local)
-        assert info.uses_graph == (key == "blowfish")
-        assert "neighbour" in info.guarantee
-        if info.is_local:
-            assert "not differential privacy" in info.guarantee
 
 
 def test_sweep_tidy_and_complete(data: tuple) -> None:
@@ -151,7 +129,7 @@ def test_sweep_mcmc_runs(data: tuple) -> None:
 
 def test_sweep_errors(data: tuple) -> None:
     X, labels, bounds = data
-    with pytest.raises(ParameterError, match="unknown mechanism"):
+    with pytest.raises(ParameterError, match="Unknown kmeans mechanism"):
         sweep(X, labels, ["laplace"], EPS, 2)
     with pytest.raises(ParameterError, match="public bounds"):
         sweep(X, labels, ["dp_lloyd"], EPS, 2)
@@ -163,53 +141,10 @@ def test_sweep_errors(data: tuple) -> None:
         sweep(X, labels, ["white"], EPS, 0)
     with pytest.raises(ParameterError, match="delta"):
         sweep(X, labels, ["white"], EPS, 2, delta=1.5)
-
-
-def test_release_local_modes_and_reproducibility(data: tuple) -> None:
-    X, labels, _ = data
-    a = release("colored", X, labels, epsilon=1.0, delta=1e-5, sampler=Sampler(seed=11))
-    b = release("colored", X, labels, epsilon=1.0, delta=1e-5, sampler=Sampler(seed=11))
-    assert isinstance(a, CentroidRelease)
-    assert a.sampling_mode == "demo" and a.is_local and a.mechanism == "colored"
-    assert a.epsilon == 1.0 and a.delta == 1e-5 and a.calibration == "analytic"
-    assert "not differential privacy" in a.guarantee
-    np.testing.assert_array_equal(a.centers, b.centers)
-    true_c = a.diagnostics["true_centers"]
-    assert a.centers.shape == true_c.shape == (3, 3)
-    assert not np.allclose(a.centers, true_c)
-    assert "true_centers" not in a.details  # details are for the manifest; diagnostics never leave
-    c = release("white", X, labels, epsilon=1.0, delta=1e-5, sampler=Sampler(seed=12))
-    assert not np.allclose(a.centers, c.centers)
-    secure = release("white", X, labels, epsilon=1.0, delta=1e-5)
-    assert secure.sampling_mode == "secure"
-    with pytest.raises(ParameterError, match="diagnostic"):
-        release("white", X, labels, epsilon=1.0, delta=1e-5, sampler=Sampler.diagnostic(0))
-    with pytest.raises(ParameterError, match="delta"):
-        release("colored", X, labels, epsilon=1.0, sampler=Sampler(seed=1))
-
-
-def test_release_dp_lloyd_and_blowfish(data: tuple) -> None:
-    X, labels, bounds = data
-    a = release("dp_lloyd", X, n_clusters=3, epsilon=2.0, bounds=bounds, sampler=Sampler(seed=5))
-    b = release("dp_lloyd", X, n_clusters=3, epsilon=2.0, bounds=bounds, sampler=Sampler(seed=5))
-    np.testing.assert_array_equal(a.centers, b.centers)
-    assert a.sampling_mode == "demo" and not a.is_local and a.delta == 0.0
-    assert a.details["budget_spent"] == 2.0
-    assert sum(e for _, e in a.details["budget_log"]) == pytest.approx(2.0, abs=1e-12)
-    assert np.all((a.centers >= -4) & (a.centers <= 4))
-    g = release(
-        "blowfish",
-        X,
-        labels,
-        epsilon=2.0,
-        bounds=bounds,
-        graph=DistanceThresholdGraph(1.0, "l1"),
-        sampler=Sampler(seed=5),
-    )
-    assert g.details["n_clusters"] == 3 and "graph" in g.details
-    assert "Blowfish" in g.guarantee or "blowfish" in g.guarantee.lower()
-    with pytest.raises(ParameterError, match="n_clusters"):
-        release("dp_lloyd", X, epsilon=1.0, bounds=bounds, sampler=Sampler(seed=1))
+    with pytest.raises(ParameterError, match="at least one mechanism"):
+        sweep(X, labels, [], EPS, 2)
+    with pytest.raises(ParameterError, match="Gaussian calibration"):
+        sweep(X, labels, ["white"], EPS, 2, calibration="exact")
 
 
 def test_marketing_preprocessing() -> None:
@@ -262,16 +197,18 @@ def test_diagnostic_draw_local_is_true_centres_plus_seeded_noise(data: tuple) ->
     assert np.abs(far - cov.centers).max() < np.abs(draw - cov.centers).max()  # noise shrinks with eps
 
 
-def test_diagnostic_draw_lloyd_family_matches_the_estimators(data: tuple) -> None:
-    from dpcore.kmeans.lloyd import DPLloydKMeans
+def test_diagnostic_draw_lloyd_family_is_one_batched_fit(data: tuple) -> None:
+    from dpcore.kmeans.lloyd import DPLloydKMeans, noisy_lloyd_trials
     from dpcore.metrics import match_centers
 
     X, labels, bounds = data
     true_centers = np.stack([X[labels == j].mean(axis=0) for j in range(3)])
     for nb in ("unbounded", "bounded"):
         draw = diagnostic_draw("dp_lloyd", X, labels, 2.0, bounds=bounds, neighbours=nb, seed=4)
-        est = DPLloydKMeans(3, 2.0, bounds=bounds, neighbours=nb, random_state=Sampler.diagnostic(4))
-        np.testing.assert_array_equal(draw, match_centers(est.fit(X).cluster_centers_, true_centers))
+        sampler = Sampler.diagnostic(4)
+        est = DPLloydKMeans(3, 2.0, bounds=bounds, neighbours=nb, random_state=sampler)
+        fit = noisy_lloyd_trials(est, X, [2.0], 1, sampler)[0, 0]
+        np.testing.assert_array_equal(draw, match_centers(fit, true_centers))
     graph = DistanceThresholdGraph(1.0, "l1")
     blow = diagnostic_draw("blowfish", X, labels, 2.0, bounds=bounds, graph=graph, seed=4)
     assert blow.shape == (3, 3) and np.all(np.abs(blow) <= 4)
@@ -281,14 +218,14 @@ def test_diagnostic_draw_lloyd_family_matches_the_estimators(data: tuple) -> Non
 
 def test_neighbours_reach_dp_lloyd_in_sweep_and_release(data: tuple) -> None:
     X, labels, bounds = data
-    kw = {"n_clusters": 3, "epsilon": 1.0, "bounds": bounds, "sampler": Sampler(seed=2)}
-    unb = release("dp_lloyd", X, **kw)
-    bnd = release("dp_lloyd", X, neighbours="bounded", **kw)
+    inputs = KMeansInputs(X, None, *bounds)
+    kw = {"epsilon": 1.0, "sampler": Sampler(seed=2)}
+    unb = release_centroids("dp_lloyd", inputs, params={"n_clusters": 3}, **kw)
+    bnd = release_centroids("dp_lloyd", inputs, params={"n_clusters": 3, "neighbours": "bounded"}, **kw)
     # unbounded: n is private, so a count query sets the rounds; bounded: n is public, no such query
     assert unb.details["budget_log"][0][0].startswith("row count")
     assert not any(q.startswith("row count") for q, _ in bnd.details["budget_log"])
     assert bnd.details["neighbours"] == "bounded" and unb.details["neighbours"] == "unbounded"
-    assert "replaced" in bnd.guarantee and "replaced" not in unb.guarantee
     assert sum(e for _, e in bnd.details["budget_log"]) == pytest.approx(1.0, abs=1e-12)
     frames = {
         nb: sweep(X, labels, ["dp_lloyd"], [0.5], trials=40, bounds=bounds, seed=0, n_iter=3, neighbours=nb)
@@ -296,19 +233,10 @@ def test_neighbours_reach_dp_lloyd_in_sweep_and_release(data: tuple) -> None:
     }
     # bounded neighbours double both sensitivities: the same eps buys noisier centres
     assert frames["bounded"]["centroid_mse"].median() > frames["unbounded"]["centroid_mse"].median()
-    with pytest.raises(ParameterError, match="neighbours"):
-        sweep(X, labels, ["white"], [1.0], trials=1, neighbours="replace")
-    with pytest.raises(ParameterError, match="neighbours"):
-        release("dp_lloyd", X, neighbours="add", **kw)
-
-
-def test_mechanism_guarantee_states_the_neighbour_relation() -> None:
-    for key in ("dp_lloyd", "dp_lloyd_mcmc"):
-        assert "one row added or removed" in mechanism_guarantee(key)
-        bounded = mechanism_guarantee(key, "bounded")
-        assert "bounded neighbours (one row's value replaced)" in bounded and "unbounded" not in bounded
-    for key in ("white", "colored", "blowfish"):
-        assert mechanism_guarantee(key, "bounded") == MECHANISMS[key].guarantee
+    with pytest.raises(ParameterError, match="Neighbour relation"):
+        sweep(X, labels, ["dp_lloyd"], [1.0], trials=1, bounds=bounds, neighbours="replace")
+    with pytest.raises(ParameterError, match="Neighbour relation"):
+        release_centroids("dp_lloyd", inputs, params={"neighbours": "add"}, **kw)
 
 
 def test_blowfish_gain_is_between_one_and_the_public_ceiling(data: tuple) -> None:

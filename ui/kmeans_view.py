@@ -21,11 +21,11 @@ import streamlit as st
 
 from dpcore import kmeans
 from dpcore.data import PreparedData
+from dpcore.kmeans import KMEANS, KMeansInputs, blowfish_gain, centroid_table, noise_shape, sweep
 from dpcore.kmeans.blowfish import sensitivity_gain_bound
 from dpcore.kmeans.lloyd import Neighbours
-from dpcore.kmeans.sweep import MECHANISMS, blowfish_gain, noise_shape, sweep
 from dpcore.metrics import assign, elbow_wcss, population_table
-from dpcore.policy import Blowfish, LocalPDP, Policy, PureDP
+from dpcore.policy import Policy
 
 __all__ = [
     "CALIBRATIONS",
@@ -38,8 +38,6 @@ __all__ = [
     "data_key",
     "diagnostic_draw",
     "elbow",
-    "mechanism_policy",
-    "policy_mismatch",
     "policy_neighbours",
     "public_bounds",
     "release_table",
@@ -51,7 +49,7 @@ EPS_OPTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 
 DEFAULT_MECHANISMS: tuple[str, ...] = ("white", "white_per_cluster", "colored", "dp_lloyd", "blowfish")
 CALIBRATIONS: dict[str, str] = {
     "analytic": "Analytic Gaussian (Balle & Wang 2018, exact; default)",
-    "paper": "Paper (seed 000 eq. 5)",
+    "paper": "Paper (Ravi, Scaglione & Peisert 2021)",
     "classic": "Classic (Dwork-Roth; every ε < 1 only)",
 }
 DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
@@ -97,13 +95,28 @@ def policy_neighbours(policy: Policy) -> Neighbours:
 def blowfish_gain_text(
     key: str, _X: np.ndarray, _bounds: tuple[np.ndarray, np.ndarray], k: int, graph: Any, epsilon: float
 ) -> str:
-    """Blowfish's sum-sensitivity gain over bounded DP: the public ceiling and one diagnostic run's rounds."""
+    """Blowfish's noise against bounded DP in words: the graph's public ceiling and one diagnostic run."""
+    head = (
+        f"Noise of Blowfish with the {graph.label} graph, compared with bounded differential privacy "
+        "(DP: one row's value replaced by any other): "
+    )
     ceiling = sensitivity_gain_bound(graph, *_bounds)
+    if ceiling < 1.005:
+        return head + (
+            "the same, so no gain over bounded DP here. A partition or distance-threshold graph protects "
+            "less and adds less noise."
+        )
     gains = blowfish_gain(_X, k, epsilon, _bounds, graph, seed=DIAGNOSTIC_SEED)
-    return (
-        f"Sensitivity gain of Blowfish over bounded DP (graph: {graph.label}): at most {ceiling:.3g}× "
-        f"from the graph alone; {gains.min():.3g}×–{gains.max():.3g}× over the {gains.size} rounds of a "
-        f"diagnostic run at ε = {epsilon:g} (1× = no gain: the noise is that of bounded DP)."
+    low, high = float(gains.min()), float(gains.max())
+    if high < 1.005:
+        run = "it gave no gain over bounded DP here"
+    elif high < 1.005 * low:
+        run = f"it added {high:.3g} times less noise in every round"
+    else:
+        run = f"it added {low:.3g} to {high:.3g} times less noise, depending on the round"
+    return head + (
+        f"the noise on the cluster sums can be up to {ceiling:.3g} times smaller with this graph; in a "
+        f"diagnostic run at ε = {epsilon:g}, {run}."
     )
 
 
@@ -157,7 +170,7 @@ def run_sweep(
     if hit is not None:
         memo.move_to_end(memo_key)
         return hit
-    needs_bounds = any(MECHANISMS[m].needs_bounds for m in params.mechanisms)
+    needs_bounds = any(KMEANS[m].is_dp for m in params.mechanisms)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         frame = sweep(
@@ -224,14 +237,14 @@ def diagnostic_draw(
         epsilon,
         delta=delta,
         calibration=calibration,  # type: ignore[arg-type]
-        bounds=None if MECHANISMS[mechanism].is_local else _bounds,
+        bounds=_bounds if KMEANS[mechanism].is_dp else None,
         graph=graph,
         neighbours=neighbours,  # type: ignore[arg-type]
         mcmc_steps=mcmc_steps,
         seed=seed,
     )
     blocks, trace, gap, caveats = None, None, None, ()
-    if MECHANISMS[mechanism].is_local:
+    if not KMEANS[mechanism].is_dp:
         cov = noise_shape(mechanism, _X, _labels, epsilon, delta, calibration)  # type: ignore[arg-type]
         blocks, trace, gap, caveats = list(cov.blocks), cov.trace, cov.gap, tuple(cov.caveats)
     return Draw(
@@ -246,42 +259,6 @@ def diagnostic_draw(
 
 
 # ---------------------------------------------------------------- release helpers
-
-
-def mechanism_policy(
-    mechanism: str, epsilon: float, delta: float, graph: Any, neighbours: str = "unbounded"
-) -> Policy:
-    """The guarantee a release of ``mechanism`` actually has, as a policy (validates eps and delta)."""
-    info = MECHANISMS[mechanism]
-    if info.is_local:
-        return LocalPDP(epsilon, delta)
-    if info.uses_graph:
-        return Blowfish(epsilon, graph)
-    return PureDP(epsilon, neighbours=neighbours)
-
-
-def policy_mismatch(mechanism: str, policy: Policy) -> str | None:
-    """Why a release of ``mechanism`` does not meet ``policy``'s definition, or None if it does."""
-    info = MECHANISMS[mechanism]
-    name = f"{info.label} gives {'a local guarantee' if info.is_local else 'its guarantee'}"
-    if info.is_local and policy.definition != "local_pdp":
-        return (
-            f"The current policy is {policy.label}, but {info.label} is only (ε, δ)-PDP for this dataset: "
-            "its noise is calibrated on this dataset's own rows, so the release does NOT meet the policy's "
-            "definition. Its manifest and ledger entry will say 'local PDP', never ε-DP."
-        )
-    if info.uses_graph and policy.definition != "blowfish":
-        return (
-            f"The current policy is {policy.label}, but {name} under a Blowfish policy graph, which only "
-            "hides the differences the graph connects: weaker than the policy unless the graph is the full "
-            "domain. The release is recorded as Blowfish."
-        )
-    if policy.definition == "geo_ind":
-        return (
-            f"The current policy is {policy.label} (meant for single locations); {name} as ε-DP, whose ε "
-            "is not per metre. The release is recorded under its own definition."
-        )
-    return None
 
 
 def public_bounds(prep: PreparedData) -> dict[str, list[float] | str]:
@@ -303,16 +280,4 @@ def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:
     With standardisation the scaling comes from the data's mean and standard deviation: the table then
     holds the scaled columns only, since both coordinate systems together would reveal them exactly.
     """
-    scaled = pd.DataFrame(np.asarray(centers, dtype=float), columns=list(prep.feature_names))
-    out: dict[str, Any] = {"cluster": np.arange(len(scaled))}
-    for name in prep.feature_names:
-        out[f"{name} [scaled]"] = scaled[name].to_numpy()
-    if prep.scaling == "standardize":
-        return pd.DataFrame(out)
-    original = prep.decode(centers)
-    for name in prep.feature_names:
-        column = original[name]
-        if pd.api.types.is_datetime64_any_dtype(column):
-            column = column.dt.strftime("%Y-%m-%d")
-        out[f"{name} [original units]"] = column.to_numpy()
-    return pd.DataFrame(out)
+    return centroid_table(KMeansInputs.from_prepared(prep), centers)

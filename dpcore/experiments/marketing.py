@@ -38,8 +38,8 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from dpcore import metrics, plots
+from dpcore.kmeans import KMEANS, KMeansInputs, noise_shape, release_centroids, released_centers, sweep
 from dpcore.kmeans.covariance import RankDeficientWarning
-from dpcore.kmeans.sweep import MECHANISMS, noise_shape, release, sweep
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
 
@@ -119,10 +119,18 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
             mcmc_steps=mcmc_steps,
         )
         mcmc_s = time.perf_counter() - started
-        table1 = release("colored", data.X, data.labels, epsilon=1.0, delta=DELTA, sampler=Sampler(seed=seed))
+        released = release_centroids(
+            "colored",
+            KMeansInputs(data.X, data.labels),
+            epsilon=1.0,
+            delta=DELTA,
+            sampler=Sampler(seed=seed),
+            params={"n_clusters": K},
+        )
     df = pd.concat([fast, slow], ignore_index=True)
     df.to_csv(out / "fig2_sweep.csv", index=False)
-    pop = metrics.population_table(data.X, data.true_centers, table1.centers)
+    table1 = released_centers(released.table)
+    pop = metrics.population_table(data.X, data.true_centers, table1)
     pop.to_csv(out / "table1_populations.csv")
     at1 = df[df["epsilon"] == 1.0].groupby("mechanism")["fractional_loss"].median()
     headline = {
@@ -141,18 +149,20 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
     }
     pd.Series(headline).to_csv(out / "headline.csv", header=["value"])
 
-    noisy_labels = metrics.assign(data.X, table1.centers)
+    noisy_labels = metrics.assign(data.X, table1)
     frame = data.frame.assign(Promotions_accepted=data.frame[PROMOTIONS].sum(axis=1))
     figures = [
         plots.elbow(list(range(1, 9)), metrics.elbow_wcss(data.X, range(1, 9)), chosen_k=K),
         plots.population_table_figure(pop, kind="table"),
         plots.population_table_figure(pop),
-        plots.loss_vs_eps(df, title="Fig. 2: fractional clustering loss vs ε (median, 10–90% band)"),
+        plots.loss_vs_eps(
+            df, band=(0.1, 0.9), title="Fig. 2: fractional clustering loss vs ε (median, 10–90% band)"
+        ),
         plots.loss_vs_eps(df, "centroid_mse"),
         plots.embedding(
             data.X,
             data.true_centers,
-            table1.centers,
+            table1,
             {m: s.rescaled(1.0, DELTA).blocks for m, s in shapes.items()},
             noisy_name="colored release (demo seed, ε = 1)",
         ),
@@ -173,7 +183,7 @@ def _html(figures: list[go.Figure], headline: dict[str, float], pop: pd.DataFram
 
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{v:.6g}</td></tr>" for k, v in headline.items())
     guarantees = "".join(
-        f"<li><b>{html.escape(m.label)}</b>: {html.escape(m.guarantee)}</li>" for m in MECHANISMS.values()
+        f"<li><b>{html.escape(m.label)}</b>: {html.escape(m.summary)}</li>" for m in KMEANS.values()
     )
     body = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figures)
     return (

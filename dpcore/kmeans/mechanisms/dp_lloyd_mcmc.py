@@ -1,0 +1,132 @@
+"""DP-Lloyd followed by Lee & Kifer 2016's MCMC post-processing (``dpcore.kmeans.mcmc``).
+
+Guarantee: that of DP-Lloyd, eps-DP for the policy's neighbour relation (one row added or removed, or one
+row's value replaced), since the chain reads only DP-Lloyd's released counts and sums: no extra budget.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from dpcore.kmeans.mcmc import LeeKiferKMeans
+from dpcore.kmeans.mechanisms._lloyd import N_ITER, NEIGHBOURS, fit_release, match_all, rounds
+from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, centroid_output
+from dpcore.mechanisms import Sampler
+from dpcore.registry import MechanismOutput, MechanismSpec, Param
+
+KEY = "dp_lloyd_mcmc"
+MCMC_STEPS = Param(
+    "mcmc_steps",
+    "MCMC chain length",
+    int,
+    30_000,
+    low=1,
+    help="Lee & Kifer use 30,000 steps; fewer run faster.",
+)
+DEGENERATE = (
+    "the synthetic data the MCMC search settled on had fewer distinct points than K, so some released "
+    "centres stand for no synthetic point. A longer chain or a smaller K may help."
+)
+
+
+class _LeeKifer(LeeKiferKMeans):
+    """``LeeKiferKMeans`` whose fit turns scikit-learn's convergence warning (expected: the chain may settle
+    on fewer distinct synthetic points than K) into ``degenerate_``; other warnings pass through."""
+
+    def fit(self, X: object, y: object = None) -> _LeeKifer:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().fit(X, y)
+        self.degenerate_ = False
+        for w in caught:
+            if issubclass(w.category, ConvergenceWarning):
+                self.degenerate_ = True
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        return self
+
+
+def build(epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler) -> _LeeKifer:
+    """The unfitted estimator, calibrated for ``params["neighbours"]``."""
+    return _LeeKifer(
+        params["n_clusters"],
+        epsilon,
+        bounds=bounds,
+        n_iter=rounds(params),
+        n_steps=params["mcmc_steps"],
+        neighbours=params["neighbours"],
+        random_state=sampler,
+    )
+
+
+def release(
+    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+) -> MechanismOutput:
+    """DP-Lloyd fitted once, then the chain on its release: the chain's centres."""
+    est, details = fit_release(
+        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler
+    )
+    details.update(
+        neighbours=params["neighbours"],
+        mcmc_steps=int(params["mcmc_steps"]),
+        mcmc_acceptance_rate=float(est.mcmc_.acceptance_rate),
+    )
+    if est.degenerate_:
+        details["caveats"] = [DEGENERATE[0].upper() + DEGENERATE[1:]]
+    return centroid_output(KEY, inputs, est.cluster_centers_, details)
+
+
+def trial(
+    inputs: KMeansInputs,
+    eps_grid: np.ndarray,
+    trials: int,
+    *,
+    params: dict,
+    sampler: Sampler,
+    progress: Callable[[float, str], None],
+    **_: Any,
+) -> np.ndarray:
+    """Diagnostic centres (E, trials, K, d): one chain per (eps, trial), matched to the true centres."""
+    label = KMEANS[KEY].label
+    bounds = inputs.require_bounds(label)
+    out = np.empty((len(eps_grid), trials, params["n_clusters"], inputs.X.shape[1]))
+    degenerate = 0
+    for i, eps in enumerate(eps_grid):
+        progress(i / len(eps_grid), f"{label}: ε = {eps:.3g}, {trials} chains")
+        est = build(float(eps), bounds, params, sampler)
+        for t in range(trials):
+            out[i, t] = est.fit(inputs.X).cluster_centers_
+            degenerate += est.degenerate_
+    if degenerate:
+        runs = len(eps_grid) * trials
+        warnings.warn(f"{label}: in {degenerate} of {runs} diagnostic runs, {DEGENERATE}", stacklevel=2)
+    return match_all(out, inputs.true_centers())
+
+
+SPEC = KMEANS.register(
+    MechanismSpec(
+        domain="kmeans",
+        key=KEY,
+        label="DP-Lloyd + MCMC",
+        definition="pure_dp",
+        summary=(
+            "Runs DP-Lloyd, then improves its centres by searching for synthetic data that agrees with "
+            "everything DP-Lloyd published, by Markov chain Monte Carlo (MCMC). The search reads only "
+            "the published numbers, so it costs no extra privacy budget."
+        ),
+        formula=(
+            "Metropolis-Hastings over synthetic datasets Z whose likelihood is the Laplace density of "
+            "DP-Lloyd's released counts and sums given Z (every round); the best Z found is clustered by "
+            "k-means. Post-processing of an ε-DP release: no data access, no extra ε."
+        ),
+        citation="Lee & Kifer 2016; DP-Lloyd as cited for it",
+        release=release,
+        params=(N_CLUSTERS, N_ITER, NEIGHBOURS, MCMC_STEPS),
+        trial=trial,
+    )
+)
