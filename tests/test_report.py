@@ -7,6 +7,7 @@ import io
 import json
 import re
 from dataclasses import replace
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from dpcore.policy import LocalPDP, PureDP
 from dpcore.report import (
     DEMO_NOTICE,
     LOCAL_NOTICE,
+    REPORT_ROWS,
     build_manifest,
     html_report,
     load_artifacts,
@@ -98,12 +100,120 @@ def test_html_report_is_self_contained_with_plotlyjs_once():
     table = pd.DataFrame({"name": ["<script>alert(1)</script>"], "value": [1.0]})
     page = html_report("Centroids <b>", manifest(_plan(mode="demo", seed=1)), figs, [("Released", table)])
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, flags=re.I)  # nothing fetched from the network
+    head_and_css = _without_scripts(page)
+    assert not re.search(r"\b(src|href)\s*=\s*[\"']?(https?:)?//", head_and_css, flags=re.I)
+    assert "<link" not in head_and_css and "@import" not in head_and_css and "url(" not in head_and_css
     assert page.count("<script>alert(1)</script>") == 0 and "&lt;script&gt;alert(1)" in page  # escaped
     plotly_header = "plotly.js v"
     assert page.count(plotly_header) == 1  # the library is inlined exactly once
     assert page.count("Plotly.newPlot") == 2
     assert "Centroids &lt;b&gt;" in page and DEMO_NOTICE in page
     assert plotly_header not in html_report("No charts", manifest(), [], [("t", table)])
+
+
+class _Tables(HTMLParser):
+    """Every table of a page, innermost cells as text: ``tables[i]`` is a list of rows of cell texts; a
+    cell holding a nested table is recorded as ``"<table k>"`` (k: that table's index)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self._open: list[int] = []
+        self._cell: list[list[str] | None] = []
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag == "table":
+            if self._open and self._cell[-1] is not None:
+                self._cell[-1].append(f"<table {len(self.tables)}>")
+            self._open.append(len(self.tables))
+            self.tables.append([])
+            self._cell.append(None)
+        elif tag == "tr" and self._open:
+            self.tables[self._open[-1]].append([])
+        elif tag in ("td", "th") and self._open:
+            self._cell[-1] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table" and self._open:
+            self._open.pop()
+            self._cell.pop()
+        elif tag in ("td", "th") and self._open and self._cell[-1] is not None:
+            self.tables[self._open[-1]][-1].append("".join(self._cell[-1]).strip())
+            self._cell[-1] = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open and self._cell[-1] is not None:
+            self._cell[-1].append(data)
+
+
+def _tables(page: str) -> list[list[list[str]]]:
+    parser = _Tables()
+    parser.feed(page)
+    return parser.tables
+
+
+def _without_scripts(page: str) -> str:
+    return re.sub(r"<script.*?</script>", "", page, flags=re.S | re.I)
+
+
+def test_html_report_shows_the_manifest_as_tables_not_json():
+    m = manifest(_plan(params={"n_clusters": 3}), time="2026-01-02T03:04:05+00:00")
+    m["parameters"] = {"n_clusters": 3, "bounds": {"Income": [0, 200000], "MntWines": [0, 1500]}}
+    m["preparation"] = [
+        {"step": "drop on Income (24 rows removed)", "data_derived": False},
+        {"step": "Income: filled with the median", "data_derived": True},
+    ]
+    page = html_report("Centroids", m, [], [])
+    body = _without_scripts(page)
+    assert '{"' not in body and "&quot;" not in body  # no JSON anywhere
+    tables = _tables(page)
+    summary = dict(row for row in tables[0] if len(row) == 2)
+    assert summary["Mechanism"] == "DP-Lloyd (SuLQ)"
+    assert summary["Privacy definition"] == "ε-differential privacy"
+    assert summary["Neighbour relation"] == "one row added or removed"
+    assert summary["ε (spent)"] == "0.4" and summary["δ (spent)"] == "0"
+    assert summary["Dataset"] == "toy" and summary["User"] == "alice"
+    assert summary["Time (UTC)"] == "2026-01-02T03:04:05+00:00"
+    assert tables[0][-1] == ["Dataset fingerprint (SHA-256)", "ab" * 32]  # the long identifier comes last
+    labels = [row[0] for row in tables[0]]
+    assert labels.index("Request id") > labels.index("User") > labels.index("ε (spent)")
+
+    params = next(t for t in tables[1:] if ["n clusters", "3"] in t)
+    bounds_cell = dict(params)["bounds"]
+    assert bounds_cell.startswith("<table ")  # parameters are a nested table, not JSON text
+    nested = tables[int(bounds_cell.split()[1].rstrip(">"))]
+    assert nested == [["Income", "0, 200000"], ["MntWines", "0, 1500"]]
+    prep = next(t for t in tables if t and t[0] == ["step", "data derived"])
+    assert prep[1:] == [["drop on Income (24 rows removed)", "no"], ["Income: filled with the median", "yes"]]
+    policy = next(t for t in tables if ["privacy definition", "ε-differential privacy"] in t)
+    assert ["ε", "1"] in policy  # the policy's total, not labelled as spent
+    details = next(t for t in tables if ["k", "4"] in t)
+    assert ["centre", "0.5, 1.5"] in details and ["sigma", "none"] in details
+
+
+def test_html_report_tables_fit_the_page():
+    rng = np.random.default_rng(1)
+    names = [f"feature_{i}_with_a_long_name" for i in range(40)]
+    wide = pd.DataFrame(rng.normal(size=(5, 40)) / 3, columns=names)
+    wide.insert(0, "cluster", np.arange(5))
+    wide.insert(1, "label", ["a", None, "c", "d", "e"])
+    page = html_report("Wide", manifest(), [], [("Released table", wide)])
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert re.search(r"\.scroll\{[^}]*overflow:auto", page)  # wide tables scroll inside their box
+    assert re.search(r"body\{[^}]*max-width:1100px", page)
+    box = page.split('<div class="scroll">', 1)[1]
+    released = _tables(box)[0]
+    assert released[0][:3] == ["cluster", "label", "feature_0_with_a_long_name"] and len(released) == 6
+    first = wide.iloc[0]
+    assert released[1][0] == "0" and released[1][2] == f"{first.iloc[2]:.7g}"  # 7 significant digits
+    assert released[2][1] == ""  # a missing value is an empty cell
+    assert '<th class="num">cluster</th>' in page and '<td class="num">0</td>' in page  # right-aligned
+    assert "5 rows × 42 columns" in page
+
+    long = pd.DataFrame({"x": np.arange(REPORT_ROWS + 5, dtype=float) + 0.5})
+    page = html_report("Long", manifest(), [], [("Released table", long)])
+    assert len(_tables(page.split('<div class="scroll">', 1)[1])[0]) == REPORT_ROWS + 1
+    assert f"{REPORT_ROWS + 5:,} rows × 1 columns; the first {REPORT_ROWS:,} are shown" in page
 
 
 def test_save_artifacts_hash_matches_file_and_is_deterministic(tmp_path: Path):
