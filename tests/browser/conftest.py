@@ -84,14 +84,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError(f"streamlit did not become healthy in {STARTUP_TIMEOUT_S:.0f} s:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``streamlit run app.py`` for this worker, stopped at the end of the session."""
-    base = tmp_path_factory.mktemp("e2e")
+def start_server(base: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], Server]:
+    """``streamlit run app.py`` on ``port`` (a free one by default) with its data in ``base/data``
+    (reused when it exists, as after a restart); returns once the server answers its health check."""
     data_dir = base / "data"
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     ledger_url = f"sqlite:///{(data_dir / 'ledger.db').as_posix()}"
-    port = _free_port()
+    port = port or _free_port()
     env = {
         **os.environ,
         "DPCORE_DATA_DIR": str(data_dir),
@@ -125,19 +124,35 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "false",
     ]
     log = base / "streamlit.log"
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
-        yield Server(url=url, data_dir=data_dir, ledger_url=ledger_url, log=log)
+    except BaseException:
+        stop_server(proc)
+        raise
+    return proc, Server(url=url, data_dir=data_dir, ledger_url=ledger_url, log=log)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server started by :func:`start_server` (terminate, then kill after 10 s)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``streamlit run app.py`` for this worker, stopped at the end of the session."""
+    proc, running = start_server(tmp_path_factory.mktemp("e2e"))
+    try:
+        yield running
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")

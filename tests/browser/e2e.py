@@ -105,7 +105,7 @@ def prepare_with_data_bounds(
 ) -> None:
     """On the Data page: select features, allow data-derived bounds (with its warning), Prepare."""
     multiselect(page, "Features to cluster on", features)
-    main(page).get_by_text("Use bounds from the data (leaks information: not private)").click()
+    main(page).get_by_text("Use bounds from the data (leaks information: not private").click()
     wait_for_app(page)
     expect(main(page).get_by_text("reveal the extreme values").first).to_be_visible()
     choose_radio(page, scaling)
