@@ -313,9 +313,14 @@ def _maps(
         st.plotly_chart(
             true_vs_released(la, lo, rel["lat"], rel["lon"], tiles=tiles, title=title), key="loc_map_pri"
         )
+    nonneg = "project" if st.checkbox(
+        "Show the grid counts made non-negative (post-processing of the noisy counts: keeps their total, "
+        "costs no privacy)",
+        key=state.persist("loc_heat_nonneg", False),
+    ) else None
     left, right = st.columns(2)
-    left.plotly_chart(density_heatmap(d.uniform), key="loc_heat_ug")
-    right.plotly_chart(density_heatmap(d.adaptive), key="loc_heat_ag")
+    left.plotly_chart(density_heatmap(d.uniform, nonnegative=nonneg), key="loc_heat_ug")
+    right.plotly_chart(density_heatmap(d.adaptive, nonnegative=nonneg), key="loc_heat_ag")
     _hotspot_map(key, coords, box, params, tiles, eps, la, lo)
 
 

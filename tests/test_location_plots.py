@@ -1,5 +1,7 @@
 """Location sweep and Plotly builders: trace types and counts, axis titles, legend names."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -22,6 +24,11 @@ from dpcore.plots.location import (
 )
 
 US = Region(24.0, 50.0, -125.0, -66.0)
+
+
+def _points(fig: go.Figure) -> list:
+    """The figure's traces without the basemap outlines."""
+    return [t for t in fig.data if not (t.name or "").startswith("Natural Earth")]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +60,7 @@ def test_error_vs_eps_figure(sweep: pd.DataFrame) -> None:
     lines = [t for t in fig.data if t.mode == "lines+markers"]
     assert len(fig.data) == 2 * len(MECHANISMS) and len(lines) == len(MECHANISMS)
     assert {t.name for t in lines} == {label for label, _ in MECHANISMS.values()}
-    assert fig.layout.xaxis.title.text == "ε"
+    assert fig.layout[f"xaxis{len(METRIC_TITLES) - 1}"].title.text == "ε (privacy parameter, log scale)"
     fig2 = error_vs_eps(sweep, metric="distance_error")
     assert fig2.layout.yaxis.title.text.startswith("Distance error")
 
@@ -61,11 +68,12 @@ def test_error_vs_eps_figure(sweep: pd.DataFrame) -> None:
 def test_true_vs_released_offline_and_tiles() -> None:
     la, lo = np.array([40.0, 41.0]), np.array([-100.0, -101.0])
     fig = true_vs_released(la, lo, la + 0.1, lo)
-    assert [type(t) for t in fig.data] == [go.Scattergl, go.Scattergl]
-    assert [t.name for t in fig.data] == ["true", "released"]
+    assert [type(t) for t in _points(fig)] == [go.Scattergl, go.Scattergl]
+    assert [t.name for t in _points(fig)] == ["true", "released"]
     assert fig.layout.xaxis.title.text == "Longitude (°)" and fig.layout.yaxis.title.text == "Latitude (°)"
     assert fig.layout.yaxis.scaleanchor == "x"
-    assert fig.layout.yaxis.scaleratio == pytest.approx(1 / np.cos(np.radians(40.55)))
+    mid = np.mean(fig.layout.yaxis.range)
+    assert fig.layout.yaxis.scaleratio == pytest.approx(1 / np.cos(np.radians(mid)))
     tiles = true_vs_released(la, lo, la, lo, tiles=True)
     assert all(isinstance(t, go.Scattermap) for t in tiles.data) and len(tiles.data) == 2
 
@@ -81,12 +89,14 @@ def test_density_heatmap_and_displacement_histogram() -> None:
     r, y = np.asarray(h.data[1].x), np.asarray(h.data[1].y)
     assert np.trapezoid(y, r) == pytest.approx(1.0, abs=0.01)
     assert h.layout.xaxis.title.text == "Great-circle displacement (m)"
+    assert h.layout.yaxis.exponentformat == "none"  # a density of 1e-4 per metre, not "100µ"
 
 
 def test_released_map_shows_released_points_only() -> None:
     fig = released_map([40.0, 41.0], [-100.0, -101.0], title="Released")
-    assert [t.name for t in fig.data] == ["released"] and isinstance(fig.data[0], go.Scattergl)
-    assert list(fig.data[0].x) == [-100.0, -101.0] and list(fig.data[0].y) == [40.0, 41.0]
+    (points,) = _points(fig)
+    assert points.name == "released" and isinstance(points, go.Scattergl)
+    assert list(points.x) == [-100.0, -101.0] and list(points.y) == [40.0, 41.0]
     assert fig.layout.yaxis.scaleanchor == "x" and not fig.layout.annotations  # no diagnostic label
     assert isinstance(released_map([40.0], [-100.0], tiles=True).data[0], go.Scattermap)
     with pytest.raises(ParameterError, match="no released points"):
@@ -100,22 +110,150 @@ def test_hotspot_map_diagnostic_and_release_forms() -> None:
         "Blowfish": ([41.0, 29.0], [-98.0, -92.0]),
     }
     fig = hotspot_map(rel, true_centres=true, points=([35.0, 36.0, 37.0], [-95.0, -96.0, -97.0]), title="H")
-    assert [t.name for t in fig.data] == [
+    points = _points(fig)
+    assert [t.name for t in points] == [
         "locations (raw data)",
         "true hotspots (non-private k-means)",
         "DP",
         "Blowfish",
     ]
-    assert all(isinstance(t, go.Scattergl) for t in fig.data)
-    assert list(fig.data[2].x) == [-99.0, -91.0] and list(fig.data[2].y) == [40.5, 30.2]  # x = lon, y = lat
-    assert fig.data[2].marker.color != fig.data[3].marker.color
+    assert all(isinstance(t, go.Scattergl) for t in points)
+    assert list(points[2].x) == [-99.0, -91.0] and list(points[2].y) == [40.5, 30.2]  # x = lon, y = lat
+    assert points[2].marker.color != points[3].marker.color
     assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.xaxis.title.text == "Longitude (°)"
-    mean_lat = np.mean([35, 36, 37, 40, 30, 40.5, 30.2, 41, 29])
-    assert fig.layout.yaxis.scaleratio == pytest.approx(1 / np.cos(np.radians(mean_lat)))
+    lat0, lat1 = fig.layout.yaxis.range
+    assert lat0 <= 29 and lat1 >= 41  # every point inside the map's range
+    assert fig.layout.yaxis.scaleratio == pytest.approx(1 / np.cos(np.radians((lat0 + lat1) / 2)))
     assert fig.layout.annotations and fig.layout.annotations[0].text.startswith("Diagnostic")
     release = hotspot_map({"DP": rel["DP"]}, title="Released")
-    assert [t.name for t in release.data] == ["DP"] and not release.layout.annotations  # released values only
+    assert [t.name for t in _points(release)] == ["DP"] and not release.layout.annotations  # released only
     tiles = hotspot_map(rel, true_centres=true, tiles=True)
     assert all(isinstance(t, go.Scattermap) for t in tiles.data) and len(tiles.data) == 3
     with pytest.raises(ParameterError, match="no released hotspot"):
         hotspot_map({"DP": ([], [])})
+
+
+# ---------------------------------------------------------------- charts a stakeholder can read
+
+
+def test_error_vs_eps_marks_dp_and_not_dp_mechanisms(sweep: pd.DataFrame) -> None:
+    fig = error_vs_eps(sweep, metric="distance_error")
+    lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
+    assert lines[MECHANISMS["planar_laplace"][0]].line.dash == "dashdot"  # geo-indistinguishable
+    assert lines[MECHANISMS["prilocation"][0]].line.dash == "dash"  # Blowfish-style, not ε-DP
+    titles = {t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle.text}
+    assert titles == {"Geo-indistinguishable (per metre, not ε-DP)", "Blowfish (policy graph, not ε-DP)"}
+    assert list(fig.layout.xaxis.tickvals) == [0.5, 1.0, 2.0]
+    assert list(fig.layout.xaxis.ticktext) == ["0.5", "1", "2"]
+    grids = error_vs_eps(sweep, metric="median_relative_error")
+    assert {t.line.dash for t in grids.data if t.mode == "lines+markers"} == {"solid"}  # ε-DP
+
+
+def test_error_vs_eps_one_chart_for_every_mechanism_with_errors_in_metres(sweep: pd.DataFrame) -> None:
+    fig = error_vs_eps(sweep, hs_m=300_000.0)
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert sorted(t.name for t in lines) == sorted(label for label, _ in MECHANISMS.values())
+    metres = [t for t in lines if t.yaxis in (None, "y")]
+    assert {t.name for t in metres} == {
+        MECHANISMS[m][0] for m in ("planar_laplace", "prilocation", "blowfish_mean", "dp_mean")
+    }
+    assert fig.layout.yaxis.title.text == "Location error (m)"
+    pl = next(t for t in lines if t.name == MECHANISMS["planar_laplace"][0])
+    de = sweep[sweep.mechanism == "planar_laplace"].groupby("epsilon").value.median().to_numpy()
+    np.testing.assert_allclose(pl.y, de * 300_000.0)  # DE is a fraction of HS
+    # The other units get their own rows on the same ε axis.
+    assert {fig.layout.yaxis2.title.text, fig.layout.yaxis3.title.text} == {
+        "Rectangle queries:<br>median relative error",
+        "Hotspots: fractional<br>WCSS loss",
+    }
+    assert fig.layout.xaxis3.tickvals and fig.layout.xaxis2.matches == "x3"
+    band = next(t for t in fig.data if t.fill == "toself" and t.name.startswith(pl.name))
+    q75 = sweep[sweep.mechanism == "planar_laplace"].groupby("epsilon").value.quantile(0.75).to_numpy()
+    np.testing.assert_allclose(band.y[:2], q75 * 300_000.0)  # interquartile band by default
+    assert "25–75%" in fig.layout.title.text
+
+
+def test_true_vs_released_share_ranges_without_scaleanchor_conflicts() -> None:
+    la, lo = np.array([34.0, 34.2, 33.9]), np.array([-118.3, -118.1, -118.5])
+    fig = true_vs_released(la, lo, la + 0.3, lo - 0.4)
+    layout = fig.layout
+    for name in ("xaxis", "yaxis", "xaxis2", "yaxis2"):
+        axis = layout[name]
+        assert not (axis.matches and axis.scaleanchor), f"{name} has both matches and scaleanchor"
+    assert layout.xaxis2.matches == "x" and layout.yaxis2.matches == "y"
+    assert layout.yaxis.scaleanchor == "x"
+    lon0, lon1 = layout.xaxis.range
+    lat0, lat1 = layout.yaxis.range
+    assert lon0 <= -118.9 and lon1 >= -118.1 and lat0 <= 33.9 and lat1 >= 34.5  # both point sets inside
+    assert layout.xaxis.nticks and layout.xaxis2.nticks  # no crowded tick labels
+
+
+def test_maps_draw_natural_earth_outlines_under_the_points() -> None:
+    from dpcore.plots.basemap import DATA_FILE, SOURCE, outlines
+
+    la, lo = np.array([34.0, 40.7, 41.9]), np.array([-118.2, -74.0, -87.6])
+    for fig in (
+        true_vs_released(la, lo, la, lo),
+        released_map(la, lo),
+        hotspot_map({"DP": (la, lo)}),
+    ):
+        base = [t for t in fig.data if t.name and SOURCE in t.name]
+        assert base and fig.data.index(base[0]) == 0  # under every marker
+        assert all(t.mode == "lines" and t.showlegend is False and t.hoverinfo == "skip" for t in base)
+        assert np.isfinite(np.asarray(base[0].x, dtype=float)).sum() > 100
+    assert not any(SOURCE in (t.name or "") for t in true_vs_released(la, lo, la, lo, tiles=True).data)
+    x, y = outlines((-125.0, -66.0), (24.0, 50.0))
+    finite = np.isfinite(x)
+    inside = (x[finite] >= -125) & (x[finite] <= -66) & (y[finite] >= 24) & (y[finite] <= 50)
+    assert inside.mean() > 0.95 and finite.sum() > 1000  # US coasts, borders and state lines
+    la_x, _ = outlines((-119.0, -117.5), (33.5, 34.5))
+    assert np.isfinite(la_x).sum() >= 5  # the Los Angeles coastline
+    assert DATA_FILE.stat().st_size < 1_500_000
+    readme = (DATA_FILE.parent / "README.md").read_text()
+    assert "naturalearthdata.com" in readme and "public domain" in readme
+    assert '"plots/data/*.npz"' in Path("pyproject.toml").read_text()  # installed with the package
+
+
+def test_density_heatmap_non_negative_post_processing() -> None:
+    from dpcore.postprocess import nonnegative_counts
+
+    g = uniform_grid([40.0, 41.0, 30.0], [-100.0, -90.0, -80.0], 0.2, US, n_estimate=3.0, rng=3)
+    assert (g.counts < 0).any()  # noisy counts of an almost empty grid
+    raw = density_heatmap(g)
+    np.testing.assert_allclose(np.asarray(raw.data[0].z), g.counts)  # the release as it is, by default
+    fig = density_heatmap(g, nonnegative="project")
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert (z >= 0).all() and z.sum() == pytest.approx(max(g.counts.sum(), 0.0))
+    np.testing.assert_allclose(z, nonnegative_counts(g.counts, "project"))
+    assert "post-processing" in fig.layout.title.text
+    clamped = density_heatmap(g, nonnegative="clamp")
+    np.testing.assert_allclose(np.asarray(clamped.data[0].z, dtype=float), np.maximum(g.counts, 0.0))
+
+
+def test_nonnegative_counts_is_the_exact_projection_keeping_the_total() -> None:
+    from scipy.optimize import minimize
+
+    from dpcore.postprocess import nonnegative_counts
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        c = rng.laplace(2.0, 3.0, size=6)
+        x = nonnegative_counts(c)
+        total = max(c.sum(), 0.0)
+        assert (x >= 0).all() and x.sum() == pytest.approx(total)
+        if total > 0:  # the KKT form of the projection: x = max(c - tau, 0) for one tau
+            tau = np.mean((c - x)[x > 0])
+            np.testing.assert_allclose(x, np.maximum(c - tau, 0.0), atol=1e-12)
+            best = minimize(
+                lambda z, c=c: ((z - c) ** 2).sum(),
+                np.full(6, total / 6),
+                bounds=[(0, None)] * 6,
+                constraints=({"type": "eq", "fun": lambda z, s=total: z.sum() - s},),
+                method="SLSQP",
+                options={"ftol": 1e-12},
+            )
+            assert ((x - c) ** 2).sum() <= best.fun + 1e-7  # no feasible point is closer
+    np.testing.assert_array_equal(nonnegative_counts([-1.0, -2.0]), [0.0, 0.0])
+    np.testing.assert_array_equal(nonnegative_counts([-1.0, 3.0], "clamp"), [0.0, 3.0])
+    with pytest.raises(ParameterError, match="'project'"):
+        nonnegative_counts([1.0], "round")  # type: ignore[arg-type]

@@ -36,13 +36,13 @@ def _sweep_frame() -> pd.DataFrame:
 
 def test_loss_vs_eps_traces_band_and_axes() -> None:
     df = _sweep_frame()
-    fig = plots.loss_vs_eps(df, labels={"white": "White noise", "colored": "Colored noise"})
+    fig = plots.loss_vs_eps(df, labels={"white": "White noise", "colored": "Colored noise"}, band=(0.1, 0.9))
     assert len(fig.data) == 4  # band + median per mechanism
     assert all(isinstance(t, go.Scatter) for t in fig.data)
     bands, lines = fig.data[0::2], fig.data[1::2]
     assert [t.name for t in lines] == ["White noise", "Colored noise"]
     assert all(t.showlegend is False and t.fill == "toself" for t in bands)
-    assert [t.legendgroup for t in lines] == ["white", "colored"]
+    assert [t.legendgroup for t in lines] == ["local", "local"]  # both local (not DP): one legend group
     assert lines[0].line.color != lines[1].line.color
     assert fig.layout.xaxis.type == "log"
     assert fig.layout.yaxis.type == "log"  # all values positive
@@ -189,8 +189,117 @@ def test_released_centers_figure_bars_per_centre_without_diagnostic_stamp() -> N
     assert [t.type for t in fig.data] == ["bar"] * 3
     assert [t.name for t in fig.data] == ["centre 0", "centre 1", "centre 2"]
     assert list(fig.data[1].x) == ["a", "b"] and list(fig.data[1].y) == [-0.5, 0.0]  # scaled values only
-    assert fig.layout.title.text == "Released centroids (DP-Lloyd (SuLQ)), scaled feature space"
+    assert fig.layout.title.text == "Released centroids (DP-Lloyd (SuLQ))"
+    assert not [t for t in fig.data if t.type == "table"]  # no original units for every feature: no table
     assert fig.layout.barmode == "group" and fig.layout.yaxis.title.text == "released value (scaled)"
     assert DIAGNOSTIC_TEXT not in _annotations(fig)  # released values only: it may leave with the release
     with pytest.raises(ParameterError, match="c \\[scaled\\]"):
         released_centers_figure(table, ("a", "c"), "DP-Lloyd (SuLQ)")
+
+
+# ---------------------------------------------------------------- charts a stakeholder can read
+
+
+GRID = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+def _class_sweep(values: dict[str, float], grid: tuple[float, ...] = GRID) -> pd.DataFrame:
+    rows = []
+    rng = np.random.default_rng(1)
+    for mech, scale in values.items():
+        for eps in grid:
+            for trial in range(9):
+                loss = scale / eps * (1 + 0.1 * rng.normal()) + 1e-6
+                rows.append((mech, eps, trial, loss, 0.5 + 0.05 * rng.normal()))
+    return pd.DataFrame(rows, columns=["mechanism", "epsilon", "trial", "fractional_loss", "ari"])
+
+
+def test_loss_vs_eps_marks_dp_and_not_dp_mechanisms_in_the_legend() -> None:
+    df = _class_sweep({"white": 1e-3, "colored": 1e-4, "dp_lloyd": 0.3, "blowfish": 0.5})
+    fig = plots.loss_vs_eps(df)
+    lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
+    assert lines["DP-Lloyd (SuLQ)"].line.dash == "solid"
+    assert lines["White Gaussian"].line.dash == lines["Colored Gaussian (optimal)"].line.dash == "dot"
+    assert lines["Blowfish k-means"].line.dash == "dash"
+    assert {t.legendgroup for t in lines.values()} == {"dp", "local", "blowfish"}
+    titles = [t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle.text]
+    assert sorted(titles) == sorted(
+        ["ε-DP", "Local, not DP (noise calibrated on this dataset)", "Blowfish (policy graph, not ε-DP)"]
+    )
+    # ε-DP first in the legend, then the weaker guarantees.
+    assert next(t.legendgroup for t in fig.data if t.mode == "lines+markers") == "dp"
+
+
+def test_loss_vs_eps_readable_log_ticks_and_linear_rand_index() -> None:
+    df = _class_sweep({"white": 1e-5, "dp_lloyd": 1e-4})
+    fig = plots.loss_vs_eps(df)
+    assert fig.layout.xaxis.type == "log"
+    assert list(fig.layout.xaxis.tickvals) == [0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]
+    assert list(fig.layout.xaxis.ticktext) == ["0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10"]
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.tickvals
+    assert not any(s in t for t in fig.layout.yaxis.ticktext for s in ("µ", "u", "m", "k"))
+    ari = plots.loss_vs_eps(df, "ari")
+    assert ari.layout.yaxis.type == "linear"
+    assert tuple(ari.layout.yaxis.range) == (0.0, 1.0)
+    big = plots.elbow([1, 2, 3], [40_000.0, 20_000.0, 0.0003])
+    assert big.layout.yaxis.exponentformat == "none" and big.layout.yaxis.separatethousands  # no "40k"
+
+
+def test_loss_vs_eps_default_band_is_interquartile() -> None:
+    df = _class_sweep({"dp_lloyd": 0.3})
+    fig = plots.loss_vs_eps(df)
+    band = fig.data[0]
+    q75 = df.groupby("epsilon")["fractional_loss"].quantile(0.75).to_numpy()
+    np.testing.assert_allclose(band.y[: q75.size], q75)
+    assert "25–75%" in fig.layout.title.text
+
+
+def test_embedding_ellipses_visible_above_markers_when_smaller_than_a_marker() -> None:
+    X, centers = _blobs(5)
+    covs = {"colored": [1e-8 * np.eye(4)] * 3, "white": [1e-7 * np.eye(4)] * 3}  # sd 1e-4 and 3.2e-4
+    fig = plots.embedding(X, centers, centers + 0.01, covs)
+    kinds = ["ellipse" if t.mode == "lines" else "marker" for t in fig.data[:-1]]
+    assert kinds.index("ellipse") > max(i for i, k in enumerate(kinds) if k == "marker")  # drawn on top
+    true2 = np.column_stack([fig.data[3].x, fig.data[3].y])
+    span = max(np.ptp(np.r_[*[np.asarray(t.x, dtype=float) for t in fig.data[:4]]]), 1e-9)
+
+    def first_radius(trace: go.Scatter) -> float:
+        xy = np.column_stack([np.array(trace.x, dtype=float), np.array(trace.y, dtype=float)])
+        first = xy[: np.flatnonzero(np.isnan(xy[:, 0]))[0]]
+        return float(np.linalg.norm(first - true2[0], axis=1).max())
+
+    colored, white = (next(t for t in fig.data if t.legendgroup == m) for m in ("colored", "white"))
+    assert first_radius(colored) >= 0.03 * span  # larger than a marker
+    assert first_radius(white) / first_radius(colored) == pytest.approx(np.sqrt(10), rel=1e-6)  # comparable
+    for trace in (colored, white):
+        assert trace.line.dash == "dot" and "true size 1σ semi-axes" in trace.text[0]
+    assert fig.data[-1].name.startswith("dotted ellipses drawn ×")  # the legend says they are enlarged
+
+
+def test_violins_not_clipped_and_never_below_zero_for_non_negative_columns() -> None:
+    X, centers = _blobs(6)
+    df = pd.DataFrame(np.abs(X), columns=["a", "b", "c", "deals"])
+    fig = plots.violins(df, "deals", assign(X, centers), assign(X, centers + 0.5))
+    assert all(t.spanmode == "hard" for t in fig.data)  # no density drawn beyond the data
+    lo, hi = fig.layout.yaxis.range
+    assert lo == 0.0 and hi >= df["deals"].max()
+
+
+def test_released_centers_figure_also_in_original_units() -> None:
+    from dpcore.plots.kmeans import released_centers_figure
+
+    table = pd.DataFrame(
+        {
+            "cluster": [0, 1],
+            "Income [scaled]": [0.1, -0.5],
+            "Income [original units]": [55_000.0, 25_000.0],
+            "Dt_Customer [scaled]": [-1.0, 0.3],
+            "Dt_Customer [original units]": ["2013-01-02", "2014-05-06"],
+        }
+    )
+    fig = released_centers_figure(table, ("Income", "Dt_Customer"), "DP-Lloyd (SuLQ)")
+    (tab,) = [t for t in fig.data if t.type == "table"]
+    assert list(tab.header.values) == ["centre", "Income", "Dt_Customer"]
+    assert list(tab.cells.values[1]) == ["55,000", "25,000"]
+    assert list(tab.cells.values[2]) == ["2013-01-02", "2014-05-06"]
+    assert fig.layout.xaxis.automargin and fig.layout.xaxis.tickangle == -30

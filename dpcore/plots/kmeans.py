@@ -3,13 +3,15 @@
 Most of these charts read the true data (true centres, true labels, losses over many noisy trials), so
 they are curator diagnostics: ``diagnostic=True`` (the default) stamps them "Diagnostic: uses raw data".
 
-- :func:`loss_vs_eps`: median and quantile band over trials per mechanism (seed 000 Fig. 2).
+- :func:`loss_vs_eps`: the k-means trade-off chart: median and interquartile band over trials per
+  mechanism against eps, ε-DP and not-DP mechanisms marked (line style, legend groups).
 - :func:`embedding`: 2-D PCA or MDS of the data with true and noisy centres and each mechanism's noise
-  ellipse P Sigma_k P' (seed 000 Fig. 1a).
-- :func:`population_table_figure`: true vs noisy cluster populations (seed 000 Table 1).
-- :func:`violins`: per-cluster distributions of a column, true vs noisy labels (seed 000 Fig. 3).
+  ellipse P Sigma_k P' (an ellipse smaller than a marker is drawn enlarged, dotted, and says so).
+- :func:`population_table_figure`: true vs noisy cluster populations.
+- :func:`violins`: per-cluster distributions of a column, true vs noisy labels.
 - :func:`elbow`: non-private WCSS against K.
-- :func:`released_centers_figure`: the released centroids (release values only, no stamp).
+- :func:`released_centers_figure`: the released centroids, scaled and in original units (release
+  values only, no stamp).
 """
 
 from __future__ import annotations
@@ -21,10 +23,22 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
+from plotly.subplots import make_subplots
 from scipy.stats import chi2
 
 from dpcore.errors import ParameterError
 from dpcore.metrics import assign
+from dpcore.plots.style import (
+    DEFINITION_CLASSES,
+    LINE_NOTE,
+    PRIVACY_CLASSES,
+    PrivacyClass,
+    class_order,
+    eps_axis,
+    line_trace,
+    plain_numbers,
+    value_axis,
+)
 
 DIAGNOSTIC_TEXT = "Diagnostic: uses raw data (for the curator only, not a release)"
 MECHANISM_COLORS: dict[str, str] = {
@@ -43,6 +57,8 @@ METRIC_TITLES: dict[str, str] = {
     "ari": "Adjusted Rand index vs true labels",
 }
 _PALETTE = qualitative.D3
+MIN_ELLIPSE_FRACTION = 0.04  # an ellipse's largest semi-axis is drawn at least this share of the plot span
+MAX_ELLIPSE_FRACTION = 0.25  # enlarging stops before the largest ellipse passes this share of the span
 
 
 def diagnostic_annotation(fig: go.Figure, text: str = DIAGNOSTIC_TEXT) -> go.Figure:
@@ -75,13 +91,25 @@ def _rgba(color: str, alpha: float) -> str:
 def _label(key: str, labels: Mapping[str, str] | None) -> str:
     if labels and key in labels:
         return labels[key]
-    from dpcore.kmeans.sweep import MECHANISMS
+    from dpcore.kmeans import KMEANS
 
-    return MECHANISMS[key].label if key in MECHANISMS else key
+    return KMEANS[key].label if key in KMEANS else key
+
+
+def privacy_class(key: str) -> PrivacyClass:
+    """What a k-means mechanism guarantees (from its registry definition): ε-DP, Blowfish or local."""
+    from dpcore.kmeans import KMEANS
+
+    if key not in KMEANS:
+        raise ParameterError(
+            f"unknown mechanism {key!r}: pass privacy={{'{key}': 'dp' | 'blowfish' | 'geo' | 'local'}}."
+        )
+    return DEFINITION_CLASSES[KMEANS[key].definition]
 
 
 def _finish(fig: go.Figure, title: str, diagnostic: bool) -> go.Figure:
     fig.update_layout(title={"text": title}, template="plotly_white", margin={"t": 80})
+    plain_numbers(fig)
     return diagnostic_annotation(fig) if diagnostic else fig
 
 
@@ -92,16 +120,20 @@ def loss_vs_eps(
     df: pd.DataFrame,
     metric: str = "fractional_loss",
     *,
-    band: tuple[float, float] = (0.1, 0.9),
+    band: tuple[float, float] = (0.25, 0.75),
     labels: Mapping[str, str] | None = None,
+    privacy: Mapping[str, PrivacyClass] | None = None,
     log_y: bool | None = None,
     diagnostic: bool = True,
     title: str | None = None,
 ) -> go.Figure:
-    """Median of ``metric`` over trials against eps (log x), one colour per mechanism, quantile band.
+    """The trade-off chart: median of ``metric`` over trials against eps, band between two quantiles.
 
     ``df`` is the tidy output of :func:`dpcore.kmeans.sweep.sweep` (columns mechanism, epsilon, trial,
-    metric). ``log_y=None`` uses a log y axis when every plotted value is > 0.
+    metric). Each mechanism's line style and legend group come from its privacy class (``privacy``
+    overrides :func:`privacy_class`): solid for ε-DP, dashed for Blowfish, dotted for the local
+    mechanisms, which are not DP. The eps axis is logarithmic with plain-number ticks; ``log_y=None``
+    uses a log y axis when every plotted value is > 0, except for the adjusted Rand index (linear, [0, 1]).
     """
     missing = {"mechanism", "epsilon", metric} - set(df.columns)
     if missing:
@@ -114,47 +146,60 @@ def loss_vs_eps(
         .agg(median="median", lo=lambda s: s.quantile(lo_q), hi=lambda s: s.quantile(hi_q))
         .reset_index()
     )
+    keys = list(dict.fromkeys(df["mechanism"]))
+    classes = {k: (privacy or {}).get(k) or privacy_class(k) for k in keys}
+    band_name = f"{round(lo_q * 100)}–{round(hi_q * 100)}%"
     fig = go.Figure()
-    for i, key in enumerate(dict.fromkeys(df["mechanism"])):
-        part = stats[stats["mechanism"] == key]
-        eps = part["epsilon"].to_numpy()
-        color = mechanism_color(key, i)
-        name = _label(key, labels)
-        fig.add_trace(
-            go.Scatter(
-                x=np.concatenate([eps, eps[::-1]]),
-                y=np.concatenate([part["hi"].to_numpy(), part["lo"].to_numpy()[::-1]]),
-                fill="toself",
-                fillcolor=_rgba(color, 0.18),
-                line={"width": 0},
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=key,
-                name=f"{name} {int(lo_q * 100)}–{int(hi_q * 100)}%",
+    for cls in class_order(classes.values()):
+        for n_in_class, key in enumerate(k for k in keys if classes[k] == cls):
+            i = keys.index(key)
+            part = stats[stats["mechanism"] == key]
+            eps = part["epsilon"].to_numpy()
+            color = mechanism_color(key, i)
+            name = _label(key, labels)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([eps, eps[::-1]]),
+                    y=np.concatenate([part["hi"].to_numpy(), part["lo"].to_numpy()[::-1]]),
+                    mode="lines",
+                    fill="toself",
+                    fillcolor=_rgba(color, 0.15),
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=cls,
+                    name=f"{name} {band_name}",
+                )
             )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=eps,
-                y=part["median"],
-                mode="lines+markers",
-                name=name,
-                legendgroup=key,
-                line={"color": color},
-                customdata=part[["lo", "hi"]].to_numpy(),
-                hovertemplate=(
-                    f"<b>{name}</b><br>ε = %{{x:.3g}}<br>median = %{{y:.4g}}<br>"
-                    f"{int(lo_q * 100)}–{int(hi_q * 100)}% = [%{{customdata[0]:.4g}}, %{{customdata[1]:.4g}}]"
-                    "<extra></extra>"
-                ),
+            fig.add_trace(
+                line_trace(
+                    eps,
+                    part["median"].to_numpy(),
+                    name=name,
+                    color=color,
+                    privacy=cls,
+                    first_of_class=n_in_class == 0,
+                    customdata=part[["lo", "hi"]].to_numpy(),
+                    hovertemplate=(
+                        f"<b>{name}</b> ({PRIVACY_CLASSES[cls].title})<br>ε = %{{x:.3g}}<br>"
+                        f"median = %{{y:.4g}}<br>{band_name} = "
+                        "[%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"
+                    ),
+                )
             )
-        )
-    if log_y is None:
-        log_y = bool((stats[["median", "lo", "hi"]].to_numpy() > 0).all())
-    fig.update_xaxes(type="log", title={"text": "ε (privacy parameter)"})
-    fig.update_yaxes(type="log" if log_y else "linear", title={"text": METRIC_TITLES.get(metric, metric)})
-    band_text = f"median, shaded {int(lo_q * 100)}–{int(hi_q * 100)}% over trials"
-    return _finish(fig, title or f"{METRIC_TITLES.get(metric, metric)} vs ε ({band_text})", diagnostic)
+    values = stats[["median", "lo", "hi"]].to_numpy()
+    y_title = METRIC_TITLES.get(metric, metric)
+    if metric == "ari":
+        low = float(np.nanmin(values)) if values.size else 0.0
+        yaxis = {"type": "linear", "range": [min(0.0, low), 1.0], "automargin": True}
+    else:
+        log = bool((values > 0).all()) if log_y is None else log_y
+        yaxis = value_axis(values.ravel(), log=log)
+    fig.update_xaxes(**eps_axis(stats["epsilon"]))
+    fig.update_yaxes(**yaxis, title={"text": y_title})
+    fig.update_layout(legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE}})
+    band_text = f"median, shaded {band_name} over trials"
+    return _finish(fig, title or f"{y_title} vs ε ({band_text})", diagnostic)
 
 
 # ---------------------------------------------------------------- embedding with noise ellipses
@@ -220,6 +265,11 @@ def embedding(
     noise with probability 0.95 (radius sqrt(chi2_2(0.95)) = 2.448). With PCA, A has orthonormal
     columns, so white noise draws a circle. MDS is non-linear; its ellipses use the least-squares
     linear map from the data to the MDS coordinates (an approximation, said in the axis titles).
+    Ellipses are drawn last (above every marker). When some mechanism's ellipses are all smaller than
+    ``MIN_ELLIPSE_FRACTION`` of the plot span (hidden under a marker), every ellipse is scaled by one
+    common factor (their sizes stay comparable; at most until the largest reaches
+    ``MAX_ELLIPSE_FRACTION``), drawn dotted, and a legend entry gives the factor; any still below the
+    minimum is drawn at the minimum. The hover text gives each ellipse's true semi-axes and its factor.
     """
     data = np.asarray(X, dtype=float)
     true_c = np.asarray(true_centers, dtype=float)
@@ -283,17 +333,37 @@ def embedding(
         )
     radius = 1.0 if level == "1sigma" else float(np.sqrt(chi2.ppf(0.95, 2)))
     level_text = "1σ" if level == "1sigma" else "95%"
-    for i, (key, blocks) in enumerate((covariances or {}).items()):
+    shown = np.vstack([pts, extra2])
+    span = max(float(np.ptp(shown[:, 0])), float(np.ptp(shown[:, 1])), 1e-12)
+    floor = MIN_ELLIPSE_FRACTION * span
+    projected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for key, blocks in (covariances or {}).items():
         mats = np.asarray(blocks, dtype=float)
         if mats.shape != (k, data.shape[1], data.shape[1]):
             raise ParameterError(f"covariances[{key!r}] must be K = {k} blocks of shape d x d.")
+        covs2 = [project_covariance(mats[j], proj) for j in range(k)]
+        axes = [radius * np.sqrt(np.clip(np.linalg.eigvalsh((c + c.T) / 2.0), 0.0, None)) for c in covs2]
+        projected[key] = list(zip(covs2, axes, strict=True))
+    factor = 1.0
+    if projected:
+        smallest = min(max(float(a.max()) for _, a in pairs) for pairs in projected.values())
+        largest = max(float(a.max()) for pairs in projected.values() for _, a in pairs)
+        if smallest < floor:  # one factor for every ellipse keeps their sizes comparable
+            factor = min(floor / max(smallest, 1e-300), max(1.0, MAX_ELLIPSE_FRACTION * span / largest))
+    for i, (key, pairs) in enumerate(projected.items()):
+        name = _label(key, mechanism_labels)
         xs: list[float | None] = []
         ys: list[float | None] = []
-        for j in range(k):
-            curve = ellipse_points(true2[j], project_covariance(mats[j], proj), radius)
+        texts: list[str] = []
+        for j, (cov2, axes) in enumerate(pairs):
+            drawn = max(factor, floor / max(float(axes.max()), 1e-300))
+            curve = ellipse_points(true2[j], cov2, radius * drawn)
+            note = f"centre {j}: true size {level_text} semi-axes {axes[1]:.3g} × {axes[0]:.3g}"
+            if drawn > 1.0:
+                note += f", drawn ×{drawn:.3g}"
             xs += [*curve[:, 0], None]
             ys += [*curve[:, 1], None]
-        name = _label(key, mechanism_labels)
+            texts += [note] * (len(curve) + 1)
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -301,8 +371,24 @@ def embedding(
                 mode="lines",
                 name=f"{name}: {level_text} noise",
                 legendgroup=key,
-                line={"color": mechanism_color(key, i), "width": 2},
-                hovertemplate=f"{name}: {level_text} noise ellipse<extra></extra>",
+                line={
+                    "color": mechanism_color(key, i),
+                    "width": 2.5,
+                    "dash": "dot" if factor > 1.0 else "solid",
+                },
+                text=texts,
+                hovertemplate=f"{name}: %{{text}}<extra></extra>",
+            )
+        )
+    if factor > 1.0:
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name=f"dotted ellipses drawn ×{factor:.3g}: smaller than a marker at true size",
+                line={"color": "#7f7f7f", "dash": "dot"},
+                hoverinfo="skip",
             )
         )
     approx = " (linear fit)" if method == "mds" else ""
@@ -359,7 +445,11 @@ def violins(
     noisy_name: str = "noisy labels",
     diagnostic: bool = True,
 ) -> go.Figure:
-    """Split violins of ``column`` per cluster: true labels left, noisy labels right (seed 000 Fig. 3)."""
+    """Split violins of ``column`` per cluster: true labels left, noisy labels right.
+
+    The density is drawn only over the observed range (``spanmode="hard"``), so a column that is never
+    negative never shows below 0; the y range covers every value with a small margin (no clipping).
+    """
     if column not in df.columns:
         raise ParameterError(f"column {column!r} is not in the table; pick one of {list(df.columns)[:10]}...")
     values = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float)
@@ -381,14 +471,23 @@ def violins(
                 line_color=color,
                 legendgroup=name,
                 scalegroup=name,
+                spanmode="hard",
                 meanline_visible=True,
                 points=False,
             )
         )
     order = [f"cluster {v}" for v in np.unique(np.concatenate([t_lab, n_lab]))]
     fig.update_layout(violinmode="overlay", violingap=0)
-    fig.update_xaxes(title={"text": "cluster"}, categoryorder="array", categoryarray=order)
-    fig.update_yaxes(title={"text": column})
+    fig.update_xaxes(
+        title={"text": "cluster"}, categoryorder="array", categoryarray=order, tickangle=0, automargin=True
+    )
+    finite = values[np.isfinite(values)]
+    yaxis: dict = {"title": {"text": column}, "automargin": True}
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        pad = 0.04 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.04
+        yaxis["range"] = [0.0 if lo >= 0 else lo - pad, hi + pad]
+    fig.update_yaxes(**yaxis)
     return _finish(fig, f"{column} per cluster: true vs noisy labels", diagnostic)
 
 
@@ -415,18 +514,59 @@ def elbow(
 
 
 def released_centers_figure(table: pd.DataFrame, features: Sequence[str], mechanism: str) -> go.Figure:
-    """Grouped bars of released centroids in the scaled space, one trace per centre ('centre i').
+    """Released centroids: grouped bars in the scaled space, and a table in original units.
 
-    ``table`` has one row per centre and columns '<feature> [scaled]' (the release table); the figure
-    reads released values only, so it carries no diagnostic stamp and may leave with the release.
+    ``table`` has one row per centre and columns '<feature> [scaled]' and, unless the scaling came from
+    the data (standardisation), '<feature> [original units]' (the release table of the K-means page,
+    built with ``PreparedData.decode``). The figure reads released values only, so it carries no
+    diagnostic stamp and may leave with the release.
     """
     columns = [f"{f} [scaled]" for f in features]
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ParameterError(f"the release table lacks the columns {missing}; build it with one per feature.")
+    original = [f"{f} [original units]" for f in features]
+    has_original = all(c in table.columns for c in original)
     values = table[columns].to_numpy(dtype=float)
-    fig = go.Figure([go.Bar(x=list(features), y=row, name=f"centre {i}") for i, row in enumerate(values)])
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title={"text": "feature"})
-    fig.update_yaxes(title={"text": "released value (scaled)"})
-    return _finish(fig, f"Released centroids ({mechanism}), scaled feature space", diagnostic=False)
+    rows = 2 if has_original else 1
+    fig = make_subplots(
+        rows=rows,
+        cols=1,
+        specs=[[{"type": "xy"}]] + ([[{"type": "table"}]] if has_original else []),
+        row_heights=[0.6, 0.4] if has_original else None,
+        vertical_spacing=0.25 if has_original else None,
+        subplot_titles=("Scaled feature space", "Original units") if has_original else None,
+    )
+    for i, row in enumerate(values):
+        fig.add_trace(go.Bar(x=list(features), y=row, name=f"centre {i}"), row=1, col=1)
+    if has_original:
+        cells = [[str(i) for i in range(len(table))]]
+        for c in original:
+            cells.append([_plain(v) for v in table[c]])
+        fig.add_trace(
+            go.Table(header={"values": ["centre", *features]}, cells={"values": cells}), row=2, col=1
+        )
+    else:
+        fig.add_annotation(
+            text="Original units are not in the release table (with standardisation they would reveal the "
+            "data's mean and standard deviation).",
+            xref="paper",
+            yref="paper",
+            x=0.0,
+            y=-0.3,
+            showarrow=False,
+            xanchor="left",
+            font={"size": 11},
+        )
+    fig.update_layout(barmode="group", height=420 + 45 * len(values) if has_original else 450)
+    fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
+    fig.update_yaxes(title={"text": "released value (scaled)"}, automargin=True, row=1, col=1)
+    return _finish(fig, f"Released centroids ({mechanism})", diagnostic=False)
+
+
+def _plain(value: object) -> str:
+    """A table cell: numbers with thousands separators and 4 significant digits, text as it is."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        number = float(value)
+        return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.4g}"
+    return str(value)

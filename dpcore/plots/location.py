@@ -1,13 +1,19 @@
 """Plotly figures for the location page: pure functions, offline by default (no tile server needed).
 
-- :func:`true_vs_released`: true and released points side by side, lon/lat axes at equal ground scale
-  (scaleratio 1 / cos(latitude)); ``tiles=True`` draws them on an OpenStreetMap basemap instead.
+Maps draw the bundled Natural Earth outlines (:mod:`dpcore.plots.basemap`) as thin grey lines under the
+points, with lon/lat axes at equal ground scale (scaleratio 1 / cos(latitude)); ``tiles=True`` draws them
+on an OpenStreetMap basemap instead (needs a network).
+
+- :func:`true_vs_released`: true and released points side by side on identical axis ranges.
 - :func:`released_map`: released points alone (no raw data: fit for a release report).
-- :func:`density_heatmap`: a released density grid's level-1 counts.
+- :func:`density_heatmap`: a released density grid's level-1 counts, optionally made non-negative by
+  post-processing (:func:`dpcore.postprocess.nonnegative_counts`, costs no privacy).
 - :func:`displacement_histogram`: great-circle displacements with the Gamma(2, 1/eps) density.
 - :func:`hotspot_map`: hotspot centres of one or more mechanisms (optionally with the true hotspots and
   points, then stamped as a diagnostic), at equal ground scale.
-- :func:`error_vs_eps`: median and 10-90% band over trials per mechanism, from ``location_sweep``.
+- :func:`error_vs_eps`: the location trade-off chart: median and interquartile band over trials per
+  mechanism against eps, ε-DP and not-DP mechanisms marked; with every metric, one row per unit
+  (errors in metres together).
 """
 
 from __future__ import annotations
@@ -21,9 +27,23 @@ import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 from plotly.subplots import make_subplots
 
+from dpcore.accuracy import LOCATION_ERROR_M, location_metres
 from dpcore.errors import ParameterError
 from dpcore.location.grids import DensityGrid
+from dpcore.plots.basemap import auto_scale, basemap_trace
 from dpcore.plots.kmeans import diagnostic_annotation
+from dpcore.plots.style import (
+    DEFINITION_CLASSES,
+    LINE_NOTE,
+    PRIVACY_CLASSES,
+    PrivacyClass,
+    class_order,
+    eps_axis,
+    line_trace,
+    plain_numbers,
+    value_axis,
+)
+from dpcore.postprocess import Nonnegative, nonnegative_counts
 
 TRUE_COLOR, RELEASED_COLOR = "#1f77b4", "#d62728"
 LOCATION_COLORS: dict[str, str] = {
@@ -39,11 +59,20 @@ LOCATION_COLORS: dict[str, str] = {
 HOTSPOT_SYMBOLS = ("diamond", "square", "triangle-up", "cross")
 HOTSPOT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#ff7f0e")
 METRIC_TITLES: dict[str, str] = {
+    LOCATION_ERROR_M: "Location error (m)",
     "distance_error": "Distance error DE (fraction of HS)",
     "median_relative_error": "Median relative error of rectangle queries",
     "mean_error_m": "Error of the mean position (m)",
     "fractional_wcss_loss": "Hotspot fractional WCSS loss (projected m², vs non-private k-means)",
 }
+ROW_TITLES: dict[str, str] = {  # short y titles for the rows of the all-mechanism chart
+    LOCATION_ERROR_M: "Location error (m)",
+    "distance_error": "Distance error<br>(fraction of HS)",
+    "median_relative_error": "Rectangle queries:<br>median relative error",
+    "mean_error_m": "Mean position<br>error (m)",
+    "fractional_wcss_loss": "Hotspots: fractional<br>WCSS loss",
+}
+MAP_TICKS = 6  # at most this many ticks per map axis: labels never overlap
 
 
 def true_vs_released(
@@ -56,7 +85,12 @@ def true_vs_released(
     diagnostic: bool = True,
     title: str = "True vs released locations",
 ) -> go.Figure:
-    """Two panels: true locations (diagnostic) and released ones, at equal ground scale."""
+    """Two panels: true locations (diagnostic) and released ones, at equal ground scale.
+
+    Both panels show the same lon/lat box (the right panel's axes ``match`` the left one's, so zooming
+    one zooms both); only the left y axis carries the ground-scale constraint, which keeps Plotly from
+    ignoring a ``scaleanchor`` on an axis that also ``matches``.
+    """
     tl, tn, rl, rn = (np.asarray(a, dtype=float) for a in (true_lat, true_lon, rel_lat, rel_lon))
     names = ("True locations (raw data)", "Released locations")
     if tiles:
@@ -70,21 +104,69 @@ def true_vs_released(
             )
         fig.update_maps(style="open-street-map", center=centre, zoom=3)
     else:
-        fig = make_subplots(1, 2, subplot_titles=names, shared_xaxes=True, shared_yaxes=True)
+        fig = make_subplots(1, 2, subplot_titles=names, horizontal_spacing=0.08)
+        lat_range, lon_range = _box(np.r_[tl, rl], np.r_[tn, rn])
         for col, (la, lo, name, color) in enumerate(
             ((tl, tn, "true", TRUE_COLOR), (rl, rn, "released", RELEASED_COLOR)), 1
         ):
+            fig.add_trace(_outlines(lat_range, lon_range), 1, col)
             fig.add_trace(
                 go.Scattergl(x=lo, y=la, mode="markers", name=name, marker={"color": color, "size": 4}),
                 1,
                 col,
             )
-        ratio = 1.0 / max(math.cos(math.radians(float(np.mean(np.r_[tl, rl])))), 0.05)
-        fig.update_xaxes(title_text="Longitude (°)")
-        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio, row=1, col=1)
-        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x2", scaleratio=ratio, row=1, col=2)
-    fig.update_layout(title=title, legend_title_text="Points")
-    return diagnostic_annotation(fig) if diagnostic else fig
+        ratio = _ground_ratio(lat_range)
+        fig.update_xaxes(title_text="Longitude (°)", range=lon_range, nticks=MAP_TICKS, automargin=True)
+        fig.update_yaxes(range=lat_range, nticks=MAP_TICKS, automargin=True)
+        fig.update_layout(
+            yaxis={"title": {"text": "Latitude (°)"}, "scaleanchor": "x", "scaleratio": ratio},
+            xaxis2={"matches": "x"},
+            yaxis2={"matches": "y"},
+        )
+    fig.update_layout(title=title, legend_title_text="Points", margin={"t": 110})
+    plain_numbers(fig)
+    if diagnostic:
+        diagnostic_annotation(fig).layout.annotations[-1].yshift = 30  # above the panel titles
+    return fig
+
+
+def _box(lat: np.ndarray, lon: np.ndarray) -> tuple[list[float], list[float]]:
+    """Latitude and longitude ranges around the points, 5% of the span (at least 0.01°) on each side."""
+    ranges = []
+    for values, limit in ((lat, 90.0), (lon, 180.0)):
+        finite = values[np.isfinite(values)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-limit, limit)
+        pad = max(0.05 * (hi - lo), 0.01)
+        ranges.append([max(lo - pad, -limit), min(hi + pad, limit)])
+    return ranges[0], ranges[1]
+
+
+def _ground_ratio(lat_range: list[float]) -> float:
+    return 1.0 / max(math.cos(math.radians(float(np.mean(lat_range)))), 0.05)
+
+
+def _outlines(lat_range: list[float], lon_range: list[float]) -> go.Scatter:
+    """Basemap outlines for a box, taken wider than the box: the ground-scale constraint may widen it."""
+    lat_pad = lat_range[1] - lat_range[0]
+    lon_pad = max(lon_range[1] - lon_range[0], lat_pad * _ground_ratio(lat_range))
+    return basemap_trace(
+        (lon_range[0] - lon_pad, lon_range[1] + lon_pad),
+        (lat_range[0] - lat_pad, lat_range[1] + lat_pad),
+        scale=auto_scale((lon_range[0], lon_range[1]), (lat_range[0], lat_range[1])),
+    )
+
+
+def _map_axes(fig: go.Figure, lat_range: list[float], lon_range: list[float]) -> None:
+    """Lon/lat axes at equal ground scale over the box, with few enough ticks not to overlap."""
+    fig.update_xaxes(title_text="Longitude (°)", range=lon_range, nticks=MAP_TICKS, automargin=True)
+    fig.update_yaxes(
+        title_text="Latitude (°)",
+        range=lat_range,
+        nticks=MAP_TICKS,
+        automargin=True,
+        scaleanchor="x",
+        scaleratio=_ground_ratio(lat_range),
+    )
 
 
 def released_map(
@@ -102,16 +184,18 @@ def released_map(
             style="open-street-map", center={"lat": float(la.mean()), "lon": float(lo.mean())}, zoom=3
         )
     else:
+        lat_range, lon_range = _box(la, lo)
         fig = go.Figure(
-            go.Scattergl(
-                x=lo, y=la, mode="markers", name="released", marker={"color": RELEASED_COLOR, "size": 4}
-            )
+            [
+                _outlines(lat_range, lon_range),
+                go.Scattergl(
+                    x=lo, y=la, mode="markers", name="released", marker={"color": RELEASED_COLOR, "size": 4}
+                ),
+            ]
         )
-        ratio = 1.0 / max(math.cos(math.radians(float(la.mean()))), 0.05)
-        fig.update_xaxes(title_text="Longitude (°)")
-        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
+        _map_axes(fig, lat_range, lon_range)
     fig.update_layout(title=title)
-    return fig
+    return plain_numbers(fig)
 
 
 def hotspot_map(
@@ -144,22 +228,24 @@ def hotspot_map(
         }
         layers.append((name, *_latlon(latlon), style))
     fig = go.Figure()
+    all_lat = np.concatenate([la for _, la, _, _ in layers])
+    all_lon = np.concatenate([lo for _, _, lo, _ in layers])
+    lat_range, lon_range = _box(all_lat, all_lon)
+    if not tiles:
+        fig.add_trace(_outlines(lat_range, lon_range))
     for name, la, lo, marker in layers:
         if tiles:
             tile_marker = {k: v for k, v in marker.items() if k in ("color", "size")}
             fig.add_trace(go.Scattermap(lat=la, lon=lo, mode="markers", name=name, marker=tile_marker))
         else:
             fig.add_trace(go.Scattergl(x=lo, y=la, mode="markers", name=name, marker=marker))
-    all_lat = np.concatenate([la for _, la, _, _ in layers])
     if tiles:
-        all_lon = np.concatenate([lo for _, _, lo, _ in layers])
         centre = {"lat": float(all_lat.mean()), "lon": float(all_lon.mean())}
         fig.update_maps(style="open-street-map", center=centre, zoom=3)
     else:
-        ratio = 1.0 / max(math.cos(math.radians(float(all_lat.mean()))), 0.05)
-        fig.update_xaxes(title_text="Longitude (°)")
-        fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
+        _map_axes(fig, lat_range, lon_range)
     fig.update_layout(title=title, legend_title_text="Hotspots")
+    plain_numbers(fig)
     diagnostic = true_centres is not None or points is not None
     return diagnostic_annotation(fig) if diagnostic else fig
 
@@ -168,28 +254,40 @@ def _latlon(pair: tuple[ArrayLike, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(pair[0], dtype=float).ravel(), np.asarray(pair[1], dtype=float).ravel()
 
 
-def density_heatmap(grid: DensityGrid, *, title: str | None = None) -> go.Figure:
-    """Heatmap of the grid's level-1 noisy counts (a release: no raw data)."""
+def density_heatmap(
+    grid: DensityGrid, *, nonnegative: Nonnegative | None = None, title: str | None = None
+) -> go.Figure:
+    """Heatmap of the grid's level-1 noisy counts (a release: no raw data), outlines drawn on top.
+
+    ``nonnegative`` ("project" or "clamp") shows the counts post-processed by
+    :func:`dpcore.postprocess.nonnegative_counts` (no privacy cost; the title says so); None shows the
+    released counts as they are, negative ones included.
+    """
     lat_c = (grid.lat_edges[:-1] + grid.lat_edges[1:]) / 2
     lon_c = (grid.lon_edges[:-1] + grid.lon_edges[1:]) / 2
+    counts = grid.counts if nonnegative is None else nonnegative_counts(grid.counts, nonnegative)
+    lat_range = [float(grid.lat_edges[0]), float(grid.lat_edges[-1])]
+    lon_range = [float(grid.lon_edges[0]), float(grid.lon_edges[-1])]
     fig = go.Figure(
-        go.Heatmap(
-            x=lon_c,
-            y=lat_c,
-            z=grid.counts,
-            name=f"{grid.kind} grid",
-            colorscale="Viridis",
-            colorbar={"title": "noisy count"},
-        )
+        [
+            go.Heatmap(
+                x=lon_c,
+                y=lat_c,
+                z=counts,
+                name=f"{grid.kind} grid",
+                colorscale="Viridis",
+                colorbar={"title": {"text": "noisy count" if nonnegative is None else "count (≥ 0)"}},
+            ),
+            _outlines(lat_range, lon_range),
+        ]
     )
-    ratio = 1.0 / max(math.cos(math.radians(float(np.mean(lat_c)))), 0.05)
-    fig.update_xaxes(title_text="Longitude (°)")
-    fig.update_yaxes(title_text="Latitude (°)", scaleanchor="x", scaleratio=ratio)
-    fig.update_layout(
-        title=title
-        or f"Private density ({grid.kind} grid, ε = {grid.epsilon_spent:.3g}, {grid.sampling_mode})"
-    )
-    return fig
+    fig.data[1].line.color = "rgba(255, 255, 255, 0.6)"  # visible over the dark colours
+    _map_axes(fig, lat_range, lon_range)
+    what = f"Private density ({grid.kind} grid, ε = {grid.epsilon_spent:.3g}, {grid.sampling_mode})"
+    if nonnegative is not None:
+        what += f": counts made non-negative by post-processing ({nonnegative}; costs no privacy)"
+    fig.update_layout(title=title or what)
+    return plain_numbers(fig)
 
 
 def displacement_histogram(
@@ -211,44 +309,108 @@ def displacement_histogram(
     fig.update_xaxes(title_text="Great-circle displacement (m)")
     fig.update_yaxes(title_text="Density (1/m)")
     fig.update_layout(title=f"Planar Laplace displacement, ε = {epsilon:.3g} per metre")
+    plain_numbers(fig)
     return diagnostic_annotation(fig) if diagnostic else fig
 
 
-def error_vs_eps(sweep: pd.DataFrame, *, metric: str | None = None, log_y: bool = True) -> go.Figure:
-    """Median (line) and 10-90% band over trials per mechanism against epsilon, from ``location_sweep``."""
+def privacy_class(mechanism: str) -> PrivacyClass:
+    """What a location mechanism guarantees (from its registry definition): ε-DP, Blowfish, geo-ind."""
+    from dpcore.location import LOCATIONS
+
+    if mechanism not in LOCATIONS:
+        raise ParameterError(f"unknown location mechanism {mechanism!r}; use one of {list(LOCATIONS)}.")
+    return DEFINITION_CLASSES[LOCATIONS[mechanism].definition]
+
+
+def error_vs_eps(
+    sweep: pd.DataFrame,
+    *,
+    metric: str | None = None,
+    hs_m: float | None = None,
+    band: tuple[float, float] = (0.25, 0.75),
+    log_y: bool = True,
+) -> go.Figure:
+    """The location trade-off chart: median (line) and quantile band over trials per mechanism vs eps.
+
+    ``sweep`` is ``location_sweep``'s output. One ``metric`` gives one panel; ``metric=None`` draws every
+    mechanism in one figure, one row per unit on a shared eps axis. With ``hs_m`` the distance errors
+    (DE x HS and the mean position's error) share one row in metres
+    (:func:`dpcore.accuracy.location_metres`). Line style and legend group mark what each mechanism
+    guarantees (solid: ε-DP; dashed: Blowfish; dash-dot: geo-indistinguishability).
+    """
     need = {"mechanism", "label", "epsilon", "trial", "metric", "value"}
     if not need <= set(sweep.columns):
         raise ParameterError(f"the sweep frame needs columns {sorted(need)}; pass location_sweep's output.")
-    df = sweep if metric is None else sweep[sweep["metric"] == metric]
+    lo_q, hi_q = band
+    if not 0.0 <= lo_q < hi_q <= 1.0:
+        raise ParameterError(f"band must be two quantiles 0 <= lo < hi <= 1 (got {band}).")
+    df = sweep if hs_m is None else location_metres(sweep, hs_m)
+    if metric is not None:
+        df = df[df["metric"] == metric]
     if df.empty:
         raise ParameterError(f"no sweep rows for metric {metric!r}.")
-    fig = go.Figure()
-    for mech, g in df.groupby("mechanism", sort=False):
-        s = g.groupby("epsilon")["value"]
-        eps, med = s.median().index.to_numpy(), s.median().to_numpy()
-        lo, hi = s.quantile(0.1).to_numpy(), s.quantile(0.9).to_numpy()
-        color = LOCATION_COLORS.get(str(mech), "#7f7f7f")
-        label = str(g["label"].iloc[0])
-        fig.add_trace(
-            go.Scatter(
-                x=np.r_[eps, eps[::-1]],
-                y=np.r_[hi, lo[::-1]],
-                fill="toself",
-                line={"width": 0},
-                fillcolor=color,
-                opacity=0.2,
-                name=f"{label} (10-90%)",
-                showlegend=False,
-                hoverinfo="skip",
-            )
-        )
-        fig.add_trace(go.Scatter(x=eps, y=med, mode="lines+markers", name=label, line={"color": color}))
-    metrics = df["metric"].unique()
-    fig.update_xaxes(title_text="ε", type="log")
-    fig.update_yaxes(
-        title_text=METRIC_TITLES.get(str(metrics[0]), "error") if len(metrics) == 1 else "error (see legend)",
-        type="log" if log_y else "linear",
+    metrics = list(dict.fromkeys(m for m in METRIC_TITLES if m in set(df["metric"])))
+    metrics += [m for m in dict.fromkeys(df["metric"]) if m not in metrics]
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    mechs = list(dict.fromkeys(df["mechanism"]))
+    classes = {m: privacy_class(str(m)) for m in mechs}
+    band_name = f"{round(lo_q * 100)}–{round(hi_q * 100)}%"
+    titled: set[PrivacyClass] = set()
+    for row, met in enumerate(metrics, 1):
+        part = df[df["metric"] == met]
+        for cls in class_order(classes.values()):
+            for mech in (m for m in dict.fromkeys(part["mechanism"]) if classes[m] == cls):
+                g = part[part["mechanism"] == mech].groupby("epsilon")["value"]
+                eps, med = g.median().index.to_numpy(), g.median().to_numpy()
+                lo, hi = g.quantile(lo_q).to_numpy(), g.quantile(hi_q).to_numpy()
+                color = LOCATION_COLORS.get(str(mech), "#7f7f7f")
+                label = str(part.loc[part["mechanism"] == mech, "label"].iloc[0])
+                fig.add_trace(
+                    go.Scatter(
+                        x=np.r_[eps, eps[::-1]],
+                        y=np.r_[hi, lo[::-1]],
+                        mode="lines",
+                        fill="toself",
+                        line={"width": 0},
+                        fillcolor=color,
+                        opacity=0.18,
+                        name=f"{label} ({band_name})",
+                        legendgroup=cls,
+                        showlegend=False,
+                        hoverinfo="skip",
+                    ),
+                    row,
+                    1,
+                )
+                fig.add_trace(
+                    line_trace(
+                        eps,
+                        med,
+                        name=label,
+                        color=color,
+                        privacy=cls,
+                        first_of_class=cls not in titled,
+                        customdata=np.c_[lo, hi],
+                        hovertemplate=(
+                            f"<b>{label}</b> ({PRIVACY_CLASSES[cls].title})<br>ε = %{{x:.3g}}<br>"
+                            f"median = %{{y:.4g}}<br>{band_name} = "
+                            "[%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"
+                        ),
+                    ),
+                    row,
+                    1,
+                )
+                titled.add(cls)
+        yaxis = value_axis(part["value"].to_numpy(), log=log_y and bool((part["value"] > 0).all()))
+        titles = METRIC_TITLES if len(metrics) == 1 else ROW_TITLES
+        fig.update_yaxes(**yaxis, title={"text": titles.get(str(met), str(met))}, row=row, col=1)
+    x_axis = eps_axis(df["epsilon"])
+    fig.update_xaxes(**{k: v for k, v in x_axis.items() if k != "title"})
+    fig.update_xaxes(title=x_axis["title"], row=len(metrics), col=1)
+    what = METRIC_TITLES.get(metrics[0], "Error") if len(metrics) == 1 else "Error of every mechanism"
+    fig.update_layout(
+        title=f"{what} vs ε (median over trials, band {band_name})",
+        legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE}},
+        height=max(450, 300 * len(metrics)),
     )
-    what = METRIC_TITLES.get(str(metrics[0]), "Error") if len(metrics) == 1 else "Error"
-    fig.update_layout(title=f"{what} vs ε (median over trials, band 10-90%)")
-    return diagnostic_annotation(fig)
+    return diagnostic_annotation(plain_numbers(fig))

@@ -1,0 +1,199 @@
+"""'What ε do I need?': under each comparison chart, the smallest ε that meets the curator's accuracy target.
+
+The curator picks a metric, a target value and the share of trials that must meet it; the table answers
+per mechanism from the comparison (:func:`dpcore.accuracy.eps_for_target`). It is a diagnostic (the
+comparison ran on the true data), said so on the panel. "Use ε" puts the answer into the release panel
+(its mechanism and ε widgets, kept with ``ui.state.persist``), which still asks before anything is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dpcore.accuracy import HIGHER_IS_BETTER, LOCATION_ERROR_M, EpsAnswer, Target, eps_for_target, tidy
+from dpcore.plots.style import PRIVACY_CLASSES, PrivacyClass
+from ui import state
+from ui.errors import user_errors
+
+__all__ = ["QUANTILES", "ReleaseKeys", "eps_finder", "kmeans_eps_finder", "locations_eps_finder"]
+
+DIAGNOSTIC = (
+    "Diagnostic (uses the true data, not a release): read off the comparison above, which ran on the raw "
+    "data with diagnostic noise. Costs no budget; do not publish it."
+)
+QUANTILES: dict[float, str] = {
+    0.5: "half of the trials (median)",
+    0.75: "3 trials in 4",
+    0.9: "9 trials in 10",
+    0.95: "19 trials in 20",
+}
+
+
+@dataclass(frozen=True)
+class ReleaseKeys:
+    """Session keys of a release panel's mechanism selectbox and ε input (``ui.state.persist`` keys)."""
+
+    mechanism: str
+    epsilon: str
+
+
+def _use(keys: ReleaseKeys, mechanism: str, epsilon: float, label: str) -> None:
+    """Button callback (runs before the next script run): set the release panel's mechanism and ε."""
+    for key, value in ((keys.mechanism, mechanism), (keys.epsilon, float(epsilon))):
+        st.session_state[key] = value
+        st.session_state[state.KEEP_PREFIX + key] = value
+    st.toast(f"Release panel set to {label} at ε = {epsilon:g}. Review it below before releasing.")
+
+
+def _default_target(frame: pd.DataFrame, metric: str) -> float:
+    """A starting target: the median over every mechanism and trial at the middle ε, 2 digits."""
+    long = tidy(frame)
+    part = long[long["metric"] == metric]
+    grid = np.sort(part["epsilon"].unique())
+    value = float(part.loc[part["epsilon"] == grid[len(grid) // 2], "value"].median())
+    if not np.isfinite(value) or value == 0:
+        return 0.9 if metric in HIGHER_IS_BETTER else 0.1
+    return float(f"{value:.2g}")
+
+
+def _table(answers: list[EpsAnswer], guarantees: Mapping[str, str]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "mechanism": [a.label for a in answers],
+            "guarantee": [guarantees.get(a.mechanism, "") for a in answers],
+            "smallest ε on the grid": [a.epsilon for a in answers],
+            "metric at that ε": [a.achieved for a in answers],
+            "interpolated ε (not measured)": [a.interpolated for a in answers],
+            "note": [a.note for a in answers],
+        }
+    )
+
+
+def eps_finder(
+    frame: pd.DataFrame,
+    *,
+    prefix: str,
+    metrics: Mapping[str, str],
+    guarantees: Mapping[str, str],
+    release: ReleaseKeys,
+    releasable: Collection[str],
+    advice: Callable[[EpsAnswer], str | None] | None = None,
+) -> None:
+    """The panel: target inputs, the answer table, one "Use ε" button per mechanism that has an answer.
+
+    ``metrics`` maps the metric keys offered to their titles; ``guarantees`` mechanism -> what it
+    guarantees (shown in the table); ``releasable`` the mechanisms the release panel offers; ``advice``
+    a sentence instead of a button for a mechanism whose release ε is set elsewhere.
+    """
+    st.subheader("What ε do I need? (diagnostic)")
+    st.caption(DIAGNOSTIC)
+    a, b, c = st.columns([2, 1, 1])
+    metric = a.selectbox(
+        "Accuracy target on",
+        list(metrics),
+        format_func=metrics.__getitem__,
+        key=state.persist(f"{prefix}_acc_metric", next(iter(metrics)), metrics.__contains__),
+    )
+    better = "at least" if metric in HIGHER_IS_BETTER else "at most"
+    value = b.number_input(
+        f"Target ({better})",
+        format="%.4g",
+        key=state.persist(f"{prefix}_acc_value_{metric}", _default_target(frame, metric)),
+    )
+    quantile = c.selectbox(
+        "Met by",
+        list(QUANTILES),
+        format_func=QUANTILES.__getitem__,
+        key=state.persist(f"{prefix}_acc_quantile", 0.75, QUANTILES.__contains__),
+    )
+    interpolate = st.checkbox(
+        "Also interpolate between grid points (an estimate, not measured)",
+        key=state.persist(f"{prefix}_acc_interpolate", False),
+    )
+    with user_errors("finding the ε for this target") as outcome:
+        target = Target(metric, float(value), float(quantile))
+        answers = eps_for_target(frame, target, interpolate=interpolate)
+    if outcome.failed:
+        return
+    st.dataframe(_table(answers, guarantees), hide_index=True)
+    found = [x for x in answers if x.epsilon is not None]
+    if not found:
+        st.info("No mechanism meets this target on the grid: loosen the target or widen the ε range.")
+        return
+    cols = st.columns(min(len(found), 4))
+    for i, answer in enumerate(found):
+        col = cols[i % len(cols)]
+        note = advice(answer) if advice else None
+        if note:
+            col.caption(note)
+            continue
+        col.button(
+            f"Use ε = {answer.epsilon:g} for {answer.label}",
+            key=f"{prefix}_acc_use_{answer.mechanism}",
+            disabled=answer.mechanism not in releasable,
+            help=None if answer.mechanism in releasable else "Not offered by the release panel here.",
+            on_click=_use,
+            args=(release, answer.mechanism, float(answer.epsilon), answer.label),
+        )
+
+
+def _guarantees(classes: Mapping[str, PrivacyClass]) -> dict[str, str]:
+    return {m: PRIVACY_CLASSES[c].title for m, c in classes.items()}
+
+
+def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str]) -> None:
+    """The panel under the K-means comparison chart (its sweep's tidy table)."""
+    from dpcore.kmeans import KMEANS
+    from dpcore.plots.kmeans import METRIC_TITLES, privacy_class
+
+    mechanisms = list(dict.fromkeys(frame["mechanism"]))
+    labelled = frame.assign(label=frame["mechanism"].map(lambda m: KMEANS[m].label))
+    offered = ("fractional_loss", "centroid_mse", "ari")
+    eps_finder(
+        labelled,
+        prefix="km",
+        metrics={m: METRIC_TITLES[m] for m in offered if m in frame.columns},
+        guarantees=_guarantees({m: privacy_class(m) for m in mechanisms}),
+        release=ReleaseKeys("km_rel_mech", "km_rel_eps"),
+        releasable=releasable,
+    )
+    st.caption(
+        "For the Gaussian (local) mechanisms the answer holds at the comparison's δ and calibration; the "
+        "release uses the δ set in the release panel."
+    )
+
+
+def locations_eps_finder(frame: pd.DataFrame, hs_m: float, releasable: Collection[str]) -> None:
+    """The panel under the Locations comparison chart; errors in metres use DE x HS (``hs_m``)."""
+    from dpcore.accuracy import location_metres
+    from dpcore.plots.location import METRIC_TITLES, privacy_class
+
+    metres = location_metres(frame, hs_m)
+    offered = (LOCATION_ERROR_M, "median_relative_error", "fractional_wcss_loss")
+
+    def advice(answer: EpsAnswer) -> str | None:
+        if answer.mechanism != "planar_laplace":
+            return None
+        return (
+            f"Planar Laplace: set geo-indistinguishability to ε = {answer.epsilon / hs_m:.3g} per metre "
+            f"(level {answer.epsilon:g} within HS = {hs_m:,.0f} m) on the Privacy policy page."
+        )
+
+    eps_finder(
+        metres,
+        prefix="loc",
+        metrics={m: METRIC_TITLES[m] for m in offered if m in set(metres["metric"])},
+        guarantees=_guarantees({m: privacy_class(m) for m in dict.fromkeys(frame["mechanism"])}),
+        release=ReleaseKeys("loc_rel_mech", "loc_rel_eps"),
+        releasable=releasable,
+        advice=advice,
+    )
+    st.caption(
+        "Location error (m): planar Laplace and PriLocation give the mean displacement (DE × HS), the mean "
+        "positions the distance between the true and the released mean (Blowfish at θ = HS, as compared)."
+    )
