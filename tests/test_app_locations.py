@@ -18,8 +18,11 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
-from dpcore.ledger import Ledger
-from ui.state import Dataset
+from dpcore.ledger import Account, Ledger
+from dpcore.location.contribution import PER_LOCATION
+from dpcore.plan import policy_account
+from dpcore.policy import GeoIndistinguishability
+from ui.state import DEFAULT_POLICY, POLICY_KEY, Dataset
 
 TIMEOUT = 120
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -60,13 +63,6 @@ def _size(values: list | dict) -> int:
 
 def _errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
-
-
-def _ledger(at: AppTest, eps: float) -> tuple[Ledger, str]:
-    ds = at.session_state["dp_dataset"]
-    ledger = Ledger(config.ledger_url())
-    ledger.set_budget(ds.dataset_id, eps, 0.0)
-    return ledger, ds.dataset_id
 
 
 def test_airports_sample_loads_and_comparison_draws_charts():
@@ -122,15 +118,20 @@ def test_airports_sample_loads_and_comparison_draws_charts():
 
 def test_release_debits_once_across_reruns(downloads):
     at = _airports()
-    ledger, dataset_id = _ledger(at, 3.0)
+    geo = GeoIndistinguishability.from_level(1.0, 2000.0)
+    at.session_state[POLICY_KEY] = geo  # set on the Privacy policy page
+    ds = at.session_state["dp_dataset"]
+    ledger, account = Ledger(config.ledger_url()), policy_account(ds.dataset_id, geo)
+    ledger.set_budget(account, 3.0)
     at.run()
     assert at.selectbox(key="loc_rel_mech").value == "planar_laplace"
-    assert any("NOT ε-DP" in i.value for i in at.info)  # geo-indistinguishability is not DP
+    assert any(c.value == f"Protection: {PER_LOCATION}." for c in at.caption)
+    assert any(i.value.startswith("Geo-indistinguishability at level 1 within 2000 metres") for i in at.info)
     assert not at.download_button
     at.button(key="locations_release").click().run()
     assert not at.exception and not _errors(at)
-    (record,) = ledger.releases(dataset_id)
-    assert record.definition == "geo_ind" and record.mechanism == "Planar Laplace (per location)"
+    (record,) = ledger.releases(account)
+    assert record.definition == "geo_ind" and record.mechanism == "planar_laplace"
     assert record.epsilon == pytest.approx(1.0)  # level 1 within r = 2000 m
     stem = f"locations-{record.request_id[:8]}"
     assert sorted(b.label for b in at.download_button) == sorted(
@@ -141,29 +142,58 @@ def test_release_debits_once_across_reruns(downloads):
     assert table["lat"].between(24, 50).all() and table["lon"].between(-125, -66).all()  # clamped to region
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
     assert manifest["definition"] == "geo_ind" and manifest["sampling_mode"] == "secure"
-    assert manifest["parameters"]["epsilon_per_metre"] == pytest.approx(0.0005)
+    assert manifest["scope"] == PER_LOCATION and manifest["details"]["scope"] == PER_LOCATION
+    assert manifest["parameters"]["radius_m"] == 2000.0
+    assert manifest["details"]["epsilon_per_metre"] == pytest.approx(0.0005)
     report = downloads[f"{stem}-report.html"].decode()
     assert "Planar Laplace (per location): released locations" in report
     assert "True locations (raw data)" not in report and "Diagnostic:" not in report
     at.run().run()
-    assert len(ledger.releases(dataset_id)) == 1
-    assert ledger.remaining(dataset_id)[0] == pytest.approx(2.0)
+    assert len(ledger.releases(account)) == 1
+    assert ledger.remaining(account)[0] == pytest.approx(2.0)
+
+
+def test_release_with_a_user_column_protects_a_user_with_the_public_maximum(downloads):
+    at = _airports()
+    ds = at.session_state["dp_dataset"]
+    ledger, account = Ledger(config.ledger_url()), policy_account(ds.dataset_id, DEFAULT_POLICY)
+    ledger.set_budget(account, 3.0, 1e-6)
+    at.selectbox(key="loc_user").set_value("country").run()  # one user: every row is in the USA
+    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
+    at.number_input(key="loc_rel_eps").set_value(1.0).run()
+    at.number_input(key="loc_max_per_user").set_value(4).run()
+    scope = "per user (at most 4 locations each)"
+    assert any(c.value == f"Protection: {scope}." for c in at.caption)
+    assert any(scope in i.value and i.value.startswith("Differential privacy with ε = 1") for i in at.info)
+    at.button(key="locations_release").click().run()
+    assert not at.exception and not _errors(at)
+    (record,) = ledger.releases(account)
+    manifest = json.loads(downloads[f"locations-{record.request_id[:8]}-manifest.json"])
+    assert manifest["scope"] == scope and manifest["details"]["max_per_user"] == 4
+    assert manifest["parameters"]["max_per_user"] == 4
 
 
 @pytest.mark.parametrize("mech", ["dp_hotspots", "blowfish_hotspots"])
 def test_hotspot_release_debits_once_and_offers_downloads(downloads, mech):
     at = _airports()
-    ledger, dataset_id = _ledger(at, 3.0)
+    ds = at.session_state["dp_dataset"]
+    if mech == "dp_hotspots":
+        account = policy_account(ds.dataset_id, DEFAULT_POLICY)
+        sentence = "Differential privacy with ε = 1: for two datasets that differ by one row added or removed"
+    else:
+        account = Account(ds.dataset_id, "blowfish", "one location replaced by one at most 50000 m away")
+        sentence = "Blowfish privacy with ε = 1: for two datasets that differ by one location replaced by one"
+    ledger = Ledger(config.ledger_url())
+    ledger.set_budget(account, 3.0)
     at.number_input(key="loc_hotspot_k").set_value(5).run()
     at.selectbox(key="loc_rel_mech").set_value(mech).run()
     at.number_input(key="loc_rel_eps").set_value(1.0).run()
     label = "DP hotspots (DP-Lloyd)" if mech == "dp_hotspots" else "Blowfish hotspots (distance threshold θ)"
-    sentence = "ε-DP (unbounded neighbours" if mech == "dp_hotspots" else "not their position within θ"
-    assert any(sentence in i.value for i in at.info)
+    assert any(i.value.startswith(sentence) for i in at.info)
     at.button(key="locations_release").click().run()
     assert not at.exception and not _errors(at)
-    (record,) = ledger.releases(dataset_id)
-    assert record.mechanism == label and record.epsilon == pytest.approx(1.0)
+    (record,) = ledger.releases(account)
+    assert record.mechanism == mech and record.epsilon == pytest.approx(1.0)
     assert record.definition == ("pure_dp" if mech == "dp_hotspots" else "blowfish")
     stem = f"locations-{record.request_id[:8]}"
     assert sorted(b.label for b in at.download_button) == sorted(
@@ -174,26 +204,26 @@ def test_hotspot_release_debits_once_and_offers_downloads(downloads, mech):
     assert table["lat"].between(24, 50).all() and table["lon"].between(-125, -66).all()
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
     assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["hotspot_k"] == 5
-    assert manifest["parameters"]["theta_m"] == (None if mech == "dp_hotspots" else 50_000.0)
+    assert manifest["parameters"].get("theta_m") == (None if mech == "dp_hotspots" else 50_000.0)
     report = downloads[f"{stem}-report.html"].decode()
-    assert f"<title>Locations released with {label}</title>" in report
+    assert f"<title>{label}: released output</title>" in report
     assert "released hotspot centres (K = 5" in report
     assert "true hotspots" not in report and "Diagnostic:" not in report
     at.run().run()
-    assert len(ledger.releases(dataset_id)) == 1
-    assert ledger.remaining(dataset_id)[0] == pytest.approx(2.0)
+    assert len(ledger.releases(account)) == 1
+    assert ledger.remaining(account)[0] == pytest.approx(2.0)
 
 
 def test_over_budget_release_is_refused_without_downloads():
     at = _airports()
-    ledger, dataset_id = _ledger(at, 0.5)
+    ds = at.session_state["dp_dataset"]
+    ledger, account = Ledger(config.ledger_url()), policy_account(ds.dataset_id, DEFAULT_POLICY)
+    ledger.set_budget(account, 0.5, 1e-6)
     at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
     at.number_input(key="loc_rel_eps").set_value(1.0).run()
-    assert any("costs more than the budget left" in w.value for w in at.warning)
-    at.button(key="locations_release").click().run()
-    assert not at.exception
-    assert len(_errors(at)) == 1 and _errors(at)[0].startswith("Budget exceeded")
-    assert not at.download_button and ledger.releases(dataset_id) == []
+    assert any("more than the budget left" in w.value for w in at.warning)
+    assert at.button(key="locations_release").disabled
+    assert not at.download_button and ledger.releases(account) == []
 
 
 def test_bad_inputs_show_messages():
