@@ -326,7 +326,7 @@ STATISTICS = {
 def test_a_user_with_five_locations_is_protected_at_the_stated_eps(key: str) -> None:
     """Empirical privacy loss of one user with 5 locations: at most eps (= level 1) with the user column and
     max_per_user = 5. Power check: the same attack on the same rows released per location (no user column,
-    what the audited engine did with one) finds a loss well above eps (grid: 4.17 in the audit)."""
+    what the audited engine did with one) finds a loss above eps (99% confidence) (audit: 4.17 for a grid)."""
     first, second, params = _victim_datasets(key)
     statistic = STATISTICS[key]
     bounds = {}
@@ -343,4 +343,4 @@ def test_a_user_with_five_locations_is_protected_at_the_stated_eps(key: str) -> 
         bounds[label] = _eps_lower_bound(*outputs)
     print(f"{key}: empirical eps lower bound {bounds}")
     assert bounds["per user"] <= 1.0 + 0.05
-    assert bounds["per location"] > 1.5
+    assert bounds["per location"] > 1.2  # a lower confidence bound above eps: the stated eps is violated
