@@ -40,6 +40,7 @@ from dpcore.policy import (
 )
 
 if TYPE_CHECKING:
+    from dpcore.data import PreparedData
     from dpcore.registry import MechanismSpec, Registry
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "ReleasePlan",
     "policy_account",
     "preparation_steps",
+    "public_bounds",
     "registry",
 ]
 
@@ -92,11 +94,27 @@ class PrepStep:
         return {"step": self.step, "data_derived": self.data_derived}
 
 
-def preparation_steps(cleaning: Sequence[str], leaks: Sequence[str] = ()) -> tuple[PrepStep, ...]:
+def public_bounds(prepared: PreparedData) -> dict[str, list[float] | str]:
+    """Per feature: the curator's public bounds (encoded units), or a note for data-derived ones, which are
+    the data's extremes and are never written into a release."""
+    return {
+        name: "data-derived (not published)"
+        if "leaks" in prepared.bound_sources.get(name, "leaks")
+        else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
+        for j, name in enumerate(prepared.feature_names)
+    }
+
+
+def preparation_steps(cleaning: Sequence[str], prepared: PreparedData | None = None) -> tuple[PrepStep, ...]:
     """Steps from the Data page's missing-value choices (``"<strategy> on <columns> ..."``: only ``drop``
-    keeps the guarantee) and, once features are prepared, ``PreparedData.leaks`` (each one data-derived;
-    they include the imputations, which then stand for their cleaning steps)."""
+    keeps the guarantee) and, once features are prepared, the features with their public bounds and scaling
+    plus ``PreparedData.leaks`` (each data-derived; they include the imputations, which then stand for
+    their cleaning steps)."""
+    leaks = () if prepared is None else tuple(prepared.leaks)
     steps = [PrepStep(t, not t.startswith("drop")) for t in cleaning if t.startswith("drop") or not leaks]
+    if prepared is not None:
+        bounds = "; ".join(f"{k} {v}" for k, v in public_bounds(prepared).items())
+        steps.append(PrepStep(f"features and public bounds: {bounds}; scaling: {prepared.scaling}", False))
     return (*steps, *(PrepStep(t, True) for t in leaks))
 
 

@@ -19,9 +19,9 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema, load_sample, prepare
 from dpcore.ledger import Ledger
-from dpcore.policy import Blowfish, PartitionGraph, PureDP
-from ui.kmeans_view import public_bounds
-from ui.state import Dataset
+from dpcore.plan import policy_account, public_bounds
+from dpcore.policy import Blowfish, LocalPDP, PartitionGraph, Policy, PureDP
+from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 120
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -64,9 +64,9 @@ def _page(ds: Dataset | None, **state) -> AppTest:
     return at
 
 
-def _ledger(ds: Dataset, eps: float, delta: float) -> Ledger:
+def _ledger(ds: Dataset, eps: float, delta: float, policy: Policy = DEFAULT_POLICY) -> Ledger:
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(ds.dataset_id, eps, delta)
+    ledger.set_budget(policy_account(ds.dataset_id, policy), eps, delta)
     return ledger
 
 
@@ -125,15 +125,18 @@ def test_comparison_draws_the_charts_without_rerunning_the_sweep(marketing: Data
 
 def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downloads):
     ledger = _ledger(marketing, 2.0, 1e-5)
+    account = policy_account(marketing.dataset_id, DEFAULT_POLICY)
     at = _page(marketing)
     assert at.selectbox(key="km_rel_mech").value == "dp_lloyd"
     at.number_input(key="km_rel_eps").set_value(0.5).run()
     assert not at.download_button
+    shown = dict(zip(at.table[-1].value.index, at.table[-1].value["value"], strict=True))
+    assert shown["Mechanism"] == "DP-Lloyd (SuLQ)" and shown["ε"] == "0.5" and shown["n_clusters"] == "4"
     at.button(key="kmeans_release").click().run()
     assert not at.exception and not _errors(at)
-    (record,) = ledger.releases(marketing.dataset_id)
-    assert record.definition == "pure_dp" and record.mechanism == "DP-Lloyd (SuLQ)"
-    assert ledger.remaining(marketing.dataset_id) == pytest.approx((1.5, 1e-5))
+    (record,) = ledger.releases(dataset_id=marketing.dataset_id)
+    assert record.definition == "pure_dp" and record.mechanism == "dp_lloyd" and record.account == account.key
+    assert ledger.remaining(account) == pytest.approx((1.5, 1e-5))
     stem = f"kmeans-{record.request_id[:8]}"
     assert sorted(b.label for b in at.download_button) == sorted(
         f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
@@ -145,14 +148,16 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
         (table["Income [scaled]"].to_numpy() + 1) * 100000
     )
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
-    assert manifest["definition"] == "pure_dp" and manifest["guarantee"].startswith("eps-DP")
-    assert manifest["bounds_source"] == "curator" and manifest["dataset_fingerprint"] == marketing.fingerprint
-    assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["k"] == 4
-    assert manifest["parameters"]["budget_spent"] == pytest.approx(0.5)
-    assert manifest["parameters"]["public_bounds"]["Income"] == [0, 200000]
-    assert manifest["parameters"]["data_leaks"] == list(marketing.prepared.leaks)
+    assert manifest["definition"] == "pure_dp" and manifest["guarantee"].startswith("Differential privacy")
+    assert "one row added or removed" in manifest["guarantee"]
+    assert manifest["dataset_fingerprint"] == marketing.fingerprint
+    assert manifest["sampling_mode"] == "secure" and manifest["parameters"]["n_clusters"] == 4
+    assert manifest["details"]["budget_spent"] == pytest.approx(0.5)
+    bounds_step = next(p["step"] for p in manifest["preparation"] if p["step"].startswith("features"))
+    assert "Income [0.0, 200000.0]" in bounds_step
+    assert not any(p["data_derived"] for p in manifest["preparation"])
     report = downloads[f"{stem}-report.html"].decode()
-    assert "Released centroids" in report and "Diagnostic:" not in report  # no raw-data chart leaves
+    assert "Diagnostic:" not in report  # no raw-data chart leaves
     assert '<script src="http' not in report  # plotly.js is inlined: no network needed
 
     at.run().run()
@@ -161,39 +166,36 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
     at.session_state["dp_release::kmeans"] = panel
     at.run()
     at.button(key="kmeans_release").click().run()
-    assert len(ledger.releases(marketing.dataset_id)) == 1
+    assert len(ledger.releases(dataset_id=marketing.dataset_id)) == 1
     assert any("nothing was debited again" in s.value for s in at.success)
-    at.switch_page("pages/ledger.py").run()
-    assert at.dataframe[0].value["mechanism"].tolist() == ["DP-Lloyd (SuLQ)"]
 
 
-def test_local_release_needs_acknowledgement_and_is_recorded_as_local(marketing: Dataset, downloads):
-    ledger = _ledger(marketing, 2.0, 1e-5)
+def test_local_release_debits_its_own_account_and_is_recorded_as_local(marketing: Dataset, downloads):
+    ledger = _ledger(marketing, 2.0, 1e-5)  # a budget for differential privacy only
     at = _page(marketing)
     at.selectbox(key="km_rel_mech").set_value("colored").run()
-    assert any("does NOT meet the policy's definition" in w.value for w in at.warning)
-    assert "kmeans_release" not in [b.key for b in at.button]
-    at.checkbox(key="km_rel_ack_colored").check().run()
+    assert at.button(key="kmeans_release").disabled  # local epsilons never come out of the DP budget
+    assert any("No budget is set for a local (ε, δ) bound" in w.value for w in at.warning)
+    ledger.set_budget(policy_account(marketing.dataset_id, LocalPDP(1.0, 1e-6)), 2.0, 1e-5)
+    at.run()
     at.button(key="kmeans_release").click().run()
     assert not at.exception and not _errors(at)
-    (record,) = ledger.releases(marketing.dataset_id)
+    (record,) = ledger.releases(dataset_id=marketing.dataset_id)
     assert record.definition == "local_pdp" and record.delta == pytest.approx(1e-6)
+    assert ledger.remaining(policy_account(marketing.dataset_id, DEFAULT_POLICY)) == (2.0, 1e-5)
     manifest = json.loads(next(v for k, v in downloads.items() if k.endswith("-manifest.json")))
-    assert (
-        manifest["is_local"] is True and "local_notice" in manifest and manifest["calibration"] == "analytic"
-    )
-    assert "not differential privacy" in manifest["guarantee"] and "eps-DP" not in manifest["guarantee"]
-    assert set(manifest["parameters"]["public_bounds"]) == set(BOUNDS)
+    assert manifest["is_local"] is True and "local_notice" in manifest
+    assert manifest["parameters"]["calibration"] == "analytic"
+    assert "not differential privacy" in manifest["guarantee"]
+    assert not manifest["guarantee"].startswith("Differential privacy")
 
 
-def test_over_budget_release_is_refused_without_downloads(marketing: Dataset):
+def test_over_budget_release_is_disabled_with_the_reason(marketing: Dataset):
     ledger = _ledger(marketing, 0.3, 0.0)
     at = _page(marketing)
-    assert any("costs more than the budget left" in w.value for w in at.warning)
-    at.button(key="kmeans_release").click().run()
-    assert not at.exception
-    assert len(_errors(at)) == 1 and _errors(at)[0].startswith("Budget exceeded")
-    assert not at.download_button and ledger.releases(marketing.dataset_id) == []
+    assert any("more than the budget left" in w.value for w in at.warning)
+    assert at.button(key="kmeans_release").disabled
+    assert not at.download_button and ledger.releases(dataset_id=marketing.dataset_id) == []
 
 
 def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
@@ -211,8 +213,8 @@ def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
     at = _page(tiny)  # K = 4 on 6 rows leaves a cluster with one row: no leave-one-out centroid
     assert any("has a single row" in e and "Choose a smaller K" in e for e in _errors(at))
     at.number_input(key="km_k").set_value(2).run()
-    assert not _errors(at)
-    assert any("needs public bounds, but some bounds were taken from the data" in w.value for w in at.warning)
+    # bounds taken from the data: a secure DP release is refused, with the fix
+    assert [e for e in _errors(at) if "read values from the data" in e and "public bounds" in e]
     assert public_bounds(tiny.prepared) == dict.fromkeys(["x", "y"], "data-derived (not published)")
     at.number_input(key="km_k").set_value(7).run()
     assert not at.exception and any("exceeds the number of rows (6)" in e for e in _errors(at))
@@ -220,7 +222,8 @@ def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
 
 def test_singleton_cluster_blocks_only_the_local_mechanisms(tiny: Dataset):
     at = _page(tiny)  # K = 4 on 6 rows: one cluster has a single row
-    (error,) = _errors(at)
+    error, refusal = _errors(at)  # the local mechanisms are blocked; DP-Lloyd is refused (data bounds)
+    assert "read values from the data" in refusal
     assert error.startswith("White Gaussian, White Gaussian per cluster, Colored Gaussian (optimal)")
     assert "has a single row" in error and "Choose a smaller K" in error
     assert all(at.checkbox(key=f"km_mech_{m}_blocked").disabled for m in ("white", "colored"))
@@ -232,7 +235,7 @@ def test_singleton_cluster_blocks_only_the_local_mechanisms(tiny: Dataset):
     at.select_slider(key="km_eps_range").set_value((1.0, 2.0))
     at.number_input(key="km_trials").set_value(2)
     at.button(key="km_run").click().run()
-    assert not at.exception and _errors(at) == [error]
+    assert not at.exception and _errors(at) == [error, refusal]
     assert set(at.session_state["km_sweep"].frame["mechanism"]) == {"dp_lloyd", "blowfish"}
     assert at.session_state["km_sweep"].params.k == 4
 
@@ -280,19 +283,19 @@ def test_settings_survive_leaving_the_page(marketing: Dataset):
 
 
 def test_bounded_policy_releases_dp_lloyd_calibrated_for_bounded_neighbours(marketing: Dataset, downloads):
-    ledger = _ledger(marketing, 2.0, 0.0)
-    at = _page(marketing, dp_policy=PureDP(1.0, neighbours="bounded"))
-    assert not any("2ε-DP" in w.value for w in at.warning)  # no acknowledgement needed any more
-    assert any("calibrated for the policy's neighbours: bounded" in c.value for c in at.caption)
+    bounded = PureDP(1.0, neighbours="bounded")
+    ledger = _ledger(marketing, 2.0, 0.0, bounded)
+    at = _page(marketing, dp_policy=bounded)
     at.number_input(key="km_rel_eps").set_value(0.5).run()
     at.button(key="kmeans_release").click().run()
     assert not at.exception and not _errors(at)
-    (record,) = ledger.releases(marketing.dataset_id)
+    (record,) = ledger.releases(dataset_id=marketing.dataset_id)
     assert record.definition == "pure_dp" and record.epsilon == pytest.approx(0.5)
+    assert record.account == policy_account(marketing.dataset_id, bounded).key
     manifest = json.loads(next(v for k, v in downloads.items() if k.endswith("-manifest.json")))
-    assert manifest["guarantee"].startswith("eps-DP, bounded neighbours (one row's value replaced)")
+    assert "differ by one row's value replaced" in manifest["guarantee"]
     assert manifest["parameters"]["neighbours"] == "bounded"
-    log = [query for query, _ in manifest["parameters"]["budget_log"]]
+    log = [query for query, _ in manifest["details"]["budget_log"]]
     assert log and not any(q.startswith("row count") for q in log)  # n is public under bounded neighbours
 
 

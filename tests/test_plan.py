@@ -47,7 +47,7 @@ def _prepared(strategy: str):
 @pytest.mark.parametrize("strategy", ["mean", "median", "mode"])
 def test_data_derived_imputation_is_refused_for_a_secure_dp_release(strategy: str) -> None:
     step, prep = _prepared(strategy)
-    steps = preparation_steps([step], prep.leaks)
+    steps = preparation_steps([step], prep)
     assert any(s.data_derived for s in steps)
     with pytest.raises(PolicyError, match="read values from the data"):
         _plan(preparation=steps)
@@ -72,7 +72,7 @@ def test_imputation_moves_many_rows_so_the_dp_lloyd_sensitivity_does_not_hold() 
 
 def test_dropping_rows_and_curator_bounds_keep_the_guarantee() -> None:
     step, prep = _prepared("drop")
-    steps = preparation_steps([step], prep.leaks)
+    steps = preparation_steps([step], prep)
     assert steps and not any(s.data_derived for s in steps)
     plan = _plan(preparation=steps)
     assert plan.guarantee.startswith("Differential privacy with ε = 1")
@@ -82,7 +82,7 @@ def test_dropping_rows_and_curator_bounds_keep_the_guarantee() -> None:
 def test_data_bounds_and_standardising_are_data_derived() -> None:
     df = load_sample("marketing_campaign").dropna()
     prep = prepare(df, infer_schema(df), ["Income", "MntWines"], scaling="standardize", data_bounds_ok=True)
-    steps = preparation_steps([], prep.leaks)
+    steps = preparation_steps([], prep)
     assert len([s for s in steps if s.data_derived]) >= 2
     with pytest.raises(PolicyError):
         _plan(preparation=steps)

@@ -39,7 +39,6 @@ __all__ = [
     "diagnostic_draw",
     "elbow",
     "policy_neighbours",
-    "public_bounds",
     "release_table",
     "run_sweep",
     "true_clustering",
@@ -259,19 +258,6 @@ def diagnostic_draw(
 
 
 # ---------------------------------------------------------------- release helpers
-
-
-def public_bounds(prep: PreparedData) -> dict[str, list[float] | str]:
-    """Per feature: the curator's public bounds (encoded units), or a note for data-derived ones.
-
-    Data-derived bounds are the data's extremes: they are never written into a release.
-    """
-    return {
-        name: "data-derived (not published)"
-        if "leaks" in prep.bound_sources.get(name, "leaks")
-        else [float(prep.raw_lower[j]), float(prep.raw_upper[j])]
-        for j, name in enumerate(prep.feature_names)
-    }
 
 
 def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:

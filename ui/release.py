@@ -90,8 +90,7 @@ def current_plan(
     ds = state.dataset()
     if ds is None:
         return None
-    prepared = ds.prepared
-    leaks = prepared.leaks if domain == "kmeans" and prepared is not None else ()
+    prepared = ds.prepared if domain == "kmeans" else None
     with user_errors("checking the release plan") as outcome:
         plan = ReleasePlan(
             domain=domain,
@@ -102,7 +101,7 @@ def current_plan(
             dataset_name=ds.name,
             fingerprint=ds.fingerprint,
             params=dict(params or {}),
-            preparation=preparation_steps(ds.cleaning, leaks),
+            preparation=preparation_steps(ds.cleaning, prepared),
             mode=state.mode(),
             seed=state.demo_seed(),
             scope=scope,
