@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dpcore import config
 from dpcore.data import fingerprint
+from dpcore.ledger import Ledger
 from dpcore.policy import GeoIndistinguishability
 from ui.nav import registered_pages
 
@@ -177,9 +179,17 @@ def test_geo_indistinguishability_is_set_on_the_policy_page_only():
     assert not any(r.label == "Give ε as" for r in at.radio)  # one way to set it: level l within r
     at.number_input(key="pol_geo_level").set_value(2.0).run()
     at.number_input(key="pol_geo_radius").set_value(500.0).run()
+    at.number_input(key="pol_budget_eps").set_value(5.0).run()
+    _by_label(at.button, "Save budget").click().run()
     at.switch_page("pages/locations.py").run()
     text = " ".join(m.value for m in _ok(at).markdown)
     assert "level **l = 2 within r = 500 m** (ε = 0.004 per metre)" in text
+    assert at.selectbox(key="loc_rel_mech").value == "planar_laplace"
+    at.button(key="locations_release").click().run()
+    assert not _ok(at).error, [e.value for e in at.error]
+    (record,) = Ledger(config.ledger_url()).releases(dataset_id=at.session_state["dp_dataset"].dataset_id)
+    assert (record.definition, record.epsilon) == ("geo_ind", 2.0)  # the release spends level l exactly
+    assert "500 m" in record.relation and record.parameters["radius_m"] == 500.0
 
 
 # -- every value widget on every page is kept ------------------------------------------------------
