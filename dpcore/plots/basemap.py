@@ -73,11 +73,9 @@ def outlines(
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def basemap_trace(
-    lon_range: tuple[float, float], lat_range: tuple[float, float], *, scale: str | None = None
-) -> go.Scatter:
+def basemap_trace(lon_range: tuple[float, float], lat_range: tuple[float, float]) -> go.Scatter:
     """One thin grey line trace of the outlines in the box (no legend entry, no hover)."""
-    lon, lat = outlines(lon_range, lat_range, scale=scale)
+    lon, lat = outlines(lon_range, lat_range)
     return go.Scatter(
         x=lon,
         y=lat,

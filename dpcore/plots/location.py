@@ -30,7 +30,7 @@ from plotly.subplots import make_subplots
 from dpcore.accuracy import LOCATION_ERROR_M, location_metres
 from dpcore.errors import ParameterError
 from dpcore.location.grids import DensityGrid
-from dpcore.plots.basemap import auto_scale, basemap_trace
+from dpcore.plots.basemap import basemap_trace
 from dpcore.plots.kmeans import diagnostic_annotation
 from dpcore.plots.style import (
     DEFINITION_CLASSES,
@@ -150,9 +150,7 @@ def _outlines(lat_range: list[float], lon_range: list[float]) -> go.Scatter:
     lat_pad = lat_range[1] - lat_range[0]
     lon_pad = max(lon_range[1] - lon_range[0], lat_pad * _ground_ratio(lat_range))
     return basemap_trace(
-        (lon_range[0] - lon_pad, lon_range[1] + lon_pad),
-        (lat_range[0] - lat_pad, lat_range[1] + lat_pad),
-        scale=auto_scale((lon_range[0], lon_range[1]), (lat_range[0], lat_range[1])),
+        (lon_range[0] - lon_pad, lon_range[1] + lon_pad), (lat_range[0] - lat_pad, lat_range[1] + lat_pad)
     )
 
 
