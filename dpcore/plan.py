@@ -220,8 +220,16 @@ class ReleasePlan:
         return _radius(self.policy, self.spec.label)
 
     def _check_policy(self, spec: MechanismSpec) -> None:
-        """The policy gives what the mechanism's definition needs (a graph, a radius)."""
+        """The policy gives what the mechanism's definition needs (a graph, a radius), and the mechanism's
+        own radius, if it takes one, is the policy's."""
         _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label)
+        if _ACCOUNT_FAMILY[spec.definition] == "geo_ind" and "radius_m" in self.params:
+            r, own = _radius(self.policy, spec.label), float(self.params["radius_m"])
+            if own != r:
+                raise PolicyError(
+                    f"{spec.label} would count its level within {own:g} m, but the policy's protected radius "
+                    f"is {r:g} m; the radius is set on the Privacy policy page only."
+                )
 
     @property
     def account(self) -> Account:
@@ -238,7 +246,7 @@ class ReleasePlan:
         """The release's guarantee in one sentence (plus what voids or weakens it)."""
         eps, delta, odds = self.epsilon, self.delta, odds_bound(self.epsilon)
         family = _ACCOUNT_FAMILY[self.definition]
-        scope = f" ({self.scope})" if self.scope else ""
+        scope = f", {self.scope}" if self.scope else ""
         if family == "geo_ind":
             r = self._radius()
             text = (

@@ -113,9 +113,15 @@ def test_blowfish_account_is_per_graph() -> None:
 
 
 def test_geo_plans_count_levels_within_the_policy_radius() -> None:
-    assert GeoIndistinguishability.from_level(2.0, 500.0).level == pytest.approx(2.0)
+    geo = GeoIndistinguishability.from_level(2.0, 500.0)
+    assert geo.level == pytest.approx(2.0)
     with pytest.raises(PolicyError, match="geo-indistinguishability"):
         _plan(domain="location", mechanism="planar_laplace", policy=PureDP(1.0), params={})
+    with pytest.raises(PolicyError, match="radius is set on the Privacy policy page"):
+        _plan(domain="location", mechanism="planar_laplace", policy=geo, params={"radius_m": 2000.0})
+    plan = _plan(domain="location", mechanism="planar_laplace", policy=geo, params={"radius_m": 500.0})
+    assert plan.account == policy_account(plan.dataset_id, geo)
+    assert "level 1 within 500 metres" in plan.guarantee
 
 
 def test_manifest_round_trip_and_tamper_check() -> None:
