@@ -2,7 +2,7 @@
 
 The outlines ship with the package (``dpcore/plots/data/natural_earth.npz``, public domain, provenance in
 ``dpcore/plots/data/README.md``), so location maps need no tile server and no network. Only the pieces
-of polylines inside the map's box (plus one vertex beyond its edge) are drawn; maps wider than
+of polylines inside the requested box (plus one vertex beyond its edge) are drawn; boxes wider than
 ``COARSE_SPAN_DEG`` degrees use the 1:110m outlines, narrower ones the 1:50m outlines.
 """
 
