@@ -24,7 +24,7 @@ from ui import accuracy, state
 from ui import kmeans_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
-from ui.release import current_plan, release_panel
+from ui.release import current_plan, release_panel, stale_reason
 
 ensure_entrypoint()
 
@@ -382,7 +382,9 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
             for caveat in draw.caveats:
                 st.warning(caveat)
     inputs = KMeansInputs.from_prepared(prep, labels)
-    release_panel(key="kmeans", plan=plan, inputs=inputs)
+    result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
+    compared = {"K": result.params.k} if result is not None and result.key == view.data_key(prep) else None
+    release_panel(key="kmeans", plan=plan, inputs=inputs, stale=stale_reason(compared, {"K": k}))
 
 st.title("K-means")
 dataset, prepared = state.require_prepared()

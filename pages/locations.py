@@ -26,7 +26,7 @@ from ui import accuracy, datasets, state
 from ui import locations_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
-from ui.release import current_plan, release_panel
+from ui.release import current_plan, release_panel, stale_reason
 
 ensure_entrypoint()
 
@@ -357,7 +357,18 @@ def _hotspot_map(
     )
 
 
-def _release(coords: view.Coordinates, region: Region, params: view.Params) -> None:
+def _compared_settings(key: str) -> dict[str, object] | None:
+    """The release-relevant settings of the last comparison of these coordinates, or None."""
+    stored = st.session_state.get(SWEEP_KEY)
+    if stored is None or stored[0][0] != key:
+        return None
+    return dict(zip(_SETTING_NAMES, (stored[0][4], *stored[0][5:10]), strict=True))
+
+
+_SETTING_NAMES = ("region", "HS", "clusters", "clustering grid", "hotspots K", "θ")
+
+
+def _release(key: str, coords: view.Coordinates, region: Region, params: view.Params) -> None:
     st.header("4. Release (the only output meant to leave)")
     a, b = st.columns(2)
     keys = list(LOCATIONS)
@@ -404,7 +415,10 @@ def _release(coords: view.Coordinates, region: Region, params: view.Params) -> N
     if outcome.failed:
         return
     plan = current_plan("location", mech, epsilon=eps, params=view.release_params(mech, params), scope=scope)
-    release_panel(key="locations", plan=plan, inputs=inputs)
+    box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
+    now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
+    stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
+    release_panel(key="locations", plan=plan, inputs=inputs, stale=stale)
 
 
 st.title("Locations")
@@ -431,4 +445,4 @@ use_tiles = st.checkbox("Tile basemap for maps (needs internet)", key=state.pers
 data_key = view.data_key(dataset.fingerprint, dataset.cleaning, coordinates.columns)
 _compare(data_key, coordinates, public_region, parameters, use_tiles)
 st.divider()
-_release(coordinates, public_region, parameters)
+_release(data_key, coordinates, public_region, parameters)

@@ -310,3 +310,15 @@ def test_blowfish_shows_its_units_and_sensitivity_gain(marketing: Dataset):
     run = re.search(pattern, gain)
     assert run, gain
     assert all(1.0 <= float(v) <= 4.0 for v in run.groups()[1::2] if v)
+
+
+def test_release_refuses_a_k_that_was_not_compared(marketing: Dataset):
+    _ledger(marketing, 2.0, 1e-5)
+    at = _page(marketing)
+    at.select_slider(key="km_eps_range").set_value((0.5, 0.7))
+    at.number_input(key="km_trials").set_value(1)
+    at.button(key="km_run").click().run()
+    assert not at.exception and not at.button(key="kmeans_release").disabled
+    at.number_input(key="km_k").set_value(3).run()
+    assert at.button(key="kmeans_release").disabled
+    assert any("K changed since the last comparison" in w.value for w in at.warning)

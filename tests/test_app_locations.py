@@ -252,3 +252,22 @@ def test_out_of_range_coordinates_show_a_message():
     assert not at.exception
     assert any("latitude must be in [-90, 90]" in e for e in _errors(at))
     assert "loc_run" not in [b.key for b in at.button]
+
+
+def test_release_refuses_settings_that_changed_since_the_comparison():
+    at = _airports()
+    ds = at.session_state["dp_dataset"]
+    ledger, account = Ledger(config.ledger_url()), policy_account(ds.dataset_id, DEFAULT_POLICY)
+    ledger.set_budget(account, 3.0, 1e-6)
+    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
+    at.number_input(key="loc_rel_eps").set_value(1.0).run()
+    at.select_slider(key="loc_eps_range").set_value((0.5, 1.0))
+    at.number_input(key="loc_trials").set_value(1)
+    at.button(key="loc_run").click().run()
+    assert not at.exception and not at.button(key="locations_release").disabled
+    at.number_input(key="loc_hotspot_k").set_value(5).run()  # changed after comparing
+    assert at.button(key="locations_release").disabled
+    assert any("hotspots K changed since the last comparison" in w.value for w in at.warning)
+    at.number_input(key="loc_hotspot_k").set_value(8).run()  # set back: what was compared
+    assert not at.button(key="locations_release").disabled
+    assert ledger.releases(account) == []

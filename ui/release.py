@@ -35,6 +35,7 @@ __all__ = [
     "policy_budget",
     "release_panel",
     "show_release",
+    "stale_reason",
 ]
 
 ARTIFACTS = "artifacts"
@@ -143,6 +144,20 @@ def show_release(result: Release, key: str) -> None:
             on_click="ignore",
             icon=":material/download:",
         )
+
+
+def stale_reason(compared: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str | None:
+    """Why a release differs from the last comparison (settings named), or None when it matches or no
+    comparison ran: a release must use what the curator compared, not values that changed since."""
+    if compared is None:
+        return None
+    changed = [name for name, value in current.items() if compared.get(name) != value]
+    if not changed:
+        return None
+    return (
+        f"The {', '.join(changed)} changed since the last comparison: run the comparison again (or set "
+        "them back) so the release uses what you compared."
+    )
 
 
 def _blocked(plan: ReleasePlan, stale: str | None) -> str | None:
