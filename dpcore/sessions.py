@@ -16,7 +16,7 @@ import io
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,8 @@ def _decode(value: Any) -> Any:
 class SessionStore:
     """Session plans by token in the ``sessions`` table of the database at ``url``
     (default :func:`config.ledger_url`, the ledger's database). Safe to share between threads and
-    processes; the last save of a token wins."""
+    processes: an update reads and writes its plan in one transaction (on SQLite under the database
+    write lock, elsewhere with the row locked)."""
 
     def __init__(self, url: str | sa.URL | None = None) -> None:
         self.url = sa.make_url(config.ledger_url() if url is None else url)
@@ -117,15 +118,37 @@ class SessionStore:
         """Close the pooled database connections."""
         self._engine.dispose()
 
-    def save(self, token: str, state: Mapping[str, Any]) -> None:
-        """Store ``state`` (JSON types and tuples) as the plan of ``token``, replacing any earlier one."""
-        text = json.dumps(_encode(dict(state), "state"), ensure_ascii=False)
-        values = {"state": text, "updated": datetime.now(UTC).isoformat(timespec="milliseconds")}
+    def update(
+        self, token: str, changes: Mapping[str, Any], *, merge: Collection[str] = ()
+    ) -> dict[str, Any]:
+        """Apply ``changes`` (JSON types and tuples) to the plan of ``token`` in one transaction and return
+        the plan saved: each key replaces its saved value, except the keys in ``merge``, whose mappings
+        are merged entry by entry, so two tabs of one session keep each other's changes."""
         key = _check_token(token)
+        encoded = _encode(dict(changes), "state")
+        try:
+            return self._update_once(key, encoded, merge)
+        except sa.exc.IntegrityError:  # another tab created the row first (server databases): merge into it
+            return self._update_once(key, encoded, merge)
+
+    def _update_once(self, key: str, changes: dict[str, Any], merge: Collection[str]) -> dict[str, Any]:
+        query = sa.select(_sessions.c.state).where(_sessions.c.token == key).with_for_update()
         with self._writer.begin() as conn:
-            done = conn.execute(sa.update(_sessions).where(_sessions.c.token == key).values(**values))
-            if done.rowcount == 0:
+            text = conn.execute(query).scalar()
+            plan = {} if text is None else json.loads(text)
+            for name, value in changes.items():
+                old = plan.get(name)
+                both = name in merge and isinstance(old, dict) and isinstance(value, dict)
+                plan[name] = {**old, **value} if both else value
+            values = {
+                "state": json.dumps(plan, ensure_ascii=False),
+                "updated": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            }
+            if text is None:
                 conn.execute(sa.insert(_sessions).values(token=key, **values))
+            else:
+                conn.execute(sa.update(_sessions).where(_sessions.c.token == key).values(**values))
+        return _decode(plan)
 
     def load(self, token: str) -> dict[str, Any] | None:
         """The plan saved for ``token``, or None if there is none."""

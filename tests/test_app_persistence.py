@@ -158,6 +158,22 @@ def test_uploaded_points_need_a_chosen_region_and_restore_from_the_data_folder(i
     assert [_by_label(again.number_input, label).value for label in EDGES] == [33.7, 34.4, -118.7, -117.9]
 
 
+def test_two_tabs_of_one_session_keep_each_others_changes():
+    first = _locations_with_airports()
+    token = first.query_params["s"]
+    _by_label(first.selectbox, "Hierarchy level to protect (HS)").set_value("city").run()
+    second = _open(token)  # a second tab: the same state
+    second.switch_page("pages/locations.py").run()
+    assert _by_label(_ok(second).selectbox, "Hierarchy level to protect (HS)").value == "city"
+    _by_label(second.number_input, "Clusters").set_value(12).run()
+    _by_label(first.number_input, "Trials per ε").set_value(5).run()  # the first tab knows nothing of 12
+    third = _open(token)
+    third.switch_page("pages/locations.py").run()
+    assert _by_label(_ok(third).selectbox, "Hierarchy level to protect (HS)").value == "city"
+    assert _by_label(third.number_input, "Clusters").value == 12
+    assert _by_label(third.number_input, "Trials per ε").value == 5
+
+
 def test_another_users_link_starts_a_new_session(monkeypatch: pytest.MonkeyPatch):
     at = _open()
     token = at.query_params["s"]

@@ -44,14 +44,13 @@ def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(isolated_
     assert store.url == sa.make_url(config.ledger_url())
     token = new_token()
     assert store.load(token) is None
-    store.save(token, PLAN)
+    assert store.update(token, PLAN) == PLAN
     assert store.load(token) == PLAN  # tuples come back as tuples, nested too
     kinds = {"zeta": "numeric", "alpha": "latitude", "mid": "longitude"}  # table order, not sorted
-    store.save(token, {"schema": {"kinds": kinds}})
+    store.update(token, {"schema": {"kinds": kinds}})
     assert list(store.load(token)["schema"]["kinds"]) == ["zeta", "alpha", "mid"]
-    store.save(token, PLAN)
-    later = {**PLAN, "mode": "demo"}
-    store.save(token, later)  # replaces
+    later = {**PLAN, "schema": {"kinds": kinds}, "mode": "demo"}
+    store.update(token, {"mode": "demo"})  # other keys stay
     assert store.load(token) == later
     ledger = Ledger()  # the ledger opens the same database and keeps its own tables
     ledger.set_budget("d1", 1.0)
@@ -66,20 +65,33 @@ def test_bad_tokens_and_unstorable_values_are_refused(isolated_data_dir: Path):
     store = SessionStore()
     for bad in ("", "x" * 32, "' OR 1=1 --", None):
         with pytest.raises(ParameterError, match="32 lowercase hex digits"):
-            store.save(bad, {})  # type: ignore[arg-type]
+            store.update(bad, {})  # type: ignore[arg-type]
         with pytest.raises(ParameterError, match="32 lowercase hex digits"):
             store.load(bad)  # type: ignore[arg-type]
     with pytest.raises(ParameterError, match=r"state\.widgets\.when holds a Timestamp"):
-        store.save(new_token(), {"widgets": {"when": pd.Timestamp("2024-01-01")}})
+        store.update(new_token(), {"widgets": {"when": pd.Timestamp("2024-01-01")}})
 
 
-def test_concurrent_saves_of_one_token_leave_one_whole_plan(isolated_data_dir: Path):
+def test_merged_keys_keep_both_tabs_changes_and_others_are_replaced(isolated_data_dir: Path):
     store, token = SessionStore(), new_token()
-    plans = [{"i": i, "widgets": {"k": list(range(i))}} for i in range(16)]
-    threads = [threading.Thread(target=store.save, args=(token, p)) for p in plans]
+    store.update(token, {"policy": {"definition": "pure_dp", "epsilon": 1.0}, "widgets": {"a": 1, "b": 2}})
+    store.update(token, {"widgets": {"a": 10}}, merge=("widgets",))  # one tab changed a
+    changes = {"widgets": {"c": (1, 2)}, "policy": {"definition": "geo_ind"}}
+    plan = store.update(token, changes, merge=["widgets"])
+    assert plan == {"policy": {"definition": "geo_ind"}, "widgets": {"a": 10, "b": 2, "c": (1, 2)}}
+    assert store.load(token) == plan
+
+
+def test_concurrent_updates_of_one_token_lose_nothing(isolated_data_dir: Path):
+    store, token = SessionStore(), new_token()
+    def tab(i: int) -> None:
+        store.update(token, {"widgets": {f"w{i}": i}, "last": i}, merge=("widgets",))
+
+    threads = [threading.Thread(target=tab, args=(i,)) for i in range(16)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert store.load(token) in plans
+    plan = store.load(token)
+    assert plan["widgets"] == {f"w{i}": i for i in range(16)} and plan["last"] in range(16)
 
 
 def test_stored_table_keeps_its_fingerprint_and_refuses_mismatches(isolated_data_dir: Path):

@@ -2,13 +2,14 @@
 
 The URL carries a session token (``?s=<32 hex digits>``, 128 random bits, created on the first visit).
 At the start of every run :func:`sync_session` restores the plan saved under the URL's token (first run
-of a browser session only), puts the token back in the URL if a navigation dropped it, and saves the
-plan when it changed. The plan holds what the curator chose, never data or secrets: the dataset's
-reference (sample key, blobs parameters, or the fingerprint of a table kept in the data folder), schema,
-missing-value steps, preparation choices (features, public bounds, scaling), the policy, and every
-widget value kept by ``ui.state.persist`` (the sampling mode and demo seed among them). Restoring
-re-runs the loading, cleaning and preparation from those choices; a step that no longer applies is
-reported, not guessed.
+of a browser session only), puts the token back in the URL if a navigation dropped it, and saves what
+changed (widget by widget, so two tabs of one session do not undo each other's changes).
+
+The plan holds what the curator chose, never data or secrets: the dataset's reference (sample key,
+blobs parameters, or the fingerprint of a table kept in the data folder), schema, missing-value steps,
+preparation choices (features, public bounds, scaling), the policy, and every widget value kept by
+``ui.state.persist`` (the sampling mode and demo seed among them). Restoring re-runs the loading,
+cleaning and preparation from those choices; a step that no longer applies is reported, not guessed.
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def _start(given: str | None) -> str:
         st.toast("This link belongs to another user's session: a new session starts.")
         return new_token()
     problems = _restore(saved)
+    st.session_state[SAVED_KEY] = saved  # what this tab saves from now on: its own changes only
     if problems:
         st.session_state[NOTICE_KEY] = "Session restored, except " + "; ".join(problems) + "."
     else:
@@ -209,6 +211,16 @@ def sync_session() -> None:
         st.warning(st.session_state.pop(NOTICE_KEY))
     with user_errors("saving the session"):
         now = plan()
-        if now != st.session_state.get(SAVED_KEY):
-            _store(config.ledger_url()).save(current, now)
+        changes = _changes(now, st.session_state.get(SAVED_KEY, {}))
+        if changes:
+            _store(config.ledger_url()).update(current, changes, merge=("widgets",))
             st.session_state[SAVED_KEY] = now
+
+
+def _changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """What this tab changed since it last saved: whole entries, and single widget values (so another
+    tab of the same session keeps the widget values it changed meanwhile)."""
+    out = {k: v for k, v in now.items() if k != "widgets" and before.get(k) != v}
+    kept = before.get("widgets", {})
+    widgets = {k: v for k, v in now["widgets"].items() if k not in kept or kept[k] != v}
+    return {**out, "widgets": widgets} if widgets else out
