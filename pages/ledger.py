@@ -1,93 +1,116 @@
-"""Ledger: every release, the budget left per dataset, CSV export and the stored release artifacts."""
+"""Ledger: every release newest first, the budget left per account of every dataset, CSV export and the
+stored release files."""
 
+import pandas as pd
 import streamlit as st
 
+from dpcore.ledger import Ledger
 from ui import state
 from ui.errors import user_errors
+from ui.ledger_view import accounts_frame, dataset_label, release_labels, releases_frame
 from ui.nav import ensure_entrypoint
 from ui.release import artifact_bytes
 
 ensure_entrypoint()
 
-COLUMNS = [
-    "time",
-    "user",
-    "dataset_id",
-    "dataset_fingerprint",
-    "mechanism",
-    "definition",
-    "calibration",
-    "epsilon",
-    "delta",
-    "sampling_mode",
-    "composition",
-    "request_id",
-    "artifact_hash",
-    "parameters",
-]
+NUMBERS = {
+    column: st.column_config.NumberColumn(column, format="%.4g")
+    for column in ("ε", "δ", "ε left", "ε total", "δ left", "δ total")
+}
+IDS = {
+    column: st.column_config.TextColumn(column, width="small")
+    for column in ("request id", "dataset id", "account", "artifact SHA-256", "dataset fingerprint")
+}
+WORDS = {  # long sentences: cut to the column, shown in full on hover
+    column: st.column_config.TextColumn(column, width="medium")
+    for column in ("privacy definition", "neighbour relation")
+}
 
-st.title("Ledger")
-ledger = state.ledger()
-ds = state.dataset()
 
-with user_errors("reading the budgets"):
-    st.header("Budget left per dataset")
-    budgets = ledger.budgets()
-    if not budgets:
+def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
+    st.header("Budget left per account")
+    st.caption(
+        "Each dataset has one account per privacy definition and neighbour relation: their ε measure "
+        "different things, so they are never added up. Demo releases spend separate demo accounts. For "
+        "geo-indistinguishability the budget is a level l within the protected radius r."
+    )
+    names = {**({ds.dataset_id: ds.name} if ds is not None else {}), **ledger.dataset_names()}
+    by_dataset: dict[str, list] = {}
+    for status in ledger.budgets():
+        by_dataset.setdefault(status.dataset_id, []).append(status)
+    if not by_dataset:
         st.info("No dataset has a budget yet; set one on the Privacy policy page.")
-    for start in range(0, len(budgets), 4):
-        for col, status in zip(st.columns(4), budgets[start : start + 4], strict=False):
-            current = ds is not None and status.dataset_id == ds.dataset_id
-            col.metric(
-                f"{status.dataset_id}" + (f" ({ds.name})" if current else ""),
-                f"ε {status.epsilon_left:.4g}",
-                help=f"Total ε {status.epsilon_total:.4g}, δ {status.delta_total:.3g}; left δ "
-                f"{status.delta_left:.3g}; {status.n_releases} release(s).",
-            )
+    current = ds.dataset_id if ds is not None else None
+    for dataset_id in sorted(by_dataset, key=lambda d: (d != current, dataset_label(d, names).lower())):
+        st.subheader(dataset_label(dataset_id, names))
+        st.caption(f"Dataset id `{dataset_id}`" + (" · the dataset in use" if dataset_id == current else ""))
+        st.dataframe(
+            accounts_frame(by_dataset[dataset_id]),
+            hide_index=True,
+            column_config={**NUMBERS, **IDS, **WORDS},
+        )
 
-with user_errors("reading the releases"):
-    st.header("Releases")
+
+def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
+    st.header("Releases, newest first")
     scope = "all"
     if ds is not None:
         scope = st.radio(
             "Show releases of",
             ["current", "all"],
-            format_func={"current": f"the current dataset ({ds.name})", "all": "all datasets"}.get,
+            format_func={"current": f"the dataset in use ({ds.name})", "all": "all datasets"}.get,
             horizontal=True,
             key=state.persist("ledger_scope", "current", ("current", "all").__contains__),
         )
-    frame = ledger.to_dataframe(ds.dataset_id if scope == "current" and ds is not None else None)
+    shown = ds.dataset_id if scope == "current" and ds is not None else None
+    frame = releases_frame(ledger, shown)
     if frame.empty:
         st.info("No releases yet. Releases are made on the K-means and Locations pages.")
-    else:
-        st.dataframe(frame[COLUMNS], hide_index=True)
-        st.download_button(
-            "Download the ledger as CSV",
-            data=frame.to_csv(index=False).encode(),
-            file_name="ledger.csv",
-            mime="text/csv",
-            icon=":material/download:",
-        )
-        stored = frame[frame["artifact_path"].notna()]
-        if not stored.empty:
-            st.subheader("Release files")
-            labels = {
-                r.request_id: f"{r.time[:19]} · {r.mechanism} · ε {r.epsilon:.4g} · {r.request_id[:8]}"
-                for r in stored.itertuples()
-            }
-            ids = list(labels)
-            picked = state.persist("ledger_release", ids[0], ids.__contains__)
-            chosen = st.selectbox("Release", ids, format_func=labels.__getitem__, key=picked)
-            row = stored[stored["request_id"] == chosen].iloc[0]
-            st.caption(f"Stored at `{row['artifact_path']}` · SHA-256 `{row['artifact_hash']}`")
-            content = artifact_bytes(row["artifact_path"], row["artifact_hash"])
-            if content is None:
-                st.warning("The stored file is missing or does not match the hash recorded in the ledger.")
-            else:
-                st.download_button(
-                    "Download the release files (zip)",
-                    data=content,
-                    file_name=f"release-{chosen[:8]}.zip",
-                    mime="application/zip",
-                    icon=":material/download:",
-                )
+        return
+    st.dataframe(frame, hide_index=True, column_config={**NUMBERS, **IDS, **WORDS})
+    st.caption("Mode DEMO: made in demo mode with a fixed seed, on a demo account; not a privacy release.")
+    st.download_button(
+        "Download the ledger as CSV",
+        data=releases_frame(ledger, shown, for_csv=True).to_csv(index=False).encode(),
+        file_name="ledger.csv",
+        mime="text/csv",
+        icon=":material/download:",
+    )
+    _files(ledger, frame)
+
+
+def _files(ledger: Ledger, frame: pd.DataFrame) -> None:
+    labels = release_labels(frame[frame["artifact SHA-256"].notna()])
+    if not labels:
+        return
+    st.subheader("Release files")
+    ids = list(labels)  # newest first: the newest release is the default
+    chosen = st.selectbox(
+        "Release",
+        ids,
+        format_func=labels.__getitem__,
+        key=state.persist("ledger_release", ids[0], ids.__contains__),
+    )
+    record = ledger.release_by_request(chosen)
+    if record is None:
+        return
+    st.caption(f"Stored at `{record.artifact_path}` · SHA-256 `{record.artifact_hash}`")
+    content = artifact_bytes(record.artifact_path, record.artifact_hash)
+    if content is None:
+        st.warning("The stored file is missing or does not match the hash recorded in the ledger.")
+        return
+    demo = "DEMO-" if record.sampling_mode == "demo" else ""
+    st.download_button(
+        "Download the release files (zip)",
+        data=content,
+        file_name=f"{demo}release-{chosen[:8]}.zip",
+        mime="application/zip",
+        icon=":material/download:",
+    )
+
+
+st.title("Ledger")
+with user_errors("reading the budgets"):
+    _budgets(state.ledger(), state.dataset())
+with user_errors("reading the releases"):
+    _releases(state.ledger(), state.dataset())

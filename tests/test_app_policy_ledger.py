@@ -99,14 +99,15 @@ def test_budget_saved_shows_in_sidebar_and_ledger(app_path: str, small_dataset: 
     ledger.spend(small_dataset.dataset_id, 0.5, 1e-6, "ManualLaplace", "req-manual-1", parameters={"k": 2})
     at.switch_page("pages/ledger.py").run()
     assert not at.exception and not at.error
-    budget = next(m for m in at.metric if m.label.startswith(small_dataset.dataset_id))
-    assert budget.value == "ε 1.5" and "(tiny)" in budget.label
-    shown = at.dataframe[0].value
+    assert "tiny" in [h.value for h in at.subheader]  # budgets grouped under the dataset's name
+    accounts = next(d.value for d in at.dataframe if "ε left" in d.value.columns)
+    assert accounts["ε left"].tolist() == [1.5]
+    shown = next(d.value for d in at.dataframe if "request id" in d.value.columns)
     assert shown["mechanism"].tolist() == ["ManualLaplace"] and shown["user"].tolist() == ["test-curator"]
     exported = pd.read_csv(io.BytesIO(downloads["ledger.csv"]))
-    assert exported["request_id"].tolist() == ["req-manual-1"]
-    assert exported["epsilon"].tolist() == [0.5] and exported["delta"].tolist() == [1e-6]
-    assert exported["dataset_id"].tolist() == [small_dataset.dataset_id]
+    assert exported["request id"].tolist() == ["req-manual-1"] and exported["dataset"].tolist() == ["tiny"]
+    assert exported["ε"].tolist() == [0.5] and exported["δ"].tolist() == [1e-6]
+    assert exported["dataset id"].tolist() == [small_dataset.dataset_id]
 
 
 def test_default_policy_is_approx_dp(app_path: str):

@@ -1,0 +1,128 @@
+"""The ledger as tables a curator can read: releases newest first in words, budgets per account by dataset.
+
+Technical identifiers (request id, dataset id, fingerprint, artifact hash, account key) come last; the
+CSV export is the same table plus the release parameters (JSON) and where the files are stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pandas as pd
+
+from dpcore.ledger import BudgetStatus, Ledger, ReleaseRecord
+from dpcore.plan import DOMAINS, registry
+from dpcore.policy import DEFINITIONS
+
+__all__ = ["MODES", "accounts_frame", "dataset_label", "definition_words", "release_labels", "releases_frame"]
+
+MODES = {"secure": "release", "demo": "DEMO"}
+# Account families (a budget's definition) and definitions a release may record, in words.
+_FAMILIES = {
+    "dp": "differential privacy (ε or (ε, δ))",
+    "blowfish": "Blowfish privacy",
+    "geo_ind": "geo-indistinguishability (level l within r)",
+    "local_pdp": "local (ε, δ) bound, this dataset only (not DP)",
+    "": "not recorded (plain account)",
+}
+_RELEASE_COLUMNS = [
+    "time (UTC)",
+    "dataset",
+    "mechanism",
+    "ε",
+    "δ",
+    "mode",
+    "privacy definition",
+    "neighbour relation",
+    "user",
+    "calibration",
+    "composition",
+    "request id",
+    "dataset id",
+    "account",
+    "artifact SHA-256",
+    "dataset fingerprint",
+]
+
+
+def definition_words(code: str) -> str:
+    """A privacy definition (``dpcore.policy.DEFINITIONS`` key) or an account family, in words."""
+    if code in _FAMILIES:
+        return _FAMILIES[code]
+    return DEFINITIONS[code][0] if code in DEFINITIONS else code
+
+
+def dataset_label(dataset_id: str, names: Mapping[str, str]) -> str:
+    """A dataset's registered name, or its id when the ledger has no name for it."""
+    return names.get(dataset_id) or f"dataset {dataset_id} (name not recorded)"
+
+
+def _mechanism_labels() -> dict[str, str]:
+    return {key: label for domain in DOMAINS for key, label in registry(domain).labels().items()}
+
+
+def releases_frame(ledger: Ledger, dataset_id: str | None = None, *, for_csv: bool = False) -> pd.DataFrame:
+    """Releases (of one dataset, or all), newest first, one readable column per fact, identifiers last.
+
+    ``for_csv`` adds the release parameters (JSON), the stored files' path and the parallel-composition
+    group and partition, for an audit trail that needs nothing else.
+    """
+    records: list[ReleaseRecord] = ledger.releases(dataset_id=dataset_id)[::-1]
+    names = ledger.dataset_names()
+    labels = _mechanism_labels()
+    frame = pd.DataFrame(
+        {
+            "time (UTC)": [r.time[:19].replace("T", " ") for r in records],
+            "dataset": [dataset_label(r.dataset_id, names) for r in records],
+            "mechanism": [labels.get(r.mechanism, r.mechanism) for r in records],
+            "privacy definition": [definition_words(r.definition) for r in records],
+            "neighbour relation": [r.relation for r in records],
+            "ε": [r.epsilon for r in records],
+            "δ": [r.delta for r in records],
+            "mode": [MODES.get(r.sampling_mode, r.sampling_mode) for r in records],
+            "user": [r.user for r in records],
+            "calibration": [r.calibration for r in records],
+            "composition": [r.composition for r in records],
+            "request id": [r.request_id for r in records],
+            "dataset id": [r.dataset_id for r in records],
+            "account": [r.account for r in records],
+            "artifact SHA-256": [r.artifact_hash for r in records],
+            "dataset fingerprint": [r.dataset_fingerprint for r in records],
+        },
+        columns=_RELEASE_COLUMNS,
+    )
+    if for_csv:
+        parameters = [json.dumps(r.parameters, sort_keys=True) for r in records]
+        frame.insert(frame.columns.get_loc("request id"), "parameters", parameters)
+        frame["artifact path"] = [r.artifact_path for r in records]
+        frame["parallel group"] = [r.parallel_group for r in records]
+        frame["partition"] = [r.partition_key for r in records]
+    return frame
+
+
+def release_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """Request id -> a one-line label (time, dataset, mechanism, ε, DEMO mark), in the frame's order."""
+    facts = frame[["request id", "time (UTC)", "dataset", "mechanism", "ε", "mode"]]
+    labels = {}
+    for rid, time, name, mechanism, eps, mode in facts.itertuples(index=False):
+        demo = ["DEMO"] if mode == "DEMO" else []
+        labels[rid] = " · ".join([time, name, mechanism, f"ε {eps:.4g}", *demo, rid[:8]])
+    return labels
+
+
+def accounts_frame(statuses: list[BudgetStatus]) -> pd.DataFrame:
+    """One row per budget account: definition and relation in words, mode, budget left and total."""
+    return pd.DataFrame(
+        {
+            "privacy definition": [definition_words(s.definition) for s in statuses],
+            "neighbour relation": [s.relation or "not recorded" for s in statuses],
+            "mode": [MODES.get(s.mode, s.mode) for s in statuses],
+            "ε left": [s.epsilon_left for s in statuses],
+            "ε total": [s.epsilon_total for s in statuses],
+            "δ left": [s.delta_left for s in statuses],
+            "δ total": [s.delta_total for s in statuses],
+            "releases": [s.n_releases for s in statuses],
+            "account": [s.account for s in statuses],
+        }
+    )
