@@ -4,8 +4,8 @@ Sampling modes (every result records which one produced it):
 
 - ``secure``: for releases. Laplace and Gaussian noise come from OpenDP's exact samplers, on a lattice
   of step 2^k well below the noise scale; :meth:`Sampler.privatize` rounds the input to that lattice
-  first, so a release's low-order bits do not reveal the input (Mironov 2012, cited in seed 004). All
-  other draws (angles, choices, MCMC) come from a numpy generator seeded from the OS entropy source.
+  first, so a release's low-order bits do not reveal the input (Mironov 2012). All other draws (angles,
+  choices, MCMC) come from a numpy generator seeded from the OS entropy source.
 - ``demo``: a fixed seed, reproducible; only for labelled stakeholder demos, never a privacy release.
 - ``diagnostic``: fast numpy noise for internal comparisons over many trials; never released.
 
@@ -153,8 +153,8 @@ def noise_grid_step(scale: float) -> float:
 
 def snap_to_noise_grid(values: np.ndarray, scale: float) -> np.ndarray:
     """Round to the lattice of :func:`noise_grid_step` (``scale``): removes the low-order bits of a
-    noisy release that could otherwise reveal the exact input (Mironov 2012, seed 004). For noise
-    that is not lattice-valued (colored noise), pass the smallest standard deviation in play."""
+    noisy release that could otherwise reveal the exact input (Mironov 2012). For noise that is not
+    lattice-valued (colored noise), pass the smallest standard deviation in play."""
     step = noise_grid_step(scale)
     return np.round(np.asarray(values, dtype=float) / step) * step
 
@@ -190,7 +190,7 @@ class Noisy:
 
 
 def laplace_scale(l1_sensitivity: float, epsilon: float) -> float:
-    """Laplace scale b = Delta_1 / eps (seed 001; 002 Def. 2.6)."""
+    """Laplace scale b = Delta_1 / eps (Dwork & Roth 2014; Zhu et al. 2017 Def. 2.6)."""
     b = _check_sensitivity(l1_sensitivity) / _check_epsilon(epsilon)
     if not math.isfinite(b):
         raise ParameterError(
@@ -340,7 +340,7 @@ def gaussian_mechanism(
 
 
 def exponential_probabilities(scores: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
-    """Pr[r] proportional to exp(eps q(r) / (2 Delta_q)) (seed 002 Def. 2.8), computed stably."""
+    """Pr[r] proportional to exp(eps q(r) / (2 Delta_q)) (Zhu et al. 2017 Def. 2.8), computed stably."""
     eps = _check_epsilon(epsilon)
     sens = _check_sensitivity(sensitivity)
     if sens == 0:
@@ -372,7 +372,7 @@ def randomized_response(bits: np.ndarray, epsilon: float, sampler: Sampler) -> n
 
 
 def rr_estimate(responses: np.ndarray, epsilon: float) -> float:
-    """Unbiased estimate of the true share of ones: (mean - (1 - p)) / (2p - 1) (seed 001)."""
+    """Unbiased estimate of the true share of ones: (mean - (1 - p)) / (2p - 1) (Dwork & Roth 2014 s.3.2)."""
     p = float(special.expit(_check_epsilon(epsilon)))
     lam = float(np.mean(np.asarray(responses, dtype=float)))
     return (lam - (1.0 - p)) / (2.0 * p - 1.0)

@@ -405,7 +405,7 @@ def embedding(
 def population_table_figure(
     table: pd.DataFrame, *, kind: Literal["bar", "table"] = "bar", diagnostic: bool = True
 ) -> go.Figure:
-    """True vs noisy populations from :func:`dpcore.metrics.population_table` (seed 000 Table 1)."""
+    """True vs noisy populations from :func:`dpcore.metrics.population_table` (Ravi et al. 2021 Table 1)."""
     if not {"true", "noisy"} <= set(table.columns):
         raise ParameterError("pass the output of dpcore.metrics.population_table (columns true, noisy).")
     clusters = [str(c) for c in table.index]
@@ -494,7 +494,7 @@ def violins(
 def elbow(
     ks: Sequence[int], wcss: Sequence[float], *, chosen_k: int | None = None, diagnostic: bool = True
 ) -> go.Figure:
-    """Non-private WCSS against K (the elbow method; seed 000 picks K = 4 this way)."""
+    """Non-private WCSS against K (the elbow method; Ravi et al. 2021 picks K = 4 this way)."""
     if len(ks) != len(wcss) or len(ks) == 0:
         raise ParameterError("ks and wcss must be non-empty and of equal length.")
     fig = go.Figure(
