@@ -586,8 +586,10 @@ class GeoIndistinguishability(_Policy):
 
     @property
     def level(self) -> float:
-        """The privacy level l = eps * r within the policy's radius r: what budgets and spends count."""
-        return self.epsilon_per_metre * self.radius_m
+        """The privacy level l = eps * r within the policy's radius r: what budgets and spends count. Read at
+        12 significant digits, so the level typed into ``from_level`` comes back exactly (l / r * r can be
+        one ulp off l) and a spend of the policy's level fits a budget of exactly that level."""
+        return float(f"{self.epsilon_per_metre * self.radius_m:.12g}")
 
     @property
     def epsilon(self) -> float:

@@ -433,3 +433,9 @@ def test_geo_quantile_near_branch_point():
         assert geo_radius_cdf(1.0, r) == pytest.approx(q, rel=1e-12)
     below, above = geo_radius_quantile(1.0, [1e-3 * (1 - 1e-12), 1e-3])
     assert below < above and above - below < 1e-12 * above
+
+
+def test_geo_level_comes_back_exactly_as_typed() -> None:
+    for level in (0.1, 0.3, 1.0, 2.5, 0.07):
+        for radius in (150.0, 300.0, 1000.0, 2000.0, 7.0, 123.4):
+            assert GeoIndistinguishability.from_level(level, radius).level == level
