@@ -11,8 +11,9 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Ledger
+from dpcore.plan import policy_account
 from dpcore.policy import ApproxDP, GeoIndistinguishability, PureDP
-from ui.state import Dataset
+from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 60
 
@@ -83,20 +84,22 @@ def test_budget_saved_shows_in_sidebar_and_ledger(app_path: str, small_dataset: 
     at.button[0].click().run()
     assert any("must be > 0" in e.value for e in at.error)
     ledger = Ledger(config.ledger_url())
-    assert ledger.budget(small_dataset.dataset_id) is None  # nothing saved
+    account = policy_account(small_dataset.dataset_id, DEFAULT_POLICY)
+    assert ledger.budget(account) is None  # nothing saved
 
     at.number_input(key="pol_budget_eps").set_value(2.0).run()
     at.number_input(key="pol_budget_delta").set_value(1e-5).run()
     at.button[0].click().run()
     assert not at.exception and not at.error
-    assert ledger.remaining(small_dataset.dataset_id) == (2.0, 1e-5)
+    assert ledger.remaining(account) == (2.0, 1e-5)
+    assert ledger.budget(small_dataset.dataset_id) is None  # the budget belongs to the policy's account
     assert any("Budget saved" in s.value for s in at.success)
     assert [m.value for m in at.metric if m.label.endswith("ε")][:3] == ["2", "0", "2"]
 
     at.switch_page("pages/home.py").run()
     assert [m.value for m in at.sidebar.metric] == ["2"]  # budget left in the shared sidebar
 
-    ledger.spend(small_dataset.dataset_id, 0.5, 1e-6, "ManualLaplace", "req-manual-1", parameters={"k": 2})
+    ledger.spend(account, 0.5, 1e-6, "ManualLaplace", "req-manual-1", parameters={"k": 2})
     at.switch_page("pages/ledger.py").run()
     assert not at.exception and not at.error
     assert "tiny" in [h.value for h in at.subheader]  # budgets grouped under the dataset's name
