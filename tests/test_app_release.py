@@ -172,8 +172,8 @@ def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset,
     zipped = downloads[f"release-{record.request_id[:8]}.zip"]
     assert zipfile.ZipFile(io.BytesIO(zipped)).namelist()
     exported = pd.read_csv(io.BytesIO(downloads["ledger.csv"]))
-    assert exported["request_id"].tolist() == [record.request_id]
-    assert exported["artifact_hash"].tolist() == [record.artifact_hash]
+    assert exported["request id"].tolist() == [record.request_id]
+    assert exported["artifact SHA-256"].tolist() == [record.artifact_hash]
 
 
 def test_refused_release_again_shows_no_stale_downloads(dataset: Dataset, ledger: Ledger):
