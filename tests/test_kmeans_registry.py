@@ -84,7 +84,7 @@ def test_every_mechanism_is_one_module_with_a_definition_and_a_plain_summary() -
         assert not any(sign in spec.summary for sign in ("=", "Σ", "‖", "||", "γ", "_"))  # no formulas
         assert re.search(r"[A-Z][a-z]+.* (19|20)\d\d", spec.citation)  # author and year
         if "PDP" in spec.summary:
-            assert "probabilistic differential privacy (PDP" in spec.summary
+            assert "probabilistic differential privacy, PDP" in spec.summary
         if re.search(r"\bDP\b", spec.summary.replace("DP-Lloyd", "")):
             assert "differential privacy" in spec.summary
         if "MCMC" in spec.summary:
@@ -338,7 +338,7 @@ def test_kmeans_page_speaks_plainly_and_keeps_formulas_in_expanders() -> None:
         assert spec.formula.replace("*", "\\*").replace("_", "\\_") in inside
         assert f"Source: {spec.citation}." in inside
     assert sum(t == "Formula and source" for t in outside) >= len(KMEANS)
-    assert any("probabilistic differential privacy (PDP" in t for t in outside)
+    assert any("probabilistic differential privacy, PDP" in t for t in outside)
     (gain,) = [t for t in outside if t.startswith("Noise of Blowfish with the")]
     assert "Full domain (bounded DP) graph" in gain and "no gain over bounded DP here" in gain
     assert not re.search(r"\d×", gain)

@@ -1,35 +1,22 @@
 """Colored Gaussian noise with the trace-optimal covariance (Ravi, Scaglione & Peisert 2021).
 
-Guarantee: (eps, delta)-probabilistic differential privacy (PDP) for THIS dataset only (neighbours: X and
-X minus one of its own rows, clustering held fixed); not differential privacy. Sigma = blockdiag(Sigma_k)
+Guarantee: a local (eps, delta) bound for THIS dataset only (neighbours: X and X minus one of its own rows,
+clustering held fixed): probabilistic differential privacy (PDP) with the paper's calibration, the weaker
+(eps, delta) inequality with the analytic one (Balle & Wang 2018); not differential privacy.
+Sigma = blockdiag(Sigma_k)
 minimises tr(Sigma) subject to u_p' Sigma_k^+ u_p <= gamma for every row p of cluster k, solved exactly
 with a certificate (``dpcore.kmeans.covariance``), not the paper's closed form.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from functools import partial
 
 from dpcore.kmeans.mechanisms._gaussian import PARAMS, local_release, local_trial
-from dpcore.kmeans.registry import KMEANS, KMeansInputs
-from dpcore.mechanisms import Sampler
-from dpcore.registry import MechanismOutput, MechanismSpec
+from dpcore.kmeans.registry import KMEANS
+from dpcore.registry import MechanismSpec
 
 KEY = "colored"
-
-
-def release(
-    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, sampler: Sampler
-) -> MechanismOutput:
-    """The centroids of ``inputs.labels`` plus colored Gaussian noise, once."""
-    return local_release(KEY, inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
-
-
-def trial(inputs: KMeansInputs, eps_grid: np.ndarray, trials: int, **kw: Any) -> np.ndarray:
-    """Diagnostic noisy centres (E, trials, K, d)."""
-    return local_trial(KEY, inputs, eps_grid, trials, **kw)
 
 
 SPEC = KMEANS.register(
@@ -41,8 +28,8 @@ SPEC = KMEANS.register(
         summary=(
             "Adds random noise shaped to each cluster (more along the directions in which its rows "
             "spread, less elsewhere): the least total noise that still protects every row of this "
-            "dataset. Local guarantee, probabilistic differential privacy (PDP) for this dataset only: "
-            "weaker than differential privacy."
+            "dataset. Local (ε, δ) guarantee for this dataset only (probabilistic "
+            "differential privacy, PDP, with the paper's calibration): weaker than differential privacy."
         ),
         formula=(
             "Released: c_k + N(0, Σ_k), where Σ = blockdiag(Σ_1, …, Σ_K) minimises the total variance "
@@ -51,9 +38,9 @@ SPEC = KMEANS.register(
             "optimality gap certifies how close tr(Σ) is to the optimum."
         ),
         citation="Ravi, Scaglione & Peisert 2021; analytic calibration: Balle & Wang 2018",
-        release=release,
+        release=partial(local_release, KEY),
         params=PARAMS,
         needs_delta=True,
-        trial=trial,
+        trial=partial(local_trial, KEY),
     )
 )

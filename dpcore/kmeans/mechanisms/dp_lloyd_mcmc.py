@@ -42,13 +42,20 @@ class _LeeKifer(LeeKiferKMeans):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             super().fit(X, y)
-        self.degenerate_ = False
-        for w in caught:
-            if issubclass(w.category, ConvergenceWarning):
-                self.degenerate_ = True
-            else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        self.degenerate_ = _convergence_warnings(caught) > 0
         return self
+
+
+def _convergence_warnings(caught: list[warnings.WarningMessage]) -> int:
+    """How many of ``caught`` are scikit-learn's convergence warnings (one per k-means fit on fewer distinct
+    synthetic points than K); every other warning is issued again."""
+    count = 0
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning):
+            count += 1
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return count
 
 
 def build(epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler) -> _LeeKifer:
@@ -91,17 +98,15 @@ def trial(
     progress: Callable[[float, str], None],
     **_: Any,
 ) -> np.ndarray:
-    """Diagnostic centres (E, trials, K, d): one chain per (eps, trial), matched to the true centres."""
+    """Diagnostic centres (E, trials, K, d): one chain per (eps, trial), all stepped together
+    (``LeeKiferKMeans.fit_trials``), matched to the true centres."""
     label = KMEANS[KEY].label
-    bounds = inputs.require_bounds(label)
-    out = np.empty((len(eps_grid), trials, params["n_clusters"], inputs.X.shape[1]))
-    degenerate = 0
-    for i, eps in enumerate(eps_grid):
-        progress(i / len(eps_grid), f"{label}: ε = {eps:.3g}, {trials} chains")
-        est = build(float(eps), bounds, params, sampler)
-        for t in range(trials):
-            out[i, t] = est.fit(inputs.X).cluster_centers_
-            degenerate += est.degenerate_
+    est = build(float(eps_grid[0]), inputs.require_bounds(label), params, sampler)
+    progress(0.0, f"{label}: {len(eps_grid) * trials} chains, stepped together")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = est.fit_trials(inputs.X, eps_grid, trials, progress)
+    degenerate = _convergence_warnings(caught)
     if degenerate:
         runs = len(eps_grid) * trials
         warnings.warn(f"{label}: in {degenerate} of {runs} diagnostic runs, {DEGENERATE}", stacklevel=2)
