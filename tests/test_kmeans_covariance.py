@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import warnings
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.cluster import KMeans
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans import (
@@ -113,6 +116,51 @@ def test_rank_deficient_and_duplicated_rows_are_handled_and_warned() -> None:
     assert cov.gap <= 1e-6
 
 
+def constant_cluster_case() -> tuple[np.ndarray, np.ndarray]:
+    """Cluster 0 spans R^3, cluster 1 has all rows equal, cluster 2 has a constant third feature."""
+    rng = np.random.default_rng(8)
+    spread = rng.standard_normal((2000, 3)) - 4.0
+    spread[:, 2] = 0.1  # inexact in binary: numpy's mean of 2000 copies is off by ~255 ulps
+    X = np.vstack([rng.standard_normal((30, 3)), np.tile([4.0, 4.0, 4.0], (12, 1)), spread])
+    return X, np.repeat([0, 1, 2], [30, 12, 2000])
+
+
+SILENT = {  # clusters whose noise misses a direction: white per cluster silences only an all-equal cluster
+    colored_noise_covariance: [1, 2],
+    white_per_cluster_noise_covariance: [1],
+    white_noise_covariance: [],  # one global scale: every cluster gets noise in every direction
+}
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_every_direction_without_noise_carries_the_same_caveat(make) -> None:
+    """Colored, white per cluster and white alike: a caveat (and a RankDeficientWarning) exactly for the
+    clusters whose sampled noise misses some direction, with the same wording for the same situation."""
+    X, labels = constant_cluster_case()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cov = make(X, labels, EPS, DELTA)
+    draws = cov.sample(Sampler.diagnostic(seed=3), n_draws=500)
+    silent = [k for k in range(3) if np.linalg.matrix_rank(draws[:, k, :]) < 3]
+    assert silent == SILENT[make]
+    assert cov.rank_deficient == silent and len(cov.caveats) == len(silent)
+    assert [str(w.message) for w in caught if w.category is RankDeficientWarning] == cov.caveats
+    for k, caveat in zip(silent, cov.caveats, strict=True):
+        assert caveat.startswith(f"cluster {k}:") and "released exactly (no noise)" in caveat
+        assert np.all(draws[:, k, 2] == 0.0)  # the constant feature: no noise at all
+    if silent:
+        assert "all its rows are equal" in cov.caveats[0]
+        assert np.all(draws[:, 1, :] == 0.0)
+    if 2 in silent:
+        assert "only 2 of 3 directions" in cov.caveats[1] and "in the other 1" in cov.caveats[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficientWarning)
+        wording = {f: f(X, labels, EPS, DELTA).caveats for f in ALL}
+    assert wording[colored_noise_covariance][0] == wording[white_per_cluster_noise_covariance][0]
+    assert cov.centers[2, 2] == 0.1  # the exact value, not a rounded mean
+    assert cov.max_constraint(X, labels) <= 1 + 1e-9
+
+
 def test_marketing_constraints_gap_and_gain(marketing, marketing_covs) -> None:
     X, labels = marketing
     colored = marketing_covs["colored_noise_covariance"]
@@ -145,17 +193,107 @@ def test_lemma5_smallest_norm_choice_violates_constraints(marketing, marketing_c
     assert marketing_covs["colored_noise_covariance"].max_constraint(X, labels) <= 1 + 1e-9
 
 
+# ---------------------------------------------------------------- scale invariance: raw, standardised, minmax
+
+LOADERS = {"wine": load_wine, "breast_cancer": load_breast_cancer, "digits": load_digits}
+
+
+@functools.cache
+def scaled_case(name: str, scaling: str) -> tuple[np.ndarray, np.ndarray]:
+    """A scikit-learn table as given ("raw"), standardised or min-max scaled to [-1, 1], with the labels
+    of KMeans(3, random_state=0, n_init=1) fitted on that same matrix."""
+    raw = LOADERS[name]().data.astype(float)
+    if scaling == "raw":
+        X = raw
+    elif scaling == "standardised":
+        sd = raw.std(axis=0)
+        X = (raw - raw.mean(axis=0)) / np.where(sd > 0, sd, 1.0)  # digits has constant pixels
+    else:
+        span = np.ptp(raw, axis=0)
+        X = 2.0 * (raw - raw.min(axis=0)) / np.where(span > 0, span, 1.0) - 1.0
+    return X, KMeans(n_clusters=3, random_state=0, n_init=1).fit(X).labels_
+
+
+def explicit_constraints(cov: NoiseCovariance, X: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Delta_p' Sigma^+ Delta_p / gamma for every row p, from the leave-one-out centroids computed directly
+    (c_k - (n_k c_k - x_p) / (n_k - 1)) and the factor the noise is sampled from; rows that move a centroid
+    outside the noise's range get +inf (an unbounded privacy loss)."""
+    out = np.empty(X.shape[0])
+    for k in range(cov.centers.shape[0]):
+        rows = np.flatnonzero(labels == k)
+        n_k, c_k = rows.size, X[rows].mean(axis=0)
+        diff = c_k - (n_k * c_k - X[rows]) / (n_k - 1)
+        basis, var = cov.bases[k], cov.unit_eigenvalues[k] / cov.gamma
+        z = diff @ basis
+        outside = np.linalg.norm(diff - z @ basis.T, axis=1) > 1e-9 * np.linalg.norm(diff, axis=1).max()
+        out[rows] = np.where(outside, np.inf, np.sum(z**2 / var, axis=1) / cov.gamma)
+    return out
+
+
+def certified_lower_bound(cov: NoiseCovariance, X: np.ndarray, labels: np.ndarray) -> float:
+    """Weak duality from the published dual weights w (a distribution over each cluster's rows):
+    every feasible Sigma_k has trace >= ||diag(sqrt w) U_k||_*^2 / gamma (nuclear norm)."""
+    total = 0.0
+    for k in range(cov.centers.shape[0]):
+        rows = np.flatnonzero(labels == k)
+        w = cov.dual_weights[rows]
+        assert np.all(w >= 0) and math.isclose(w.sum(), 1.0, rel_tol=1e-12)
+        u = (X[rows] - X[rows].mean(axis=0)) / (rows.size - 1)
+        total += np.linalg.svd(np.sqrt(w)[:, None] * u, compute_uv=False).sum() ** 2
+    return total / cov.gamma
+
+
+@pytest.mark.parametrize("scaling", ["raw", "standardised", "minmax"])
+@pytest.mark.parametrize("name", ["wine", "breast_cancer", "digits"])
+def test_certificate_reaches_its_target_whatever_the_scaling(name: str, scaling: str) -> None:
+    """Relative gap tr(Sigma) / dual bound - 1 <= 1e-6 (dimensionless, so unchanged by units), checked from
+    the published dual weights; every constraint holds; digits' constant pixels are released exactly."""
+    X, labels = scaled_case(name, scaling)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficientWarning)
+        cov = colored_noise_covariance(X, labels, EPS, DELTA)
+    assert cov.gap <= 1e-6
+    lower = certified_lower_bound(cov, X, labels)
+    assert lower <= cov.trace <= lower * (1 + 1e-6)
+    assert cov.absolute_gap == pytest.approx(cov.trace - lower, rel=1e-6, abs=1e-12 * cov.trace)
+    quad = explicit_constraints(cov, X, labels)
+    assert quad.max() <= 1 + 1e-9  # every leave-one-out constraint, with only rounding slack
+    assert quad.max() >= 1 - 1e-6  # and tight: the noise is not inflated
+    constant = [k for k in range(3) if np.any(np.ptp(X[labels == k], axis=0) == 0)]
+    assert cov.rank_deficient == constant and len(cov.caveats) == len(constant)
+    assert constant == ([0, 1, 2] if name == "digits" else [])
+
+
+def test_solver_matches_cvxpy_on_badly_scaled_data() -> None:
+    """Raw wine features span five orders of magnitude (proline ~ 1e3, hue ~ 1, ...)."""
+    X, labels = scaled_case("wine", "raw")
+    X, labels = X[:60, [0, 4, 7, 12]], (labels[:60] == labels[0]).astype(int)
+    cov = colored_noise_covariance(X, labels, EPS, DELTA)
+    reference = cvxpy_trace(X, labels, cov.gamma, scaled=True)
+    assert cov.gap <= 1e-6
+    assert cov.trace == pytest.approx(reference, rel=1e-5)
+    assert cov.trace / (1 + cov.gap) <= reference * (1 + 1e-6)
+
+
 # ---------------------------------------------------------------- optimality (cvxpy cross-check)
 
 
-def cvxpy_trace(X: np.ndarray, labels: np.ndarray, gamma: float) -> float:
+def cvxpy_trace(X: np.ndarray, labels: np.ndarray, gamma: float, scaled: bool = False) -> float:
+    """Sum over clusters of min tr(Sigma) s.t. [[Sigma, u_p], [u_p', gamma]] PSD (Schur complement of
+    u_p' Sigma^-1 u_p <= gamma). ``scaled``: solve for D^-1 Sigma D^-1 (D = the cluster's feature spreads)
+    so that the conic solver sees unit-scale data; the objective becomes sum_i D_i^2 [.]_ii."""
     total = 0.0
     for u in _leave_one_out(X, labels)[4]:
         d = u.shape[1]
+        spread = np.abs(u).max(axis=0) if scaled else np.ones(d)
         sigma = cp.Variable((d, d), PSD=True)
-        cons = [cp.bmat([[sigma, row[:, None]], [row[None, :], np.array([[gamma]])]]) >> 0 for row in u]
-        problem = cp.Problem(cp.Minimize(cp.trace(sigma)), cons)
-        problem.solve(solver="CLARABEL")
+        cons = [
+            cp.bmat([[sigma, row[:, None] / spread[:, None]], [row[None, :] / spread, np.array([[gamma]])]])
+            >> 0
+            for row in u
+        ]
+        problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(spread**2, cp.diag(sigma)))), cons)
+        problem.solve(solver="CLARABEL", tol_gap_rel=1e-10, tol_gap_abs=1e-14, tol_feas=1e-10)
         total += problem.value
     return total
 

@@ -1,9 +1,10 @@
-"""Noise covariances for releasing k-means centroids under local (eps, delta)-PDP (seed 000, s.3).
+"""Noise covariances for releasing k-means centroids under local (eps, delta)-PDP (Ravi, Scaglione &
+Peisert 2021, s.3).
 
 Guarantee: (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X
 minus one of its own rows, with the partition held fixed; the noise is calibrated on this dataset.
 
-Facts (MECHANISMS.md s.3.1-3.3; gamma = s*(eps, delta)^2 from ``dpcore.mechanisms.gaussian_ratio``):
+Facts (gamma = s*(eps, delta)^2 from ``dpcore.mechanisms.gaussian_ratio``):
 
 1. Removing row p of cluster k (size n_k) moves only centroid k, by u_p = (x_p - c_k) / (n_k - 1).
    The Gaussian privacy loss between means m, m' under N(0, Sigma) has "sensitivity"
@@ -12,29 +13,34 @@ Facts (MECHANISMS.md s.3.1-3.3; gamma = s*(eps, delta)^2 from ``dpcore.mechanism
 2. The trace-optimal Sigma is block diagonal: for SPD Gamma = Sigma^-1, the Schur complement gives
    [Gamma^-1]_kk >= (Gamma_kk)^-1, so replacing Sigma by blockdiag(Gamma_kk^-1) keeps every constraint
    (each touches one block) and does not increase the trace. The problem splits per cluster.
-3. Per cluster, Lagrangian tr(S) + sum_p lam_p (u_p' S^-1 u_p - gamma) is minimised by S = R_lam^(1/2),
-   R_lam = sum_p lam_p u_p u_p', with value 2 tr(R_lam^(1/2)) - gamma sum lam. Writing lam = t w (w in the
-   simplex) and maximising over t: dual value phi(w)^2 / gamma with phi(w) = tr(R_w^(1/2)) (concave),
-   attained by Sigma_k = (phi / gamma) R_w^(1/2), whose trace is phi^2 / gamma.
-4. Certificate: u_p' Sigma_k^-1 u_p = gamma g_p / phi with g_p = u_p' R_w^(-1/2) u_p, and
-   sum_p w_p g_p = phi, so 1 + tau := max_p g_p / phi >= 1. Scaling Sigma_k by (1 + tau) satisfies every
-   constraint by construction; its trace (1 + tau) phi^2 / gamma is within a factor (1 + tau) of the dual
-   lower bound phi^2 / gamma, so tau bounds the relative optimality gap of cluster k, and
-   ``gap`` = sum_k upper_k / sum_k lower_k - 1 (<= max_k tau_k) bounds the total one.
-5. If the u_p of a cluster span r < d dimensions, the problem lives in that subspace (basis from an SVD,
-   pseudo-inverse) and the centroid is released EXACTLY in the other d - r directions (reported in
-   ``rank_deficient`` and as a ``RankDeficientWarning``).
+3. Per cluster (unit gamma), the Lagrangian tr(S) + sum_p lam_p (u_p' S^-1 u_p - 1) is minimised by
+   S = R_lam^(1/2), R_lam = sum_p lam_p u_p u_p', with value 2 tr(R_lam^(1/2)) - sum lam. Writing lam = t w
+   (w in the simplex) and maximising over t: every feasible S has tr(S) >= phi(w)^2, with
+   phi(w) = tr(R_w^(1/2)) = ||diag(sqrt w) U||_* (nuclear norm), for ANY such w (weak duality).
+4. Certificate: a feasible S (every constraint checked on every row, then S scaled by the largest
+   u_p' S^-1 u_p) gives the upper bound tr(S); a dual w the lower bound phi(w)^2.
+   ``gap`` = sum_k upper_k / sum_k lower_k - 1 is RELATIVE, so it does not depend on the data's units
+   (``absolute_gap`` is the difference); the weights w are published in ``dual_weights`` so that anyone
+   can recompute the lower bound from the data.
+5. If the u_p of a cluster span r < d dimensions (a feature constant in the cluster, exact linear
+   dependencies, all rows equal), the problem lives in that subspace and the centroid is released EXACTLY
+   in the other d - r directions: reported in ``rank_deficient`` and ``caveats`` and as a
+   ``RankDeficientWarning``, for every local mechanism alike.
 
-Solver (fast): the optimum is supported on at most r(r+1)/2 rows. An active set of candidate rows
-(largest norms, extremes along principal and fixed pseudo-random directions, largest u' C^(-1/2) u) is
-solved exactly by a primal-dual interior-point method (Mehrotra predictor-corrector) on
-Gamma = Sigma^-1 (linear constraints u_p' Gamma u_p <= 1, objective tr(Gamma^-1), Newton system in the
-eigenbasis of Gamma where the Hessian of the objective is diagonal); the multipliers give w, a vectorised
-pass over all rows computes g_p, and the rows with the largest g_p join the active set until tau <= tol.
+Solver: each cluster is solved in its own whitened coordinates y = u W (feature spreads equilibrated,
+then the Gram matrix whitened), u = y A: min tr(A A' G^-1) s.t. y_p' G y_p <= 1 with S = A' G^-1 A. The
+constraints are then well conditioned whatever the units; the ill-conditioning of the objective (feature
+scales 1e-3 to 1e3 give weights spanning 1e12) is diagonalised exactly by the generalised eigenbasis of
+(A A', G) in every Newton step. The optimum is supported on at most r(r+1)/2 rows: an active set of
+candidate rows (largest norms, largest half-whitened norms, extremes along half-whitened and fixed
+pseudo-random directions) is solved by a primal-dual interior-point method (Mehrotra predictor-corrector);
+a vectorised pass over all rows evaluates the constraints of the resulting S, and the violated rows join
+the active set until upper / lower - 1 <= tol. S is stored by the SVD of its factor A' L^-T (G = L L'),
+accurate to eps cond(factor), never by eigendecomposing S itself (eps cond(S)).
 
-Lemma 5 of seed 000 (keep the Kd smallest-norm u_p) is wrong: the binding rows are the extreme ones.
+Lemma 5 of Ravi et al. (keep the Kd smallest-norm u_p) is wrong: the binding rows are the extreme ones.
 
-White noise (seed 000, Thm. 3): Sigma = (Delta^2 / gamma) I with Delta = max_p ||u_p||_2; white per
+White noise (Ravi et al., Thm. 3): Sigma = (Delta^2 / gamma) I with Delta = max_p ||u_p||_2; white per
 cluster uses Delta_k = max over cluster k (an ablation isolating the gain of per-cluster scaling).
 """
 
@@ -48,7 +54,7 @@ from typing import Literal
 
 import numpy as np
 from scipy import linalg
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 from threadpoolctl import ThreadpoolController
 
 from dpcore.errors import ParameterError
@@ -59,12 +65,11 @@ GUARANTEE = (
     "(eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus "
     "one of its own rows, with the partition held fixed; the noise is calibrated on this dataset."
 )
-_SAFETY = 1.0 + 1e-12  # absorbs rounding between the certificate pass and later re-checks
 _BLOCK_ROWS = 65536
 
 
 class RankDeficientWarning(UserWarning):
-    """Some cluster's leave-one-out differences span fewer than d dimensions."""
+    """Some cluster's centroid gets no noise in some direction (its rows span fewer than d dimensions)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +78,9 @@ class NoiseCovariance:
 
     Stored as the unit shape (gamma = 1): ``bases[k]`` (d x r_k, orthonormal) and ``unit_eigenvalues[k]``
     (r_k), Sigma_k = bases diag(unit_eigenvalues / gamma) bases'. ``centers`` are the TRUE centroids
-    (diagnostic only, never a release).
+    (diagnostic only, never a release). ``gap`` is relative: trace / (dual lower bound) - 1, so it does
+    not depend on the data's units; ``dual_weights`` (one per row of X, summing to 1 in each noisy cluster;
+    colored only) let anyone recompute the lower bound sum_k ||diag(sqrt w) U_k||_*^2 / gamma.
     """
 
     kind: CovarianceKind
@@ -87,7 +94,7 @@ class NoiseCovariance:
     bases: tuple[np.ndarray, ...]
     unit_eigenvalues: tuple[np.ndarray, ...]
     cluster_gaps: np.ndarray
-    rank_deficient: list[int]
+    dual_weights: np.ndarray | None = None
     blocks: list[np.ndarray] = field(init=False)
     trace: float = field(init=False)
     guarantee: str = GUARANTEE
@@ -99,9 +106,21 @@ class NoiseCovariance:
         object.__setattr__(self, "trace", float(sum(v.sum() for v in self.unit_eigenvalues) / self.gamma))
 
     @property
+    def absolute_gap(self) -> float:
+        """trace - dual lower bound, in squared data units (the relative ``gap`` times the lower bound)."""
+        return self.trace * self.gap / (1.0 + self.gap)
+
+    @property
+    def rank_deficient(self) -> list[int]:
+        """Clusters whose centroid gets no noise in some direction (their noise spans r_k < d)."""
+        d = self.centers.shape[1]
+        return [k for k, b in enumerate(self.bases) if b.shape[1] < d]
+
+    @property
     def caveats(self) -> list[str]:
-        """Human-readable warnings to show next to a release."""
-        return [_rank_message(k, self.bases[k].shape[1], self.centers.shape[1]) for k in self.rank_deficient]
+        """Human-readable warnings to show next to a release: every direction released without noise."""
+        d = self.centers.shape[1]
+        return [_rank_message(k, self.bases[k].shape[1], d) for k in self.rank_deficient]
 
     def rescaled(
         self, epsilon: float, delta: float, calibration: Calibration | None = None
@@ -145,10 +164,22 @@ class NoiseCovariance:
 
 
 def _rank_message(k: int, r: int, d: int) -> str:
+    if r == 0:
+        return (
+            f"cluster {k}: all its rows are equal, so removing one does not move its centroid, which is "
+            "released exactly (no noise); check the clustering or the selected features."
+        )
     return (
         f"cluster {k}: its rows span only {r} of {d} directions around the centroid, so the centroid is "
         f"released exactly (no noise) in the other {d - r}; consider dropping constant or redundant features."
     )
+
+
+def _warn_exact(cov: NoiseCovariance) -> NoiseCovariance:
+    """Emit each caveat as a RankDeficientWarning (the same for every local mechanism); return cov."""
+    for message in cov.caveats:
+        warnings.warn(message, RankDeficientWarning, stacklevel=3)
+    return cov
 
 
 # ---------------------------------------------------------------- inputs
@@ -208,12 +239,20 @@ def _leave_one_out(
     centers = np.empty((counts.size, x.shape[1]))
     # Stable counting (radix) sort on 16-bit labels, then one gather: rows grouped by cluster.
     keys = lab.astype(np.uint16) if counts.size <= 65536 else lab
-    grouped = np.take(x, np.argsort(keys, kind="stable"), axis=0)
+    order = np.argsort(keys, kind="stable")
+    grouped = np.take(x, order, axis=0)
     for k, (lo, hi) in enumerate(zip(np.cumsum(counts) - counts, np.cumsum(counts), strict=True)):
         rows = grouped[lo:hi]  # a private copy: transform in place
         centers[k] = rows.mean(axis=0)
         rows -= centers[k]
         rows /= counts[k] - 1
+        # A feature constant in the cluster leaves differences at the rounding level of its mean (at most
+        # n eps |mean|): make them exactly 0 and the centre exact, so the caveat says it gets no noise.
+        level = 2.0 * counts[k] * np.finfo(float).eps * np.abs(centers[k]) / (counts[k] - 1)
+        for j in np.flatnonzero(np.einsum("ij,ij->j", rows, rows) <= counts[k] * level**2):
+            if np.all(rows[:, j] == rows[0, j]):
+                rows[:, j] = 0.0
+                centers[k, j] = x[order[lo], j]
         diffs.append(rows)
     if all(not np.any(u) for u in diffs):
         raise ParameterError(
@@ -221,6 +260,14 @@ def _leave_one_out(
             "Check the selected features."
         )
     return x, lab, centers, counts, diffs
+
+
+def _rounding_margin(eigenvalues: np.ndarray, d: int) -> float:
+    """1 + the relative rounding error of u' Sigma^-1 u evaluated from (basis, eigenvalues): to first order
+    at most 2 d sqrt(r) eps sqrt(max / min eigenvalue), counted twice (the pass that scaled Sigma, any later
+    check), plus 1e-12."""
+    cond = math.sqrt(float(eigenvalues.max() / eigenvalues.min())) if eigenvalues.size else 1.0
+    return 1.0 + 1e-12 + 4.0 * d * math.sqrt(eigenvalues.size) * np.finfo(float).eps * cond
 
 
 def _row_quadratic(u: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -235,12 +282,15 @@ def _row_quadratic(u: np.ndarray, w: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- interior point on the active set
 
 
-def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(G^-1) s.t. y_p' G y_p <= 1,
+def _ipm(
+    y: np.ndarray, weight: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(W G^-1) s.t. y_p' G y_p <= 1,
     with Mehrotra's predictor-corrector centring (Nocedal & Wright s.14.2) and a residual line search.
 
-    Newton steps are taken in the eigenbasis of G, where the Hessian of tr(G^-1) is diagonal:
-    h_ij = (nu_i + nu_j) / (nu_i^2 nu_j^2) on the scaled upper triangle. Returns (G, multipliers).
+    Newton steps are taken in the basis T with T' G T = I and T' W T = diag(omega) (a generalised
+    eigenproblem), where the Hessian of tr(W G^-1) is diagonal: h_ij = omega_i + omega_j on the scaled upper
+    triangle of H~ (G moves by G T H~ T' G). Returns (G, multipliers).
     """
     m, r = y.shape
     iu, ju = np.triu_indices(r)
@@ -248,60 +298,73 @@ def _ipm(y: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200) -> 
     diag_pos = np.flatnonzero(iu == ju)
     nv = iu.size
 
-    def state(nu_: np.ndarray, vecs_: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        yt = y @ vecs_
+    def state(g: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        chol, info = lapack.dpotrf(g, lower=1)
+        if info != 0:
+            return None  # g is not numerically positive definite
+        half = lapack.dtrtrs(chol, weight, lower=1)[0]
+        omega, vecs = np.linalg.eigh(lapack.dtrtrs(chol, half.T, lower=1)[0])  # L^-1 W L^-T
+        omega = np.maximum(omega, omega[-1] * r * np.finfo(float).eps)  # below: eigh's rounding level
+        gt = blas.dtrmm(1.0, chol, vecs, lower=1)  # G T = L V, T = L^-T V: T' G T = I, T' W T = diag(omega)
+        yt = y @ gt
         grad = np.zeros(nv)
-        grad[diag_pos] = -1.0 / nu_**2
-        return yt[:, iu] * yt[:, ju] * sv, grad, 1.0 - np.einsum("ij,j->i", yt**2, nu_)
+        grad[diag_pos] = -omega
+        return omega, gt, yt[:, iu] * yt[:, ju] * sv, grad, 1.0 - np.einsum("ij,ij->i", yt, yt)
 
-    nu, vecs = np.linalg.eigh(gamma0 / (2.0 * np.einsum("ij,jk,ik->i", y, gamma0, y).max()))
-    a, grad, s = state(nu, vecs)
-    lam = np.sum(1.0 / nu) / (m * s)
+    g = gamma0 / (2.0 * np.einsum("ij,jk,ik->i", y, gamma0, y).max())
+    current = state(g)
+    if current is None:  # not reached for a positive definite start; the certificate grades any answer
+        return g, np.ones(m)
+    omega, gt, a, grad, s = current
+    lam = np.sum(omega) / (m * s)
     for _ in range(max_iter):
-        f = float(np.sum(1.0 / nu))
+        f = float(np.sum(omega))
         eta = float(s @ lam)
         rdual = grad + a.T @ lam
         if eta <= tol * f and np.linalg.norm(rdual) <= 1e-7 * np.linalg.norm(grad):
             break
         dd = lam / s
-        solve = _newton_solver(a, (nu[iu] + nu[ju]) / (nu[iu] ** 2 * nu[ju] ** 2), dd)
+        solve = _newton_solver(a, omega[iu] + omega[ju], dd)
         # Mehrotra: affine predictor (target lam s = 0) sets the centring sigma and a 2nd-order correction.
         ds_aff = a @ solve(grad)
         dlam_aff = -lam - dd * ds_aff
         alpha = min(_to_boundary(lam, dlam_aff, 1.0), _to_boundary(s, ds_aff, 1.0))
         target = float((lam + alpha * dlam_aff) @ (s + alpha * ds_aff)) ** 3 / (eta**2 * m)
+        # infeasible-start safeguard: complementarity may not outrun dual infeasibility
+        target = max(target, min(eta / m, 0.01 * np.linalg.norm(rdual) / np.linalg.norm(grad) * f / m))
         comp = (target - dlam_aff * ds_aff) / s
         dx = solve(-grad - a.T @ comp)
         ds = -(a @ dx)
         dlam = comp - lam - dd * ds
         if not (np.all(np.isfinite(dx)) and np.all(np.isfinite(dlam))):
             break
-        dg = np.zeros((r, r))
-        dg[iu, ju] = dx / sv
-        dg = dg + np.triu(dg, 1).T
+        dh = np.zeros((r, r))
+        dh[iu, ju] = dx / sv
+        dh = dh + np.triu(dh, 1).T
         step = min(_to_boundary(lam, dlam, 0.99), _to_boundary(s, ds, 0.99))
-        rho = float(np.linalg.eigvalsh(dg / np.sqrt(np.outer(nu, nu)))[0])
+        rho = float(np.linalg.eigvalsh(dh)[0])  # G + t G T H~ T' G > 0 iff I + t H~ > 0
         if rho < 0:
             step = min(step, 0.99 / -rho)
         base = math.sqrt(float(np.sum(rdual**2) + np.sum((lam * s - target) ** 2)))
+        move = gt @ dh @ gt.T
         while step >= 1e-3:  # below: round-off floor, the certificate pass decides what this point is worth
-            nu_new, rot = np.linalg.eigh(np.diag(nu) + step * dg)
+            g_new = g + step * move
+            trial = state(g_new)
             lam_new = lam + step * dlam
-            if nu_new[0] > 0:
-                vecs_new = vecs @ rot
-                a_new, grad_new, s_new = state(nu_new, vecs_new)
+            if trial is not None:
+                _, _, a_new, grad_new, s_new = trial
                 res = math.sqrt(
-                    float(
-                        np.sum((grad_new + a_new.T @ lam_new) ** 2) + np.sum((lam_new * s_new - target) ** 2)
-                    )
+                    float(np.sum((grad_new + a_new.T @ lam_new) ** 2))
+                    + float(np.sum((lam_new * s_new - target) ** 2))
                 )
                 if np.all(s_new > 0) and res <= (1.0 - 0.01 * step) * base:
                     break
             step *= 0.5
         else:
             break
-        nu, vecs, lam, a, grad, s = nu_new, vecs_new, lam_new, a_new, grad_new, s_new
-    return (vecs * nu) @ vecs.T, lam
+        g, lam = g_new, lam_new
+        omega, gt, a, grad, s = trial
+    return g, lam
 
 
 def _to_boundary(v: np.ndarray, dv: np.ndarray, fraction: float) -> float:
@@ -345,96 +408,123 @@ class _ClusterSolution:
     basis: np.ndarray  # d x r, orthonormal
     eigenvalues: np.ndarray  # r, unit shape (gamma = 1)
     lower: float  # dual lower bound phi^2 on the unit trace
-    gap: float  # tau: upper / lower - 1
+    gap: float  # upper / lower - 1
+    dual_rows: np.ndarray  # rows of the cluster carrying the dual weights
+    dual_weights: np.ndarray  # w on those rows (sum 1)
 
 
-def _subspace(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Orthonormal basis q (d x r) of the span of the rows of u (numerical rank as numpy's matrix_rank),
-    with the eigendecomposition (ev, vecs) of the Gram matrix of y = u q."""
-    n, d = u.shape
-    ev, vecs = linalg.eigh(u.T @ u)
-    if ev[-1] <= 0.0:
-        return np.zeros((d, 0)), ev[:0], vecs[:, :0]
-    if ev[0] > 1e-10 * ev[-1]:
-        return np.eye(d), ev, vecs
-    _, sing, vt = linalg.svd(u, full_matrices=False)
-    rank = int(np.sum(sing > sing[0] * max(n, d) * np.finfo(float).eps))
-    return vt[:rank].T, sing[:rank][::-1] ** 2, np.eye(rank)[:, ::-1]
+def _whiten(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cluster's own coordinates: (cols, w, a) with y = u[:, cols] w of covariance ~ I, u[:, cols] = y a.
 
-
-def _initial_candidates(
-    y: np.ndarray, norms: np.ndarray, ev: np.ndarray, vecs: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """Rows likely to bind: largest norms, largest u' C^(-1/2) u, extremes along principal/random axes.
-
-    ``norms`` are the squared row norms of y and (ev, vecs) the eigendecomposition of C = y'y.
+    ``cols`` are the columns that vary in the cluster (the others are exactly 0). They are divided by
+    their norms before the Gram eigendecomposition, so units do not matter; if the equilibrated Gram
+    matrix is numerically singular (eigenvalue ratio < 1e-10) an SVD gives the span, with numpy's
+    matrix_rank tolerance, and y is the projection onto it.
     """
-    n, r = y.shape
+    n = u.shape[0]
+    gram = u.T @ u
+    norms = np.sqrt(np.diag(gram))
+    if not (np.all(np.isfinite(gram)) and np.all((norms == 0) | (norms > 1e-150))):  # over/underflow
+        scale = np.abs(u).max(axis=0)
+        cols, w, a = _whiten(u / np.where(scale > 0, scale, 1.0))
+        return cols, w / scale[cols, None], a * scale[cols]
+    cols = np.flatnonzero(norms > 0)
+    if cols.size == 0:
+        return cols, np.zeros((0, 0)), np.zeros((0, 0))
+    norms = norms[cols]
+    ev, vecs = linalg.eigh(gram[np.ix_(cols, cols)] / np.outer(norms, norms), check_finite=False)
+    if ev[0] > 1e-10 * ev[-1]:
+        return cols, vecs / (norms[:, None] * np.sqrt(ev)), (vecs * np.sqrt(ev)).T * norms
+    _, sing, vt = linalg.svd(u[:, cols] / norms, full_matrices=False, check_finite=False)
+    rank = int(np.sum(sing > sing[0] * max(n, cols.size) * np.finfo(float).eps))
+    return cols, vt[:rank].T / (norms[:, None] * sing[:rank]), sing[:rank, None] * vt[:rank] * norms
+
+
+def _initial_candidates(u: np.ndarray, z: np.ndarray, r: int) -> np.ndarray:
+    """Rows likely to bind, from ``z`` = [y root, y R]' (rows: half-whitened coordinates, the start point's
+    metric, then pseudo-random directions; columns: rows of u): the largest ||u_p|| (the trace's
+    directions) and ||y_p root||, and the extremes along every direction of z."""
+    n = u.shape[0]
     k = min(n, 8 * r + 16)
-    proj = np.hstack([vecs, rng.standard_normal((r, r // 2 + 1))]).T @ y.T  # C-contiguous rows
-    whitened = np.einsum("ij,i->j", proj[:r] ** 2, 1.0 / np.sqrt(np.maximum(ev, ev[-1] * 1e-300)))
+    half = k if r * (r + 1) // 2 > k else min(n, 3 * k)  # more while the Newton system stays small
     picks = [
-        np.argpartition(-norms, k - 1)[:k],
-        np.argpartition(-whitened, k - 1)[:k],
-        proj.argmax(axis=1),
-        proj.argmin(axis=1),
+        np.argpartition(-np.einsum("ij,ij->i", u, u), k - 1)[:k],
+        np.argpartition(-np.einsum("ij,ij->j", z[:r], z[:r]), half - 1)[:half],
+        z.argmax(axis=1),
+        z.argmin(axis=1),
     ]
     return np.unique(np.concatenate(picks))
 
 
+def _shape(g: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Orthonormal eigenvectors and eigenvalues of a' G^-1 a, from the SVD of its factor R^-1 a (G = R R'):
+    accurate to eps cond(R^-1 a), not eps cond(a' G^-1 a) as an eigendecomposition of the product."""
+    chol = linalg.cholesky(g, lower=True, check_finite=False)
+    factor = linalg.solve_triangular(chol, a, lower=True, check_finite=False)
+    _, sing, vt = linalg.svd(factor, full_matrices=False, check_finite=False)
+    return vt.T, sing**2
+
+
 def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterSolution:
-    """Trace-optimal Sigma (unit gamma) for one cluster's u_p, with certificate tau <= tol when reached."""
-    q, gram_ev, gram_vecs = _subspace(u)
-    r = q.shape[1]
+    """Trace-optimal Sigma (unit gamma) for one cluster's u_p, with relative gap <= tol when reached.
+
+    Works in the cluster's whitened coordinates y (u = y a): min tr(a a' G^-1) s.t. y_p' G y_p <= 1, whose
+    constraints are well conditioned whatever the units; Sigma = a' G^-1 a.
+    """
+    n, d = u.shape
+    cols, w, a = _whiten(u)
+    r = w.shape[1]
     if r == 0:
-        return _ClusterSolution(q, np.zeros(0), 0.0, 0.0)
-    y = u if r == u.shape[1] else u @ q  # full rank: q is the identity
-    norms = np.einsum("ij,ij->i", y, y)
-    scale2 = float(norms.max())
-    if r == 1:
-        return _ClusterSolution(q, np.array([scale2 * _SAFETY]), scale2, 0.0)
-    unit = 1.0 / math.sqrt(scale2)  # the IPM works on y / max_p ||y_p|| (rows of norm <= 1)
-    n = y.shape[0]
-    cand = _initial_candidates(y, norms, gram_ev, gram_vecs, np.random.default_rng(0))
-    gamma0 = None
-    ipm_tol = tol * 1e-2
-    best: tuple[float, np.ndarray, np.ndarray, float] | None = None
+        return _ClusterSolution(np.zeros((d, 0)), np.zeros(0), 0.0, 0.0, np.zeros(0, int), np.zeros(0))
+    uc = u if cols.size == d else u[:, cols]
+    # Start near the central path: there G ~ sqrt(weight / mu) along the weight's eigenvectors.
+    ev, vecs = linalg.eigh(a @ a.T, check_finite=False)
+    root = vecs * np.maximum(ev / ev[-1], 1e-16) ** 0.25
+    rng = np.random.default_rng(0)
+    z = np.hstack([w @ root, w @ rng.standard_normal((r, r // 2 + 1))]).T @ uc.T  # one pass, C-contiguous
+    if r == 1:  # y_p are scalars: G = 1 / max y_p^2 (= 1 below) is optimal, the extreme row is the dual
+        cand = np.array([int(np.argmax(z[0] ** 2))])
+    else:
+        cand = _initial_candidates(uc, z, r)
+    yc = uc[cand] @ w
+    top = math.sqrt(float(np.einsum("ij,ij->i", yc, yc).max()))
+    w, a = w / top, a * top  # max over the candidates of ||y_p|| = 1
+    weight = a @ a.T
+    g_mat, lam = root @ root.T, np.ones(cand.size)
+    ipm_tol = tol * 0.1
+    upper: tuple[float, np.ndarray, np.ndarray] = (math.inf, np.eye(r), np.ones(r))
+    lower: tuple[float, np.ndarray, np.ndarray] = (0.0, cand, lam / lam.size)
     for _ in range(max_rounds):
-        yc = y[cand] * unit
-        if gamma0 is None:
-            ev, vecs = linalg.eigh(yc.T @ yc / len(cand))
-            gamma0 = (vecs / np.sqrt(np.maximum(ev, ev[-1] * 1e-12))) @ vecs.T
-        g_mat, lam = _ipm(yc, gamma0, ipm_tol)
-        gamma0 = g_mat
-        w = np.maximum(lam, 0.0) / np.maximum(lam, 0.0).sum()
-        mu, vecs = linalg.eigh((yc.T * w) @ yc)
-        if mu[0] <= mu[-1] * 1e-14:
-            g = np.full(n, np.inf)
-            tau = math.inf
-        else:
-            phi = float(np.sum(np.sqrt(mu)))
-            g = _row_quadratic(y, vecs * (unit / mu**0.25)) / phi
-            tau = max(float(g.max()) - 1.0, 0.0)
-            if best is None or tau < best[0]:
-                best = (tau, mu, vecs, phi)
-        if tau <= tol:
+        yc = uc[cand] @ w
+        if r > 1:
+            g_mat, lam = _ipm(yc, weight, g_mat, ipm_tol)
+        dual = np.maximum(lam, 0.0) / np.maximum(lam, 0.0).sum()
+        phi = linalg.svd((yc * np.sqrt(dual)[:, None]) @ a, compute_uv=False, check_finite=False).sum()
+        if phi**2 > lower[0]:
+            lower = (phi**2, cand, dual)
+        basis, eig = _shape(g_mat, a)
+        quad = _row_quadratic(uc, basis / np.sqrt(eig))
+        worst = float(quad.max())
+        if eig.sum() * worst < upper[0]:
+            upper = (float(eig.sum()) * worst, basis, eig * worst)
+        if upper[0] <= (1.0 + tol) * lower[0]:
             break
-        g[cand] = -np.inf
+        quad[cand] = -np.inf
         n_add = min(n - cand.size, max(r * (r + 1) // 2, 16))
-        fresh = np.argpartition(-g, n_add - 1)[:n_add] if n_add > 0 else cand[:0]
-        fresh = fresh[g[fresh] > 1.0 + tol / 2]
+        fresh = np.argpartition(-quad, n_add - 1)[:n_add] if n_add > 0 else cand[:0]
+        fresh = fresh[quad[fresh] > 1.0 + tol / 2]
         if fresh.size == 0:
             ipm_tol *= 1e-2
             if ipm_tol < 1e-15:
                 break
             continue
         cand = np.union1d(cand, fresh)
-    if best is None:
-        # Degenerate numerics: fall back to the feasible white shape inside the subspace.
-        return _ClusterSolution(q, np.full(r, scale2 * _SAFETY), scale2, float(r - 1))
-    tau, mu, vecs, phi = best
-    eig = scale2 * (1.0 + tau) * phi * np.sqrt(mu) * _SAFETY
-    return _ClusterSolution(q @ vecs, eig, scale2 * phi**2, tau)
+    full = np.zeros((d, r))
+    full[cols] = upper[1]
+    keep = lower[2] > 0
+    eig = upper[2] * _rounding_margin(upper[2], d)
+    gap = float(eig.sum()) / lower[0] - 1.0
+    return _ClusterSolution(full, eig, lower[0], gap, lower[1][keep], lower[2][keep])
 
 
 # ---------------------------------------------------------------- public API
@@ -459,7 +549,8 @@ def colored_noise_covariance(
     *,
     tol: float = 1e-6,
 ) -> NoiseCovariance:
-    """Trace-optimal colored Gaussian covariance (seed 000 s.3.2, solved exactly; not Lemma 5).
+    """Trace-optimal colored Gaussian covariance (Ravi, Scaglione & Peisert 2021, s.3.2, solved exactly with
+    a certificate; not their Lemma 5).
 
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed. Every constraint Delta_p' Sigma^+ Delta_p <= gamma
@@ -468,29 +559,30 @@ def colored_noise_covariance(
     gamma = _gamma(epsilon, delta, calibration)
     if not (0 < tol < 1):
         raise ParameterError(f"tol must be in (0, 1) (got {tol!r}); the default 1e-6 is a good choice.")
-    _, _, centers, counts, diffs = _leave_one_out(X, labels)
-    # Thin (n x d) @ (d x d) products and small dense algebra: BLAS threads only add overhead here.
+    _, lab, centers, counts, diffs = _leave_one_out(X, labels)
+    # Thin (n x d) @ (d x r) products and small dense algebra: BLAS threads only add overhead here.
     with _threadpools().limit(limits=1, user_api="blas"):
         sols = [_solve_cluster(u, tol) for u in diffs]
-    d = centers.shape[1]
-    deficient = [k for k, s in enumerate(sols) if s.basis.shape[1] < d]
-    for k in deficient:
-        warnings.warn(_rank_message(k, sols[k].basis.shape[1], d), RankDeficientWarning, stacklevel=2)
+    dual = np.zeros(lab.size)
+    for k, sol in enumerate(sols):
+        dual[np.flatnonzero(lab == k)[sol.dual_rows]] = sol.dual_weights
     lower = sum(s.lower for s in sols)
     upper = sum(float(s.eigenvalues.sum()) for s in sols)
-    return NoiseCovariance(
-        kind="colored",
-        epsilon=float(epsilon),
-        delta=float(delta),
-        calibration=calibration,
-        gamma=gamma,
-        gap=upper / lower - 1.0 if lower > 0 else 0.0,
-        centers=centers,
-        counts=counts,
-        bases=tuple(s.basis for s in sols),
-        unit_eigenvalues=tuple(s.eigenvalues for s in sols),
-        cluster_gaps=np.array([s.gap for s in sols]),
-        rank_deficient=deficient,
+    return _warn_exact(
+        NoiseCovariance(
+            kind="colored",
+            epsilon=float(epsilon),
+            delta=float(delta),
+            calibration=calibration,
+            gamma=gamma,
+            gap=upper / lower - 1.0 if lower > 0 else 0.0,
+            centers=centers,
+            counts=counts,
+            bases=tuple(s.basis for s in sols),
+            unit_eigenvalues=tuple(s.eigenvalues for s in sols),
+            cluster_gaps=np.array([s.gap for s in sols]),
+            dual_weights=dual,
+        )
     )
 
 
@@ -505,30 +597,33 @@ def _white(
     gamma = _gamma(epsilon, delta, calibration)
     _, _, centers, counts, diffs = _leave_one_out(X, labels)
     k, d = centers.shape
-    sens2 = np.array([float(np.einsum("ij,ij->i", u, u).max()) for u in diffs]) * _SAFETY
+    sens2 = np.array([float(np.einsum("ij,ij->i", u, u).max()) for u in diffs])
+    sens2 *= _rounding_margin(np.ones(d), d)
     if kind == "white":
         sens2 = np.full(k, sens2.max())
-    bases = tuple(np.eye(d) if s > 0 else np.zeros((d, 0)) for s in sens2)
-    return NoiseCovariance(
-        kind=kind,
-        epsilon=float(epsilon),
-        delta=float(delta),
-        calibration=calibration,
-        gamma=gamma,
-        gap=0.0,
-        centers=centers,
-        counts=counts,
-        bases=bases,
-        unit_eigenvalues=tuple(np.full(b.shape[1], s) for b, s in zip(bases, sens2, strict=True)),
-        cluster_gaps=np.zeros(k),
-        rank_deficient=[],
+    bases = tuple(np.eye(d) if s > 0 else np.zeros((d, 0)) for s in sens2)  # 0: a constant cluster
+    return _warn_exact(
+        NoiseCovariance(
+            kind=kind,
+            epsilon=float(epsilon),
+            delta=float(delta),
+            calibration=calibration,
+            gamma=gamma,
+            gap=0.0,
+            centers=centers,
+            counts=counts,
+            bases=bases,
+            unit_eigenvalues=tuple(np.full(b.shape[1], s) for b, s in zip(bases, sens2, strict=True)),
+            cluster_gaps=np.zeros(k),
+        )
     )
 
 
 def white_noise_covariance(
     X: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, calibration: Calibration = "analytic"
 ) -> NoiseCovariance:
-    """White Gaussian (seed 000 Thm. 3): Sigma = (Delta^2 / gamma) I, Delta = max_p ||u_p||_2.
+    """White Gaussian (Ravi, Scaglione & Peisert 2021, Thm. 3): Sigma = (Delta^2 / gamma) I with Delta the
+    largest ||u_p|| over all clusters.
 
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed. ``gap`` is 0: the closed form is exact.
@@ -539,7 +634,8 @@ def white_noise_covariance(
 def white_per_cluster_noise_covariance(
     X: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, calibration: Calibration = "analytic"
 ) -> NoiseCovariance:
-    """White per cluster (ablation, MECHANISMS 3.2): Sigma_k = (Delta_k^2 / gamma) I, Delta_k = max over k.
+    """White per cluster (an ablation of Ravi et al.'s white noise): Sigma_k = (Delta_k^2 / gamma) I, Delta_k
+    the largest ||u_p|| in cluster k (0 if its rows are all equal: then released exactly, with a caveat).
 
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed.
