@@ -1,6 +1,8 @@
-"""Estimators releasing noisy centroids under local (eps, delta)-PDP (seed 000)."""
+"""Estimators releasing noisy centroids under local (eps, delta)-PDP (Ravi, Scaglione & Peisert 2021)."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from sklearn.base import clone
 from sklearn.datasets import make_blobs
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans import ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans
+from dpcore.kmeans import ColoredNoiseKMeans, RankDeficientWarning, WhiteNoiseKMeans, WhitePerClusterKMeans
 from dpcore.kmeans.local import GUARANTEES
 
 ESTIMATORS = (ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans)
@@ -80,3 +82,23 @@ def test_predict_checks_width(blobs) -> None:
     est = WhiteNoiseKMeans(n_clusters=3, random_state=1).fit(blobs)
     with pytest.raises(ParameterError, match="3 columns"):
         est.predict(np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_fit_records_every_direction_released_without_noise(cls) -> None:
+    """A cluster whose rows are all equal gets no noise from colored or white-per-cluster noise (white puts
+    the global scale on it): every estimator says so in caveats_, exactly where the release is exact."""
+    rng = np.random.default_rng(4)
+    X = np.vstack([rng.normal(size=(40, 2)), np.tile([5.0, 5.0], (10, 1))])
+    labels = np.repeat([0, 1], [40, 10])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = cls(n_clusters=2, random_state=3).fit(X, labels=labels)
+    exact = cls is not WhiteNoiseKMeans
+    assert est.caveats_ == est.noise_covariance_.caveats and len(est.caveats_) == int(exact)
+    assert [str(w.message) for w in caught if w.category is RankDeficientWarning] == est.caveats_
+    if exact:
+        assert est.caveats_[0].startswith("cluster 1: all its rows are equal")
+        np.testing.assert_array_equal(est.cluster_centers_[1], [5.0, 5.0])
+    else:
+        assert not np.allclose(est.cluster_centers_[1], [5.0, 5.0])

@@ -65,6 +65,7 @@ from sklearn.base import BaseEstimator
 from dpcore.errors import ParameterError
 from dpcore.mechanisms import Sampler, laplace_scale
 from dpcore.policy import PureDP
+from dpcore.validation import check_fitted, check_rows
 
 Neighbours = Literal["unbounded", "bounded"]
 SU_RHO = 0.225
@@ -485,14 +486,7 @@ class NoisyLloydBase(BaseEstimator):
     # validation --------------------------------------------------------
     def _validate(self, X: ArrayLike) -> tuple[NDArray, NDArray, NDArray, int, float]:
         policy = self._policy()  # validates epsilon and the neighbour relation / graph
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-            raise ParameterError(f"X must be a non-empty 2-D table of numbers (got shape {arr.shape}).")
-        if not np.all(np.isfinite(arr)):
-            raise ParameterError(
-                "X contains missing or infinite values; drop or impute them first "
-                "(dpcore.data.handle_missing) before running DP k-means."
-            )
+        arr = check_rows(self, X, reset=True)
         k = _check_positive_int("n_clusters", self.n_clusters, "Try K = 3.")
         if k > arr.shape[0]:
             raise ParameterError(
@@ -546,7 +540,6 @@ class NoisyLloydBase(BaseEstimator):
         sens_n, sens_s = run.count_sensitivity[0], run.sum_sensitivity[0]
 
         self.bounds_ = (lower, upper)
-        self.n_features_in_ = d
         self.n_iter_ = T
         self.count_share_ = share
         self.noisy_n_ = noisy_n
@@ -583,12 +576,8 @@ class NoisyLloydBase(BaseEstimator):
 
     def predict(self, X: ArrayLike) -> NDArray[np.intp]:
         """Index of the nearest released centre for each row."""
-        if not hasattr(self, "cluster_centers_"):
-            raise ParameterError("this estimator is not fitted yet: call fit(X) first.")
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[1] != self.n_features_in_:
-            raise ParameterError(f"X must have {self.n_features_in_} columns (got shape {arr.shape}).")
-        return nearest(arr, self.cluster_centers_)
+        check_fitted(self)
+        return nearest(check_rows(self, X, reset=False), self.cluster_centers_)
 
 
 def noisy_lloyd_trials(

@@ -1,8 +1,10 @@
-"""Estimators releasing noisy k-means centroids under local (eps, delta)-PDP (seed 000, s.3).
+"""Estimators releasing noisy k-means centroids under local (eps, delta)-PDP (Ravi, Scaglione & Peisert
+2021, s.3).
 
 The partition comes from non-private k-means (scikit-learn) or from ``labels`` passed to ``fit``; the
 true centroids get Gaussian noise with the covariance of ``dpcore.kmeans.covariance``. Nothing but
-``cluster_centers_`` is a release: true centres and labels are diagnostics for the curator.
+``cluster_centers_`` is a release: true centres and labels are diagnostics for the curator;
+``caveats_`` lists the clusters released exactly in some direction (no noise there).
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
-from sklearn.utils.validation import check_is_fitted
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import (
     GUARANTEE,
     NoiseCovariance,
     colored_noise_covariance,
+    singleton_message,
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
+from dpcore.kmeans.lloyd import make_sampler, nearest
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
+from dpcore.validation import check_fitted, check_rows
 
 GUARANTEES: dict[str, str] = {
     "colored": GUARANTEE,
@@ -44,7 +48,7 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
         epsilon: float = 1.0,
         delta: float = 1e-5,
         calibration: Calibration = "analytic",
-        random_state: int | None = None,
+        random_state: int | Sampler | None = None,
         n_init: int = 1,
         kmeans_random_state: int | None = 0,
     ) -> None:
@@ -59,14 +63,7 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
     def fit(self, X: np.ndarray, y: object = None, *, labels: np.ndarray | None = None) -> _LocalPDPKMeans:
         """Cluster (or take ``labels``), then release centroids + N(0, Sigma) noise."""
         gaussian_ratio(self.epsilon, self.delta, self.calibration)  # validate before any work
-        try:
-            x = np.asarray(X, dtype=float)
-        except (TypeError, ValueError) as err:
-            raise ParameterError(
-                "X must hold numbers only; encode categorical and date columns first (dpcore.data.prepare)."
-            ) from err
-        if x.ndim != 2 or not np.isfinite(x).all():
-            raise ParameterError("X must be a 2-D array of finite numbers; drop or impute NaN/inf first.")
+        x = check_rows(self, X, reset=True)
         k = self.n_clusters
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ParameterError(f"n_clusters must be an integer >= 1 (got {k!r}).")
@@ -74,6 +71,8 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
             raise ParameterError(
                 f"n_clusters = {k} exceeds the number of rows ({x.shape[0]}); choose a smaller K."
             )
+        if x.shape[0] == 1:
+            raise ParameterError(f"X has one sample (n_samples = 1): {singleton_message(0)}")
         if labels is None:
             km = KMeans(n_clusters=k, n_init=self.n_init, random_state=self.kmeans_random_state).fit(x)
             lab = km.labels_
@@ -86,11 +85,12 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
                     f"labels must give one cluster index 0..{k - 1} per row, using all {k} clusters."
                 )
         cov = type(self)._covariance(x, lab, self.epsilon, self.delta, self.calibration)
-        sampler = Sampler() if self.random_state is None else Sampler(seed=self.random_state)
+        sampler = make_sampler(self.random_state)
         self.noise_covariance_ = cov
         self.diagnostic_true_centers_ = cov.centers
         self.labels_ = np.asarray(lab, dtype=np.int64)
         self.cluster_centers_ = cov.release(sampler)
+        self.caveats_ = list(cov.caveats)
         self.sampling_mode_ = sampler.mode
         self.budget_spent_ = (float(self.epsilon), float(self.delta))
         self.guarantee_ = (
@@ -101,21 +101,13 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Index of the nearest RELEASED centre for each row."""
-        check_is_fitted(self, "cluster_centers_")
-        x = np.asarray(X, dtype=float)
-        if x.ndim != 2 or x.shape[1] != self.cluster_centers_.shape[1]:
-            width = self.cluster_centers_.shape[1]
-            raise ParameterError(f"X must have {width} columns like the fitted data.")
-        d2 = (
-            np.einsum("ij,ij->i", x, x)[:, None]
-            - 2.0 * x @ self.cluster_centers_.T
-            + np.einsum("ij,ij->i", self.cluster_centers_, self.cluster_centers_)[None, :]
-        )
-        return d2.argmin(axis=1)
+        check_fitted(self)
+        return nearest(check_rows(self, X, reset=False), self.cluster_centers_)
 
 
 class ColoredNoiseKMeans(_LocalPDPKMeans):
-    """Centroids + trace-optimal colored Gaussian noise (seed 000 s.3.2, solved exactly).
+    """Centroids + trace-optimal colored Gaussian noise (Ravi, Scaglione & Peisert 2021, s.3.2, solved
+    exactly with a certificate).
 
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed; the noise is calibrated on this dataset.
@@ -125,7 +117,7 @@ class ColoredNoiseKMeans(_LocalPDPKMeans):
 
 
 class WhiteNoiseKMeans(_LocalPDPKMeans):
-    """Centroids + white Gaussian noise, Sigma = (max_p ||u_p||^2 / gamma) I (seed 000 Thm. 3).
+    """Centroids + white Gaussian noise, Sigma = (max_p ||u_p||^2 / gamma) I (Ravi et al. 2021, Thm. 3).
 
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed; the noise is calibrated on this dataset.
