@@ -33,8 +33,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, gammainc, lambertw
 
 from dpcore.errors import PolicyError
-
-EARTH_RADIUS_M = 6_371_008.8
+from dpcore.location.geometry import haversine_m
 
 DEFINITIONS: dict[str, tuple[str, str]] = {
     "pure_dp": (
@@ -161,12 +160,6 @@ def geo_radius_quantile(epsilon_per_metre: float, q: ArrayLike) -> float | NDArr
     return float(r) if r.ndim == 0 else r
 
 
-def _haversine_m(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
-    lat1, lon1, lat2, lon2 = np.radians([a[..., 0], a[..., 1], b[..., 0], b[..., 1]])
-    h = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
-    return 2 * EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
-
-
 def _pair(x: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     xa, ya = np.atleast_1d(np.asarray(x, dtype=float)), np.atleast_1d(np.asarray(y, dtype=float))
     return tuple(np.broadcast_arrays(xa, ya))  # type: ignore[return-value]
@@ -289,7 +282,7 @@ class DistanceThresholdGraph(_Graph):
         if self.metric == "haversine":
             if xa.shape[-1] != 2:
                 raise PolicyError("The haversine metric needs (latitude, longitude) pairs in degrees.")
-            d = _haversine_m(xa, ya)
+            d = haversine_m(xa[..., 0], xa[..., 1], ya[..., 0], ya[..., 1])
         else:
             d = np.linalg.norm(xa - ya, ord=1 if self.metric == "l1" else 2, axis=-1)
         return d <= self.theta

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from dpcore.errors import PolicyError
+from dpcore.location.geometry import EARTH_RADIUS_M
 from dpcore.policy import (
     DEFINITIONS,
-    EARTH_RADIUS_M,
     ApproxDP,
     AttributeGraph,
     Blowfish,
