@@ -31,6 +31,7 @@ from ui.release import current_plan, release_panel, stale_reason
 ensure_entrypoint()
 
 SWEEP_KEY = "loc_sweep"
+COMPARED_KEY = "loc_compared"
 NO_USER = "(none: each row is its own user)"
 CUSTOM_HS = "custom (metres)"
 AIRPORTS = "Sample: US airports"
@@ -249,6 +250,9 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     args = (tuple(chosen), eps, trials, (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
     hot = (params.hotspot_k, params.theta_m)
     settings = (key, *args, hs, clusters, grid, *hot)
+    # the last comparison's settings are kept in the session plan: a reload, restart or second tab
+    # shows that comparison again (from this server's cache when it has it) and the release still checks it
+    compared = st.session_state[state.persist(COMPARED_KEY, None)]
     if st.button("Run comparison", type="primary", disabled=not chosen, key="loc_run"):
         with (
             st.status(f"Comparing {len(chosen)} mechanisms × {len(eps)} ε × {trials} trials...") as status,
@@ -256,10 +260,15 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
         ):
             frame = view.sweep(key, coords.lat, coords.lon, coords.users, *args, hs, clusters, grid, *hot)
             st.session_state[SWEEP_KEY] = (settings, frame)
+            st.session_state[COMPARED_KEY] = settings
         status.update(
             label="Comparison failed" if outcome.failed else "Comparison done",
             state="error" if outcome.failed else "complete",
         )
+    elif SWEEP_KEY not in st.session_state and compared is not None and compared[0] == key:
+        with st.spinner("Showing the last comparison again..."), user_errors("redrawing the last comparison"):
+            frame = view.sweep(key, coords.lat, coords.lon, coords.users, *compared[1:])
+            st.session_state[SWEEP_KEY] = (compared, frame)
     stored = st.session_state.get(SWEEP_KEY)
     if stored is None or stored[0][0] != key:
         st.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
