@@ -237,6 +237,11 @@ class ReleasePlan:
         return Account(self.dataset_id, _ACCOUNT_FAMILY[self.definition], self.relation, self.mode)
 
     @property
+    def unit(self) -> str:
+        """What :attr:`epsilon` counts: "level l" within the radius for geo-indistinguishability, else "ε"."""
+        return "level l" if self.definition == "geo_ind" else "ε"
+
+    @property
     def cost(self) -> tuple[float, float]:
         """(epsilon, delta) debited from :attr:`account`."""
         return self.epsilon, self.delta
@@ -340,13 +345,14 @@ class ReleasePlan:
         rows = [
             ("Dataset", self.dataset_name),
             ("Mechanism", self.spec.label),
-            ("ε" if self.definition != "geo_ind" else "level l", f"{self.epsilon:.6g}"),
+            (self.unit, f"{self.epsilon:.6g}"),
             ("δ", f"{self.delta:.3g}"),
             ("Definition", self.definition_label),
-            ("Neighbours", self.relation),
+            ("Neighbours", self.relation + (f", {self.scope}" if self.scope else "")),
             ("Mode", "DEMO (fixed seed)" if self.mode == "demo" else "secure (OS entropy)"),
         ]
-        rows += [(name, _show(value)) for name, value in self.params.items()]
+        labels = {p.name: p.label for p in self.spec.params}
+        rows += [(labels.get(name, name), _show(value)) for name, value in self.params.items()]
         rows += [("Preparation", s.step + (" (data-derived)" * s.data_derived)) for s in self.preparation]
         return rows
 

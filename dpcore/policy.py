@@ -45,15 +45,16 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         "As ε-DP, except with a small probability δ; allows Gaussian noise.",
     ),
     "local_pdp": (
-        "(ε, δ)-PDP for this dataset (not DP)",
-        "The colored-noise paper's guarantee: calibrated on this dataset's own rows, weaker than DP.",
+        "Local (ε, δ) guarantee for this dataset (not DP)",
+        "The colored-noise paper's guarantee (probabilistic differential privacy, PDP, with its own "
+        "calibration): calibrated on this dataset's own rows, weaker than DP.",
     ),
     "blowfish": (
         "Blowfish privacy (ε, policy graph)",
         "Relaxed DP: hides only the differences a policy graph connects (e.g. values within θ).",
     ),
     "geo_ind": (
-        "Geo-indistinguishability (ε per metre)",
+        "Geo-indistinguishability (level l within radius r)",
         "For single locations: nearby places are hard to tell apart, distant ones less so.",
     ),
 }

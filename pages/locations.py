@@ -14,6 +14,7 @@ from dpcore.location.geometry import Region
 from dpcore.location.prilocation import LEVELS
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER
 from dpcore.location.sweep import MECHANISMS
+from dpcore.plan import PrepStep
 from dpcore.plots.location import (
     density_heatmap,
     displacement_histogram,
@@ -423,8 +424,10 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
         inputs = view.release_inputs(coords, region)
     if outcome.failed:
         return
-    plan = current_plan("location", mech, epsilon=eps, params=view.release_params(mech, params), scope=scope)
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
+    public = PrepStep(f"public region: lat {box[0]:g}..{box[1]:g}, lon {box[2]:g}..{box[3]:g}", False)
+    release_params = view.release_params(mech, params)
+    plan = current_plan("location", mech, epsilon=eps, params=release_params, scope=scope, steps=(public,))
     now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
     stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
     release_panel(key="locations", plan=plan, inputs=inputs, stale=stale)

@@ -22,7 +22,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore import config
-from dpcore.plan import ReleasePlan, policy_account, preparation_steps
+from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
 from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
 from ui import state
 from ui.errors import user_errors
@@ -85,9 +85,10 @@ def current_plan(
     delta: float = 0.0,
     params: Mapping[str, Any] | None = None,
     scope: str = "",
+    steps: tuple[PrepStep, ...] = (),
 ) -> ReleasePlan | None:
-    """The plan of a release from the session (dataset, preparation, policy, mode) and the page's choices;
-    None, with the reason shown, when the combination is invalid."""
+    """The plan of a release from the session (dataset, preparation, policy, mode) and the page's choices
+    (``steps``: public inputs the page adds, e.g. the region); None, with the reason shown, when invalid."""
     ds = state.dataset()
     if ds is None:
         return None
@@ -102,7 +103,7 @@ def current_plan(
             dataset_name=ds.name,
             fingerprint=ds.fingerprint,
             params=dict(params or {}),
-            preparation=preparation_steps(ds.cleaning, prepared),
+            preparation=(*preparation_steps(ds.cleaning, prepared), *steps),
             mode=state.mode(),
             seed=state.demo_seed(),
             scope=scope,
@@ -124,7 +125,8 @@ def show_release(result: Release, key: str) -> None:
     rec = result.record
     note = " (already recorded: nothing was debited again)" if result.replayed else ""
     st.success(
-        f"Released {result.manifest.get('mechanism_label', rec.mechanism)} at ε = {rec.epsilon:.4g}, "
+        f"Released {result.manifest.get('mechanism_label', rec.mechanism)} at "
+        f"{'level' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
         f"δ = {rec.delta:.3g}; recorded in the ledger as request {rec.request_id[:8]} at {rec.time[:19]} "
         f"UTC{note}."
     )
@@ -171,8 +173,8 @@ def _blocked(plan: ReleasePlan, stale: str | None) -> str | None:
     eps, delta = plan.cost
     if eps > status.epsilon_left or delta > status.delta_left:
         return (
-            f"This release costs ε = {eps:.4g}, δ = {delta:.3g}, more than the budget left for {what}: "
-            f"ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}."
+            f"This release costs {plan.unit} = {eps:.4g}, δ = {delta:.3g}, more than the budget left for "
+            f"{what}: {plan.unit} = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}."
         )
     return None
 
@@ -204,7 +206,7 @@ def release_panel(
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
-                f"ε = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
+                f"{plan.unit} = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
             )
     panel = _panel(key, plan.key)
     if blocked:
@@ -224,7 +226,7 @@ def release_panel(
         shown.empty()  # a refused request must not leave the previous files on screen
         panel.request_id, panel.result = uuid.uuid4().hex, None
     elif not st.button(
-        f"Release (spends {'level' if plan.definition == 'geo_ind' else 'ε'} = {plan.epsilon:.4g})",
+        f"Release (spends {plan.unit} = {plan.epsilon:.4g})",
         type="primary",
         key=f"{key}_release",
         disabled=blocked is not None,

@@ -25,7 +25,7 @@ from tests.browser.e2e import MARKETING, go, load_sample, prepare_with_data_boun
 pytestmark = pytest.mark.browser
 
 TITLES = ["Home", "Data", "Privacy policy", "K-means", "Locations", "Ledger"]
-GEO = "Geo-indistinguishability (ε per metre)"
+GEO = "Geo-indistinguishability (level l within radius r)"
 # Streamlit's frontend first tries the page's own path as the server's base path, then the root: a deep
 # link to /kmeans always asks /kmeans/_stcore/health and /kmeans/_stcore/host-config once (404) first.
 BASE_PATH_PROBES = ("/kmeans/_stcore/health", "/kmeans/_stcore/host-config")

@@ -91,7 +91,7 @@ def test_curator_walk_kmeans(page: Page, server: Server) -> None:
     expect(body.get_by_text("public bounds taken from the data").first).to_be_visible()
 
     go(page, "Privacy policy")
-    select(page, "Definition", "(ε, δ)-PDP for this dataset (not DP)")
+    select(page, "Definition", "Local (ε, δ) guarantee for this dataset (not DP)")
     expect(body.get_by_text("NOT differential privacy").first).to_be_visible()
     set_budget(page, 3.0, 1e-5)
     expect(sidebar.get_by_text("Budget left (ε)").first).to_be_visible()

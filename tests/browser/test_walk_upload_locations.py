@@ -36,7 +36,7 @@ pytestmark = pytest.mark.browser
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "la_points.csv"
 NAME = DATA.name
-GEO = "Geo-indistinguishability (ε per metre)"
+GEO = "Geo-indistinguishability (level l within radius r)"
 CUSTOM = "Custom (enter the box below)"
 BOX = {  # a public box around Los Angeles, wider than the data
     "South edge (lat min)": 33.6,
