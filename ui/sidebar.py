@@ -34,14 +34,16 @@ def _dataset_section() -> None:
         if status is None:
             st.caption("No privacy budget set yet for this policy (Privacy policy page).")
         else:
+            unit = "level l" if status.definition == "geo_ind" else "ε"
             st.caption(f"Account: {found[0]}")
             st.metric(
-                "Budget left (ε)",
+                f"Budget left ({unit})",
                 f"{status.epsilon_left:.4g}",
-                help=f"Total ε = {status.epsilon_total:.4g}; spent {status.epsilon_spent:.4g} "
+                help=f"Total {unit} = {status.epsilon_total:.4g}; spent {status.epsilon_spent:.4g} "
                 f"in {status.n_releases} release(s).",
             )
-            st.caption(f"δ left {status.delta_left:.3g} of {status.delta_total:.3g}")
+            if status.delta_total:
+                st.caption(f"δ left {status.delta_left:.3g} of {status.delta_total:.3g}")
 
 
 def _mode_section() -> None:
