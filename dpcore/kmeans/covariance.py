@@ -283,14 +283,15 @@ def _row_quadratic(u: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _ipm(
-    y: np.ndarray, weight: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200
-) -> tuple[np.ndarray, np.ndarray]:
-    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(W G^-1) s.t. y_p' G y_p <= 1,
+    y: np.ndarray, factor: np.ndarray, gamma0: np.ndarray, tol: float, max_iter: int = 200
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Primal-dual interior point (Boyd & Vandenberghe s.11.7) for min tr(W G^-1) s.t. y_p' G y_p <= 1
+    (W = factor factor'),
     with Mehrotra's predictor-corrector centring (Nocedal & Wright s.14.2) and a residual line search.
 
     Newton steps are taken in the basis T with T' G T = I and T' W T = diag(omega) (a generalised
     eigenproblem), where the Hessian of tr(W G^-1) is diagonal: h_ij = omega_i + omega_j on the scaled upper
-    triangle of H~ (G moves by G T H~ T' G). Returns (G, multipliers).
+    triangle of H~ (G moves by G T H~ T' G). Returns (G, multipliers, number of steps taken).
     """
     m, r = y.shape
     iu, ju = np.triu_indices(r)
@@ -302,9 +303,9 @@ def _ipm(
         chol, info = lapack.dpotrf(g, lower=1)
         if info != 0:
             return None  # g is not numerically positive definite
-        half = lapack.dtrtrs(chol, weight, lower=1)[0]
-        omega, vecs = np.linalg.eigh(lapack.dtrtrs(chol, half.T, lower=1)[0])  # L^-1 W L^-T
-        omega = np.maximum(omega, omega[-1] * r * np.finfo(float).eps)  # below: eigh's rounding level
+        # W = a a': the SVD of L^-1 a gives the eigenpairs of L^-1 W L^-T without squaring its condition
+        vecs, sing, _ = np.linalg.svd(lapack.dtrtrs(chol, factor, lower=1)[0], full_matrices=False)
+        omega = np.maximum(sing**2, (r * np.finfo(float).eps * sing[0]) ** 2)  # rounding level of the SVD
         gt = blas.dtrmm(1.0, chol, vecs, lower=1)  # G T = L V, T = L^-T V: T' G T = I, T' W T = diag(omega)
         yt = y @ gt
         grad = np.zeros(nv)
@@ -314,9 +315,10 @@ def _ipm(
     g = gamma0 / (2.0 * np.einsum("ij,jk,ik->i", y, gamma0, y).max())
     current = state(g)
     if current is None:  # not reached for a positive definite start; the certificate grades any answer
-        return g, np.ones(m)
+        return g, np.ones(m), 0
     omega, gt, a, grad, s = current
     lam = np.sum(omega) / (m * s)
+    steps = 0
     for _ in range(max_iter):
         f = float(np.sum(omega))
         eta = float(s @ lam)
@@ -347,7 +349,7 @@ def _ipm(
             step = min(step, 0.99 / -rho)
         base = math.sqrt(float(np.sum(rdual**2) + np.sum((lam * s - target) ** 2)))
         move = gt @ dh @ gt.T
-        while step >= 1e-3:  # below: round-off floor, the certificate pass decides what this point is worth
+        for _halving in range(10):  # then round-off floor: the certificate decides what this point is worth
             g_new = g + step * move
             trial = state(g_new)
             lam_new = lam + step * dlam
@@ -362,9 +364,9 @@ def _ipm(
             step *= 0.5
         else:
             break
-        g, lam = g_new, lam_new
+        g, lam, steps = g_new, lam_new, steps + 1
         omega, gt, a, grad, s = trial
-    return g, lam
+    return g, lam, steps
 
 
 def _to_boundary(v: np.ndarray, dv: np.ndarray, fraction: float) -> float:
@@ -446,7 +448,7 @@ def _initial_candidates(u: np.ndarray, z: np.ndarray, r: int) -> np.ndarray:
     directions) and ||y_p root||, and the extremes along every direction of z."""
     n = u.shape[0]
     k = min(n, 8 * r + 16)
-    half = k if r * (r + 1) // 2 > k else min(n, 3 * k)  # more while the Newton system stays small
+    half = k if r * (r + 1) // 2 > 2 * k else min(n, 3 * k)  # more while the Newton system stays small
     picks = [
         np.argpartition(-np.einsum("ij,ij->i", u, u), k - 1)[:k],
         np.argpartition(-np.einsum("ij,ij->j", z[:r], z[:r]), half - 1)[:half],
@@ -477,9 +479,9 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
     if r == 0:
         return _ClusterSolution(np.zeros((d, 0)), np.zeros(0), 0.0, 0.0, np.zeros(0, int), np.zeros(0))
     uc = u if cols.size == d else u[:, cols]
-    # Start near the central path: there G ~ sqrt(weight / mu) along the weight's eigenvectors.
-    ev, vecs = linalg.eigh(a @ a.T, check_finite=False)
-    root = vecs * np.maximum(ev / ev[-1], 1e-16) ** 0.25
+    # Start near the central path: there G ~ sqrt(weight / mu) along the eigenvectors of weight = a a'.
+    vecs, sing, _ = linalg.svd(a, full_matrices=False, check_finite=False)
+    root = vecs * np.maximum(sing / sing[0], 1e-8) ** 0.5
     rng = np.random.default_rng(0)
     z = np.hstack([w @ root, w @ rng.standard_normal((r, r // 2 + 1))]).T @ uc.T  # one pass, C-contiguous
     if r == 1:  # y_p are scalars: G = 1 / max y_p^2 (= 1 below) is optimal, the extreme row is the dual
@@ -489,15 +491,18 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
     yc = uc[cand] @ w
     top = math.sqrt(float(np.einsum("ij,ij->i", yc, yc).max()))
     w, a = w / top, a * top  # max over the candidates of ||y_p|| = 1
-    weight = a @ a.T
-    g_mat, lam = root @ root.T, np.ones(cand.size)
+    start = root @ root.T
+    g_mat, lam = start, np.ones(cand.size)
     ipm_tol = tol * 0.1
     upper: tuple[float, np.ndarray, np.ndarray] = (math.inf, np.eye(r), np.ones(r))
     lower: tuple[float, np.ndarray, np.ndarray] = (0.0, cand, lam / lam.size)
     for _ in range(max_rounds):
         yc = uc[cand] @ w
         if r > 1:
-            g_mat, lam = _ipm(yc, weight, g_mat, ipm_tol)
+            warm, lam, steps = _ipm(yc, a, g_mat, ipm_tol)
+            if steps == 0:  # the previous answer is too far from the new central path: start afresh
+                warm, lam, steps = _ipm(yc, a, start, ipm_tol)
+            g_mat = warm
         dual = np.maximum(lam, 0.0) / np.maximum(lam, 0.0).sum()
         phi = linalg.svd((yc * np.sqrt(dual)[:, None]) @ a, compute_uv=False, check_finite=False).sum()
         if phi**2 > lower[0]:
