@@ -29,6 +29,9 @@ from ui.release import current_plan, release_panel, stale_reason
 ensure_entrypoint()
 
 SWEEP_KEY = "km_sweep"
+JOB_KEY = "km_job"  # the comparison running in the background (ui.kmeans_view.SweepJob)
+JOB_NOTE_KEY = "km_job_note"  # why the last background comparison ended without a result
+POLL_S = 0.3  # seconds between two looks at a background comparison
 ELBOW_MAX_K = 10
 LOCAL_BADGE = "not ε-DP: calibrated on this dataset"
 DIAGNOSTIC_BANNER = (
@@ -83,7 +86,8 @@ def _choose_k(key: str, prep: PreparedData) -> int:
         ks = tuple(range(1, min(ELBOW_MAX_K, prep.n_samples) + 1))
         with user_errors("computing the elbow chart"):
             wcss = view.elbow(key, prep.X, ks)
-            st.plotly_chart(plots.elbow(ks, wcss, chosen_k=k), key="km_elbow")
+            elbow = view.figure("elbow", f"{key}|{ks}|{k}", lambda: plots.elbow(ks, wcss, chosen_k=k))
+            st.plotly_chart(elbow, key="km_elbow")
     if k < 2:
         st.error("K = 1 puts every row in one cluster: there is nothing to compare. Choose K ≥ 2.")
         st.stop()
@@ -119,7 +123,7 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
     chosen = []
     last_local = [m for m, spec in KMEANS.items() if not spec.is_dp][-1]
     for mech, spec in KMEANS.items():
-        label = spec.label + (" (slow: one MCMC chain per trial and ε)" if mech == "dp_lloyd_mcmc" else "")
+        label = spec.label + (" (slower: runs in the background)" if mech == view.MCMC else "")
         if not spec.is_dp and blocked:
             st.checkbox(label, value=False, disabled=True, key=f"km_mech_{mech}_blocked")
         elif st.checkbox(label, key=state.persist(f"km_mech_{mech}", mech in view.DEFAULT_MECHANISMS)):
@@ -162,17 +166,26 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
     trials = int(
         d.number_input("Trials per ε", min_value=1, max_value=500, key=state.persist("km_trials", 20))
     )
-    mcmc_steps = 30000
-    if "dp_lloyd_mcmc" in chosen:
+    mcmc_steps, mcmc_chains = 30000, view.MCMC_CHAINS
+    if view.MCMC in chosen:
+        e, f = st.columns(2)
+        mcmc_chains = int(
+            e.number_input(
+                "MCMC chains per ε",
+                min_value=1,
+                max_value=100,
+                key=state.persist("km_mcmc_chains", view.MCMC_CHAINS),
+                help="DP-Lloyd + MCMC's own trial count: more chains give a steadier curve and take longer.",
+            )
+        )
         mcmc_steps = int(
-            st.number_input(
+            f.number_input(
                 "MCMC chain length", min_value=100, step=1000, key=state.persist("km_mcmc_steps", 30000)
             )
         )
-    if "dp_lloyd_mcmc" in chosen:
         st.caption(
-            f"DP-Lloyd + MCMC runs {trials * len(grid)} chains ({trials} trials × {len(grid)} ε) of "
-            f"{mcmc_steps:,} steps each: this can take minutes. Lower the trials or the chain length."
+            f"DP-Lloyd + MCMC runs {mcmc_chains * len(grid)} chains ({mcmc_chains} per ε × {len(grid)} ε) "
+            f"of {mcmc_steps:,} steps, stepped together in the background: keep working, or cancel it."
         )
     graph = _graph() if "blowfish" in chosen else None
     neighbours = _neighbours()
@@ -204,20 +217,53 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         graph=graph,
         mcmc_steps=mcmc_steps,
         neighbours=neighbours,
+        mcmc_chains=mcmc_chains,
     )
 
 
 def _run(key: str, prep: PreparedData, labels: np.ndarray, params: view.SweepParams) -> None:
+    """A comparison this server already ran shows at once; a long one starts in the background
+    (:func:`_job_panel`); a short one runs now under a progress bar."""
+    hit = view.cached_sweep(key, params)
+    if hit is not None:
+        st.session_state[SWEEP_KEY] = hit
+        return
+    if view.runs_in_background(params):
+        st.session_state[JOB_KEY] = view.start_sweep(key, prep, labels, params)
+        st.rerun()  # redraw with the Run button disabled and the progress panel
     bar = st.progress(0.0, text="Starting the comparison...")
 
     def progress(fraction: float, message: str) -> None:
         bar.progress(float(min(max(fraction, 0.0), 1.0)), text=message)
 
-    with user_errors("running the comparison") as outcome:
+    with user_errors("running the comparison"):
         st.session_state[SWEEP_KEY] = view.run_sweep(key, prep, labels, params, progress)
     bar.empty()
-    if not outcome.failed:
+
+
+@st.fragment(run_every=POLL_S)
+def _job_panel() -> None:
+    """A background comparison's progress bar and Cancel button (this part alone reruns every
+    ``POLL_S``); when it ends, its result (or error, or cancellation) goes to the page in a full rerun."""
+    job: view.SweepJob | None = st.session_state.get(JOB_KEY)
+    if job is None:
+        return
+    if not job.running:
+        del st.session_state[JOB_KEY]
+        if job.result is not None:
+            st.session_state[SWEEP_KEY] = job.result
+        elif job.error is not None:
+            st.session_state[JOB_NOTE_KEY] = ("error", job.error)
+        else:
+            st.session_state[JOB_NOTE_KEY] = ("info", "Comparison cancelled: the charts below are unchanged.")
         st.rerun()
+    if job.cancel.is_set():
+        st.progress(job.fraction, text="Cancelling...")
+        return
+    st.progress(job.fraction, text=f"{job.message} · {job.elapsed:.0f} s (runs in the background)")
+    if st.button("Cancel the comparison", key="km_cancel", icon=":material/cancel:"):
+        job.cancel.set()
+        st.rerun(scope="fragment")
 
 
 @st.fragment
@@ -260,14 +306,19 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
         key=state.persist("km_view_level", "1sigma", ("1sigma", "95%").__contains__),
     )
     true_centers = view.true_clustering(result.key, prep.X, params.k)[1]
-    fig = plots.embedding(
-        prep.X,
-        true_centers,
-        draw.noisy_centers,
-        {m: d.covariance for m, d in ellipses.items()},
-        labels=labels,
-        noisy_name=f"{_label(shown)} centres (ε = {eps:g})",
-        level=level,
+    name = view.draw_name(result.key, params, shown, float(eps))
+    fig = view.figure(
+        "embedding",
+        f"{name}|{local}|{level}",
+        lambda: plots.embedding(
+            prep.X,
+            true_centers,
+            draw.noisy_centers,
+            {m: d.covariance for m, d in ellipses.items()},
+            labels=labels,
+            noisy_name=f"{_label(shown)} centres (ε = {eps:g})",
+            level=level,
+        ),
     )
     st.plotly_chart(fig, key="km_embedding")
     st.caption(
@@ -275,7 +326,8 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
         "several rounds) has no ellipse."
     )
     left, right = st.columns([2, 1])
-    left.plotly_chart(plots.population_table_figure(draw.populations), key="km_populations")
+    populations = view.figure("populations", name, lambda: plots.population_table_figure(draw.populations))
+    left.plotly_chart(populations, key="km_populations")
     right.dataframe(draw.populations)
     ds = state.dataset()
     numeric = [c for c in ds.schema.columns("numeric") if c in prep.frame.columns] if ds else []
@@ -287,20 +339,42 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     )
     for column in columns:
         with user_errors(f"drawing the violins of {column}"):
-            st.plotly_chart(
-                plots.violins(
+            fig = view.figure(
+                "violins",
+                f"{name}|{column}",
+                lambda column=column: plots.violins(
                     prep.frame, column, labels, draw.noisy_labels, noisy_name=f"{_label(shown)} labels"
                 ),
-                key=f"km_violin_{column}",
             )
+            st.plotly_chart(fig, key=f"km_violin_{column}")
+
+
+@st.fragment
+def _loss_chart(result: view.SweepResult) -> None:
+    """The metric picker and the loss-vs-ε chart; a new metric reruns this part alone."""
+    metrics = [m for m in METRIC_TITLES if m in result.frame.columns]
+    metric_key = state.persist("km_metric", metrics[0], metrics.__contains__)
+    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key=metric_key)
+    name = f"{result.key}|{result.params.key()}|{metric}"
+    st.plotly_chart(view.figure("loss", name, lambda: plots.loss_vs_eps(result.frame, metric)), key="km_loss")
 
 
 def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None) -> None:
     st.header("2. Compare mechanisms (diagnostics)")
     params = _compare_inputs(key, prep, k, blocked)
-    if st.button("Run comparison", type="primary", disabled=params is None, key="km_run") and params:
+    busy = JOB_KEY in st.session_state
+    if st.button("Run comparison", type="primary", disabled=params is None or busy, key="km_run") and params:
         _run(key, prep, labels, params)
+    if JOB_KEY in st.session_state:
+        _job_panel()
+    if JOB_NOTE_KEY in st.session_state:
+        kind, text = st.session_state.pop(JOB_NOTE_KEY)
+        (st.error if kind == "error" else st.info)(text)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
+    if (result is None or result.key != key) and params is not None:
+        result = view.cached_sweep(key, params)  # this server ran it already (another visit or tab)
+        if result is not None:
+            st.session_state[SWEEP_KEY] = result
     if result is None or result.key != key:
         st.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
         return
@@ -308,10 +382,7 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: 
         st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
     for note in result.notes:
         st.warning(note)
-    metrics = [m for m in METRIC_TITLES if m in result.frame.columns]
-    metric_key = state.persist("km_metric", metrics[0], metrics.__contains__)
-    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key=metric_key)
-    st.plotly_chart(plots.loss_vs_eps(result.frame, metric), key="km_loss")
+    _loss_chart(result)
     accuracy.kmeans_eps_finder(result.frame, [m for m, s in KMEANS.items() if s.is_dp or not blocked])
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
 

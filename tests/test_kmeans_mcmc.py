@@ -11,7 +11,14 @@ import pytest
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import DPLloydKMeans, LloydRelease
-from dpcore.kmeans.mcmc import LeeKiferKMeans, _simplex_projection, consistent_statistics, mcmc_postprocess
+from dpcore.kmeans.mcmc import (
+    CHUNK,
+    LeeKiferKMeans,
+    _simplex_projection,
+    consistent_statistics,
+    mcmc_postprocess,
+    mcmc_postprocess_many,
+)
 
 
 def blobs(seed: int = 0, n: int = 3000) -> np.ndarray:
@@ -89,3 +96,81 @@ def test_parameter_errors() -> None:
         mcmc_postprocess(est, n_steps=-1)
     with pytest.raises(ParameterError, match="proposal_variance"):
         mcmc_postprocess(est, proposal_variance=0.0)
+
+
+def _log_likelihood(state: LloydRelease, res) -> float:
+    """The chain's target recomputed from scratch for its returned dataset: -sum_t sum_k of the Laplace
+    residuals of the consistent sums (over b_S,t) and counts (over b_N,t), each round assigning with the
+    centres it used."""
+    x = res.synthetic_data
+    mid = (state.lower + state.upper) / 2.0
+    total = 0.0
+    for t in range(state.noisy_counts.shape[0]):
+        lab = ((x[:, None, :] - state.centers_history[t][None]) ** 2).sum(-1).argmin(1)
+        for k in range(state.noisy_counts.shape[1]):
+            sums = (x[lab == k] - mid).sum(axis=0)
+            total += np.abs(res.consistent_sums[t, k] - sums).sum() / state.sum_scale[t]
+            total += abs(res.consistent_counts[t, k] - np.sum(lab == k)) / state.count_scale[t]
+    return -total
+
+
+def test_batched_chains_keep_the_dataset_of_their_best_likelihood() -> None:
+    """Chains of different lengths (rounds) and sizes (points) stepped together: each returns the dataset
+    whose likelihood it reports, as computed from scratch, and only improves on its start."""
+    states = [
+        DPLloydKMeans(3, eps, (-1, 1), n_iter=rounds, random_state=seed).fit(blobs(seed, n)).released_state()
+        for eps, rounds, seed, n in ((0.3, 2, 1, 600), (1.0, 5, 2, 1500), (3.0, 3, 3, 900))
+    ]
+    results = mcmc_postprocess_many(states, n_steps=5000, random_state=7)
+    assert len(results) == 3
+    for state, res in zip(states, results, strict=True):
+        assert res.synthetic_data.shape == (max(round(consistent_statistics(state)[2]), 3), 2)
+        assert res.best_log_likelihood == pytest.approx(_log_likelihood(state, res), rel=1e-9, abs=1e-9)
+        assert res.best_log_likelihood > res.initial_log_likelihood
+        assert 0.0 < res.acceptance_rate < 1.0 and res.n_steps == 5000
+
+
+def test_one_chain_alone_is_the_chain_of_mcmc_postprocess() -> None:
+    state = DPLloydKMeans(3, 0.5, (-1, 1), n_iter=4, random_state=3).fit(blobs(4, 800)).released_state()
+    (alone,) = mcmc_postprocess_many([state], n_steps=3000, random_state=11)
+    single = mcmc_postprocess(state, n_steps=3000, random_state=11)
+    np.testing.assert_array_equal(alone.synthetic_data, single.synthetic_data)
+    np.testing.assert_array_equal(alone.cluster_centers, single.cluster_centers)
+
+
+def test_a_progress_report_that_raises_stops_the_chains() -> None:
+    """What a cancelled diagnostic relies on: the chains stop at the first report that raises."""
+    state = DPLloydKMeans(3, 0.5, (-1, 1), n_iter=3, random_state=0).fit(blobs(n=500)).released_state()
+    reports: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def progress(fraction: float, message: str) -> None:
+        reports.append(fraction)
+        raise Stop(message)
+
+    with pytest.raises(Stop, match="MCMC"):
+        mcmc_postprocess_many([state, state], n_steps=1000 * CHUNK, random_state=0, progress=progress)
+    assert reports == [CHUNK / (1000 * CHUNK)]  # after the first chunk, not the 1000th
+
+
+def test_fit_trials_runs_every_eps_and_trial_without_spending() -> None:
+    X = blobs(n=600)
+    est = LeeKiferKMeans(3, 1.0, (-1, 1), n_iter=3, n_steps=1500, random_state=2)
+    centres = est.fit_trials(X, [0.5, 2.0], 3)
+    assert centres.shape == (2, 3, 3, 2) and np.all(np.abs(centres) <= 1.0)
+    assert len({c.tobytes() for c in centres.reshape(6, -1)}) == 6  # independent noise for every fit
+    assert not hasattr(est, "budget_spent_") and est.epsilon == 1.0  # a diagnostic: nothing fitted, unchanged
+    # at eps = 2 the chains find the three blobs about as DP-Lloyd + MCMC fitted alone does
+    alone = [LeeKiferKMeans(3, 2.0, (-1, 1), n_iter=3, n_steps=1500, random_state=s).fit(X) for s in range(3)]
+    batched = np.median([wcss(X, c) for c in centres[1]])
+    assert batched <= 1.5 * np.median([wcss(X, e.cluster_centers_) for e in alone])
+    with pytest.raises(ParameterError, match="share K"):
+        mcmc_postprocess_many(
+            [
+                DPLloydKMeans(k, 1.0, (-1, 1), n_iter=2, random_state=0).fit(blobs(n=200)).released_state()
+                for k in (2, 3)
+            ],
+            n_steps=10,
+        )

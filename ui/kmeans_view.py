@@ -3,13 +3,22 @@
 Nothing here computes privacy or utility: clustering, noise, metrics and figures come from dpcore.
 Cached functions are keyed by :func:`data_key` (the prepared data's table fingerprint, features,
 scaling and public bounds) and the parameters; arrays are passed as ``_X``/``_labels`` (not hashed).
-The sweep is memoised in session state rather than ``st.cache_data`` because it reports progress to
-an ``st.progress`` bar: element updates made inside a cached function would be replayed on cache hits.
+Figures are built once per key and shared (``st.cache_resource``: Plotly's validation, not the drawing,
+is what a rerun paid for). Comparisons are memoised per server process, one part per mechanism keyed by
+the data key and the settings that mechanism reads, so a second visit, a reload or another tab with the
+same data shows them at once, and ticking one more mechanism computes that one only; they report progress
+to an ``st.progress`` bar, so they are not in ``st.cache_data`` (element updates would be replayed).
+Long comparisons (DP-Lloyd + MCMC, or many fits) run in a worker thread (:class:`SweepJob`): the page
+stays usable, shows a progress bar and can cancel them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,10 +26,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore import kmeans
 from dpcore.data import PreparedData
+from dpcore.errors import DPCoreError
 from dpcore.kmeans import KMEANS, KMeansInputs, blowfish_gain, centroid_table, noise_shape, sweep
 from dpcore.kmeans.blowfish import sensitivity_gain_bound
 from dpcore.kmeans.lloyd import Neighbours
@@ -32,15 +43,21 @@ __all__ = [
     "DEFAULT_MECHANISMS",
     "EPS_OPTIONS",
     "Draw",
+    "SweepJob",
     "SweepParams",
     "SweepResult",
     "blowfish_gain_text",
+    "cached_sweep",
     "data_key",
     "diagnostic_draw",
+    "draw_name",
     "elbow",
+    "figure",
     "policy_neighbours",
     "release_table",
     "run_sweep",
+    "runs_in_background",
+    "start_sweep",
     "true_clustering",
 ]
 
@@ -52,8 +69,12 @@ CALIBRATIONS: dict[str, str] = {
     "classic": "Classic (Dwork-Roth; every ε < 1 only)",
 }
 DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
-SWEEPS_KEY = "km_sweeps"
-_SWEEP_MEMO = 4
+MCMC = "dp_lloyd_mcmc"
+MCMC_CHAINS = 1  # DP-Lloyd + MCMC chains per ε by default (its own trial count: more on request)
+BACKGROUND_FITS = 1000  # a comparison with more noisy-Lloyd fits runs in the background (default: 440)
+_PARTS = 64  # comparison parts (one mechanism's trials over an ε grid) kept per server process
+_FIGURES = 64  # figures kept per kind
+logger = logging.getLogger("dpcore.app")
 
 
 def data_key(prep: PreparedData) -> str:
@@ -71,6 +92,13 @@ def data_key(prep: PreparedData) -> str:
         },
         sort_keys=True,
     )
+
+
+@st.cache_resource(show_spinner=False, max_entries=_FIGURES)
+def figure(kind: str, key: str, _build: Callable[[], go.Figure]) -> go.Figure:
+    """``_build()``, once per (kind, key) per server process, shared by every run and session (never
+    mutated: ``st.plotly_chart`` serialises a copy). ``key`` must name every input of ``_build``."""
+    return _build()
 
 
 @st.cache_data(show_spinner="Elbow: non-private k-means for each K...", max_entries=16)
@@ -124,7 +152,10 @@ def blowfish_gain_text(
 
 @dataclass(frozen=True)
 class SweepParams:
-    """Everything that defines a comparison (with the data key): hashable, used as the memo key."""
+    """Everything that defines a comparison (with the data key): hashable, used as the memo key.
+
+    ``trials`` fits per ε for every mechanism but DP-Lloyd + MCMC, which runs ``mcmc_chains`` chains per ε.
+    """
 
     k: int
     mechanisms: tuple[str, ...]
@@ -136,6 +167,7 @@ class SweepParams:
     mcmc_steps: int = 30000
     neighbours: str = "unbounded"
     seed: int = DIAGNOSTIC_SEED
+    mcmc_chains: int = MCMC_CHAINS
 
     def key(self) -> str:
         """Plain-JSON identity (survives Streamlit reloading this module while the app runs)."""
@@ -153,6 +185,128 @@ class SweepResult:
     notes: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One mechanism's share of a comparison: its rows of the tidy table and the warnings it raised."""
+
+    frame: pd.DataFrame
+    notes: tuple[str, ...]
+
+
+class _PartMemo:
+    """The last ``_PARTS`` comparison parts of this server process, by (data key, part key)."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[str, str], _Part] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> _Part | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, str], part: _Part) -> None:
+        with self._lock:
+            self._items[key] = part
+            while len(self._items) > _PARTS:
+                self._items.popitem(last=False)
+
+
+@st.cache_resource(show_spinner=False)
+def _memo() -> _PartMemo:
+    return _PartMemo()
+
+
+def _part_key(key: str, params: SweepParams, mechanism: str) -> tuple[str, str]:
+    """A mechanism's part of a comparison, named by the settings it reads: its registry parameters,
+    δ if it takes one, the ε grid, its trial count and its seed (so ticking one more mechanism, or
+    changing a setting another one reads, leaves this part as it is)."""
+    spec = KMEANS[mechanism]
+    values = {
+        "n_clusters": params.k,
+        "calibration": params.calibration,
+        "graph": None if params.graph is None else params.graph.to_dict(),
+        "n_iter": 0,
+        "mcmc_steps": params.mcmc_steps,
+        "neighbours": params.neighbours,
+    }
+    fields = {p.name: values.get(p.name) for p in spec.params}
+    fields.update(
+        mechanism=mechanism,
+        eps=list(params.eps),
+        trials=params.mcmc_chains if mechanism == MCMC else params.trials,
+        seed=_seed(params, mechanism),
+        delta=params.delta if spec.needs_delta else None,
+    )
+    return key, json.dumps(fields, sort_keys=True)
+
+
+def _seed(params: SweepParams, mechanism: str) -> int:
+    """Each mechanism's diagnostic seed: the comparison's, offset by its place in the registry."""
+    return params.seed + list(KMEANS).index(mechanism)
+
+
+def _assemble(key: str, params: SweepParams, parts: list[_Part]) -> SweepResult:
+    frame = pd.concat([p.frame for p in parts], ignore_index=True)
+    return SweepResult(key, params, frame, tuple(dict.fromkeys(n for p in parts for n in p.notes)))
+
+
+def cached_sweep(key: str, params: SweepParams) -> SweepResult | None:
+    """The comparison of ``params`` on the data ``key`` if this server already ran every part of it."""
+    memo = _memo()
+    parts = [memo.get(_part_key(key, params, m)) for m in params.mechanisms]
+    return None if any(p is None for p in parts) else _assemble(key, params, parts)  # type: ignore[arg-type]
+
+
+def runs_in_background(params: SweepParams) -> bool:
+    """Long comparisons run in a worker thread: DP-Lloyd + MCMC, or more than ``BACKGROUND_FITS`` fits."""
+    fits = params.trials * len(params.eps) * sum(KMEANS[m].is_dp for m in params.mechanisms if m != MCMC)
+    return MCMC in params.mechanisms or fits > BACKGROUND_FITS
+
+
+def _compute(
+    key: str,
+    prep: PreparedData,
+    labels: np.ndarray,
+    params: SweepParams,
+    progress: Callable[[float, str], None],
+    memo: _PartMemo,
+) -> SweepResult:
+    """``dpcore.kmeans.sweep`` for each chosen mechanism ``memo`` lacks (DP-Lloyd + MCMC with its own
+    chain count), memoised as it finishes; warnings become the parts' notes. No Streamlit call here:
+    it runs in worker threads."""
+    parts = {m: memo.get(_part_key(key, params, m)) for m in params.mechanisms}
+    todo = [m for m, part in parts.items() if part is None]
+    shares = np.cumsum([0.0] + [4.0 if m == MCMC else 1.0 for m in todo])
+    for m, lo, hi in zip(todo, shares[:-1] / shares[-1], shares[1:] / shares[-1], strict=True):
+
+        def report(fraction: float, message: str, lo: float = lo, hi: float = hi) -> None:
+            progress(lo + (hi - lo) * min(max(fraction, 0.0), 1.0), message)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frame = sweep(
+                prep.X,
+                labels,
+                [m],
+                list(params.eps),
+                trials=params.mcmc_chains if m == MCMC else params.trials,
+                delta=params.delta,
+                calibration=params.calibration,  # type: ignore[arg-type]
+                bounds=(prep.lower, prep.upper),
+                graph=params.graph,
+                seed=_seed(params, m),
+                progress=report,
+                mcmc_steps=params.mcmc_steps,
+                neighbours=params.neighbours,  # type: ignore[arg-type]
+            )
+        parts[m] = _Part(frame, tuple(dict.fromkeys(str(w.message) for w in caught)))
+        memo.put(_part_key(key, params, m), parts[m])
+    return _assemble(key, params, list(parts.values()))  # type: ignore[arg-type]
+
+
 def run_sweep(
     key: str,
     prep: PreparedData,
@@ -160,39 +314,62 @@ def run_sweep(
     params: SweepParams,
     progress: Callable[[float, str], None],
 ) -> SweepResult:
-    """``dpcore.kmeans.sweep.sweep`` memoised in session state by (data key, params)."""
-    import warnings
+    """The comparison in this run: the parts this server already ran, the others computed now."""
+    return _compute(key, prep, labels, params, progress, _memo())
 
-    memo: OrderedDict[tuple[str, str], SweepResult] = st.session_state.setdefault(SWEEPS_KEY, OrderedDict())
-    memo_key = (key, params.key())
-    hit = memo.get(memo_key)
-    if hit is not None:
-        memo.move_to_end(memo_key)
-        return hit
-    needs_bounds = any(KMEANS[m].is_dp for m in params.mechanisms)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        frame = sweep(
-            prep.X,
-            labels,
-            list(params.mechanisms),
-            list(params.eps),
-            trials=params.trials,
-            delta=params.delta,
-            calibration=params.calibration,  # type: ignore[arg-type]
-            bounds=(prep.lower, prep.upper) if needs_bounds else None,
-            graph=params.graph if "blowfish" in params.mechanisms else None,
-            seed=params.seed,
-            progress=progress,
-            mcmc_steps=params.mcmc_steps,
-            neighbours=params.neighbours,  # type: ignore[arg-type]
-        )
-    notes = tuple(dict.fromkeys(str(w.message) for w in caught))
-    result = SweepResult(key, params, frame, notes)
-    memo[memo_key] = result
-    while len(memo) > _SWEEP_MEMO:
-        memo.popitem(last=False)
-    return result
+
+class Cancelled(Exception):
+    """Raised in a worker thread's progress callback once the curator pressed Cancel."""
+
+
+@dataclass(eq=False)
+class SweepJob:
+    """A comparison running in a worker thread. The thread writes ``fraction``, ``message`` and, at the
+    end, ``result`` or ``error``; the page reads them and sets ``cancel`` (checked at every progress
+    report: between mechanisms, and every few thousand MCMC steps)."""
+
+    key: str
+    params: SweepParams
+    fraction: float = 0.0
+    message: str = "Starting the comparison..."
+    result: SweepResult | None = None
+    error: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _progress(self, fraction: float, message: str) -> None:
+        if self.cancel.is_set():
+            raise Cancelled
+        self.fraction, self.message = float(min(max(fraction, 0.0), 1.0)), message
+
+    def _work(self, prep: PreparedData, labels: np.ndarray, memo: _PartMemo) -> None:
+        try:
+            self.result = _compute(self.key, prep, labels, self.params, self._progress, memo)
+        except Cancelled:
+            pass
+        except DPCoreError as err:
+            self.error = str(err)
+        except Exception:
+            logger.exception("Unexpected error while running the comparison")
+            self.error = "Something went wrong while running the comparison; the details were logged."
+
+
+def start_sweep(key: str, prep: PreparedData, labels: np.ndarray, params: SweepParams) -> SweepJob:
+    """Start the comparison in a daemon worker thread; its result joins this server's memo."""
+    job = SweepJob(key, params)
+    args = (prep, labels, _memo())  # the memo is fetched here: the worker makes no Streamlit call
+    job.thread = threading.Thread(target=job._work, args=args, name="dpcore-sweep", daemon=True)
+    job.thread.start()
+    return job
 
 
 # ---------------------------------------------------------------- one diagnostic draw per (mechanism, eps)
@@ -209,6 +386,13 @@ class Draw:
     noise_trace: float | None
     gap: float | None
     caveats: tuple[str, ...]
+
+
+def draw_name(key: str, params: SweepParams, mechanism: str, epsilon: float) -> str:
+    """Names :func:`diagnostic_draw`'s result for a comparison's settings: every input it reads."""
+    graph = None if params.graph is None else params.graph.to_dict()
+    fields = (key, params.k, mechanism, epsilon, params.delta, params.calibration, graph, params.mcmc_steps)
+    return json.dumps([*fields, params.neighbours, params.seed])
 
 
 @st.cache_data(show_spinner="Drawing diagnostic noise...", max_entries=64)

@@ -1,8 +1,8 @@
-"""Lee & Kifer post-processing of DP-Lloyd: MCMC over synthetic datasets (seed 003 s.3; MECHANISMS s.3.6).
+"""Lee & Kifer 2016 post-processing of DP-Lloyd: MCMC over synthetic datasets.
 
 Input: only what DP-Lloyd released (noisy counts n~ and sums s~ of all T rounds) and its public inputs
 (box, data-independent initial centres, the centres each round assigned with, per-query eps and
-sensitivities): a ``LloydRelease``. No data access, so no extra budget (post-processing, seed 001/004).
+sensitivities): a ``LloydRelease``. No data access, so no extra budget (post-processing).
 
 1. Consistency (s.3.2): one total N^ = inverse-variance weighted mean of the T noisy totals; each round's
    counts are projected (Euclidean) onto {n >= 0, sum_k n_k = N^}; each round's sums are shifted equally
@@ -19,16 +19,19 @@ sensitivities): a ``LloydRelease``. No data access, so no extra budget (post-pro
 
 Speed: proposals, their mixture densities and their assignments in all T rounds are drawn and computed
 in vectorised chunks up front; a step then touches two (T x d) rows of the running per-round sums, so it
-costs O(T d) with a fixed handful of numpy calls (no recomputation over the dataset).
+costs O(T d) (no recomputation over the dataset). Independent chains (a comparison's trials) step
+together: one step of C chains is the same handful of numpy calls over (C, 2T, d + 1) arrays, so 20
+chains cost about 3 times one chain, not 20 times (:func:`mcmc_postprocess_many`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import logsumexp
+from sklearn.base import clone
 from sklearn.cluster import KMeans
 
 from dpcore.errors import ParameterError
@@ -43,6 +46,7 @@ from dpcore.kmeans.lloyd import (
 from dpcore.mechanisms import Sampler
 
 CHUNK = 4096
+Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ def _simplex_projection(v: NDArray, total: float) -> NDArray:
 
 
 def consistent_statistics(release: LloydRelease) -> tuple[NDArray, NDArray, float]:
-    """Counts >= 0 with one total across rounds, sums with one total across rounds (seed 003 s.3.2)."""
+    """Counts >= 0 and sums with one total each across rounds (Lee & Kifer 2016 s.3.2)."""
     counts, sums = release.noisy_counts, release.noisy_sums
     w_n = 1.0 / release.count_scale**2
     total_n = max(float(np.sum(w_n * counts.sum(axis=1)) / np.sum(w_n)), 1.0)
@@ -98,7 +102,96 @@ def _log_q(Z: NDArray, mix_centres: NDArray, log_w: NDArray, variance: float) ->
     """log of the GMM proposal density (up to the constant shared by every point)."""
     flat = mix_centres.reshape(-1, Z.shape[1])
     sq = np.einsum("ij,ij->i", Z, Z)[:, None] - 2.0 * Z @ flat.T + np.einsum("ij,ij->i", flat, flat)
-    return logsumexp(log_w.ravel()[None] - np.maximum(sq, 0.0) / (2.0 * variance), axis=1)
+    terms = log_w.ravel()[None] - np.maximum(sq, 0.0) / (2.0 * variance)
+    top = terms.max(axis=1, keepdims=True)  # finite: some component of every round has weight > 0
+    return (top + np.log(np.exp(terms - top).sum(axis=1, keepdims=True)))[:, 0]
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """One chain's fixed inputs in the scaled space z = (x - mid) / h (see the module docstring)."""
+
+    state: LloydRelease
+    mid: NDArray  # (d,)
+    h: NDArray  # (d,)
+    counts: NDArray  # (T, K) consistent counts
+    sums: NDArray  # (T, K, d) consistent sums
+    n_points: int
+    targets: NDArray  # (T * K, d + 1) residual rows: (s^_k(t) / h, n^_k(t))
+    weights: NDArray  # (T, d + 1) Laplace weights h / b_S,t and 1 / b_N,t
+    assign_centres: NDArray  # (T, K, d) round t assigns with c(t-1)
+    mix: NDArray  # (T, K, d) proposal mixture centres c_k(t)
+    log_w: NDArray  # (T, K) log mixture weights
+
+    @property
+    def rounds(self) -> int:
+        return int(self.counts.shape[0])
+
+    @classmethod
+    def of(cls, released: LloydRelease | NoisyLloydBase) -> _Chain:
+        state = released.released_state() if isinstance(released, NoisyLloydBase) else released
+        if not isinstance(state, LloydRelease):
+            raise ParameterError("mcmc_postprocess takes a fitted DPLloydKMeans or its released_state().")
+        mid, h = (state.lower + state.upper) / 2.0, (state.upper - state.lower) / 2.0
+        T, K = state.noisy_counts.shape
+        counts, sums, total_n = consistent_statistics(state)
+        # |s - h * S_z| / b = sum_i (h_i / b) |s_i / h_i - S_z,i|. Each point carries an extra coordinate 1,
+        # so the residual R[t*K + k] = (s^_k(t) / h - S_z, n^_k(t) - N) holds sums and counts.
+        targets = np.concatenate((sums / h, counts[..., None]), axis=-1).reshape(T * K, h.size + 1)
+        weights = np.concatenate((h[None, :] / state.sum_scale[:, None], 1.0 / state.count_scale[:, None]), 1)
+        mix = np.clip(sums / np.maximum(counts, 1e-12)[..., None] / h, -1.0, 1.0)
+        with np.errstate(divide="ignore"):
+            log_w = np.log(counts / counts.sum(axis=1, keepdims=True)) - np.log(T)
+        return cls(
+            state,
+            mid,
+            h,
+            counts,
+            sums,
+            max(round(total_n), K),
+            targets,
+            weights,
+            (state.centers_history[:T] - mid) / h,
+            mix,
+            log_w,
+        )
+
+    def start(self, proposal_variance: float) -> tuple[NDArray, NDArray, NDArray, NDArray, float]:
+        """D(0) = round(n^_k(T)) points at c_k(T): points (N, d + 1), their rows (N, T), log q (N,),
+        residuals (T * K, d + 1) and log-likelihood."""
+        T, K, d = self.mix.shape
+        Z = np.repeat(self.mix[-1], _largest_remainder(self.counts[-1], self.n_points), axis=0)
+        Z = np.concatenate((Z, np.ones((self.n_points, 1))), axis=1)
+        rows = _assign(Z[:, :d], self.assign_centres, self.h) + np.arange(T) * K
+        R = self.targets.copy()
+        for t in range(T):
+            np.subtract.at(R, rows[:, t], Z)
+        loglik = -float((np.abs(R).reshape(T, K, d + 1) * self.weights[:, None, :]).sum())
+        return Z, rows, _log_q(Z[:, :d], self.mix, self.log_w, proposal_variance), R, loglik
+
+    def proposals(
+        self, m: int, proposal_variance: float, rng: np.random.Generator
+    ) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray]:
+        """m proposals from the GMM q (with a 1 appended), their rows (m, T), log q, picks and log u."""
+        T, K, d = self.mix.shape
+        flat_p = np.exp(self.log_w.ravel())
+        comp = rng.choice(flat_p.size, size=m, p=flat_p / flat_p.sum())
+        noise = rng.normal(0.0, np.sqrt(proposal_variance), (m, d))
+        prop = np.clip(self.mix.reshape(-1, d)[comp] + noise, -1.0, 1.0)
+        rows = _assign(prop, self.assign_centres, self.h) + np.arange(T) * K
+        log_q = _log_q(prop, self.mix, self.log_w, proposal_variance)
+        picks = rng.integers(0, self.n_points, size=m)
+        log_u = np.log(rng.random(m))
+        return np.concatenate((prop, np.ones((m, 1))), axis=1), rows, log_q, picks, log_u
+
+
+def _check_chain_args(n_steps: object, proposal_variance: object) -> None:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
+        raise ParameterError(f"n_steps must be a whole number >= 0 (got {n_steps!r}); the paper uses 30000.")
+    if not (isinstance(proposal_variance, (int, float)) and 0 < proposal_variance < np.inf):
+        raise ParameterError(
+            f"proposal_variance must be > 0 (got {proposal_variance!r}); the paper uses 0.001."
+        )
 
 
 def mcmc_postprocess(
@@ -108,106 +201,140 @@ def mcmc_postprocess(
     random_state: int | Sampler | None = None,
 ) -> MCMCResult:
     """Lee & Kifer's MCMC post-processing of a DP-Lloyd release; spends no budget and reads no data."""
-    state = released.released_state() if isinstance(released, NoisyLloydBase) else released
-    if not isinstance(state, LloydRelease):
-        raise ParameterError("mcmc_postprocess takes a fitted DPLloydKMeans or its released_state().")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
-        raise ParameterError(f"n_steps must be a whole number >= 0 (got {n_steps!r}); the paper uses 30000.")
-    if not (isinstance(proposal_variance, (int, float)) and 0 < proposal_variance < np.inf):
-        raise ParameterError(
-            f"proposal_variance must be > 0 (got {proposal_variance!r}); the paper uses 0.001."
-        )
+    return mcmc_postprocess_many([released], n_steps, proposal_variance, random_state)[0]
+
+
+def mcmc_postprocess_many(
+    releases: Sequence[LloydRelease | NoisyLloydBase],
+    n_steps: int = 30_000,
+    proposal_variance: float = 0.001,
+    random_state: int | Sampler | None = None,
+    progress: Progress | None = None,
+) -> list[MCMCResult]:
+    """One independent chain per release (same K and d), all stepped together: each step is a handful
+    of numpy calls over every chain at once, so C chains cost little more than one. Post-processing of
+    each release alone (no data, no budget). ``progress(fraction, message)`` is called every
+    ``CHUNK`` steps; an exception it raises stops the chains (e.g. a cancelled diagnostic).
+
+    One sampler, drawn from chain after chain per chunk of steps: a single chain draws exactly what it
+    would draw alone.
+    """
+    chains = [_Chain.of(r) for r in releases]
+    _check_chain_args(n_steps, proposal_variance)
+    if not chains:
+        return []
+    K, d = chains[0].mix.shape[1:]
+    if any(c.mix.shape[1:] != (K, d) for c in chains):
+        raise ParameterError("the releases of one batch of chains must share K and the number of features.")
     sampler = make_sampler(random_state)
     rng = sampler.rng
+    C, T, N = len(chains), max(c.rounds for c in chains), max(c.n_points for c in chains)
+    # The running state of every chain, padded to T rounds and N points and flattened. Point i of chain c
+    # is row c * N + i of S: (z, 1 | its residual row in each round | log q(z)); residual row r of chain
+    # c is row c * T * K + r of R (rounds a chain does not have get zero-weight rows of their own).
+    L = d + 1 + T + 1
+    S, R, W = np.zeros((C * N, L)), np.zeros((C * T * K, d + 1)), np.zeros((C, T, d + 1))
+    base = (np.arange(C) * T * K)[:, None] + np.arange(T) * K  # (C, T) first row of each round
+    S[:, d + 1 : -1] = np.repeat(base, N, axis=0)
+    loglik = np.empty(C)
+    for c, chain in enumerate(chains):
+        Tc, at = chain.rounds, slice(c * N, c * N + chain.n_points)
+        Z_c, rows_c, S[at, -1], R_c, loglik[c] = chain.start(proposal_variance)
+        S[at, : d + 1], S[at, d + 1 : d + 1 + Tc] = Z_c, rows_c + c * T * K
+        R[c * T * K : c * T * K + Tc * K] = R_c
+        W[c, :Tc] = chain.weights
+    initial, best = loglik.copy(), loglik.copy()
+    S_best, best_step = S.copy(), np.full(C, -1)
+    accepted = np.zeros(C, dtype=np.intp)
+    report = progress or (lambda _f, _m: None)
 
-    lower, upper = state.lower, state.upper
-    mid, h = (lower + upper) / 2.0, (upper - lower) / 2.0
-    T, K = state.noisy_counts.shape
-    counts, sums, total_n = consistent_statistics(state)
-    n_points = max(round(total_n), K)
-
-    # Scaled space: |s - h * S_z| / b = sum_i (h_i / b) |s_i / h_i - S_z,i|. Each point carries an extra
-    # coordinate 1, so the residual R[t*K + k] = (s^_k(t) / h - S_z, n^_k(t) - N) holds sums and counts.
-    d = lower.size
-    targets = np.concatenate((sums / h, counts[..., None]), axis=-1).reshape(T * K, d + 1)
-    weights = np.concatenate(
-        (h[None, :] / state.sum_scale[:, None], 1.0 / state.count_scale[:, None]), axis=1
-    )
-    assign_centres = (state.centers_history[:T] - mid) / h  # round t assigns with c(t-1)
-    mix = np.clip(sums / np.maximum(counts, 1e-12)[..., None] / h, -1.0, 1.0)  # c_k(t), scaled
-    with np.errstate(divide="ignore"):
-        log_w = np.log(counts / counts.sum(axis=1, keepdims=True)) - np.log(T)
-    offsets = np.arange(T) * K
-
-    # initial state: round(n^_k(T)) points at c_k(T)
-    Z = np.repeat(mix[-1], _largest_remainder(counts[-1], n_points), axis=0)
-    Z = np.concatenate((Z, np.ones((n_points, 1))), axis=1)
-    rows = _assign(Z[:, :d], assign_centres, h) + offsets  # (N, T) flat residual rows
-    logq_cur = _log_q(Z[:, :d], mix, log_w, proposal_variance).tolist()
-    R = targets.copy()
-    for t in range(T):
-        np.subtract.at(R, rows[:, t], Z)
-    loglik = -float((np.abs(R).reshape(T, K, d + 1) * weights[:, None, :]).sum())
-    initial, best = loglik, loglik
-    Z_best, pending = Z.copy(), []
-
-    weights2 = np.concatenate((weights, weights)).ravel()
-    flat_p = np.exp(log_w.ravel())
-    flat_p /= flat_p.sum()
-    accepted = 0
+    # per chunk: the proposals packed like S, their rows as integers, log u + log q(z') per step
+    props = np.empty((CHUNK, C, L))
+    rows_prop = np.broadcast_to(base, (CHUNK, C, T)).copy()
+    picks, threshold = np.zeros((CHUNK, C), dtype=np.intp), np.empty((CHUNK, C))
+    # per step: rows a then rows b of every round, their residuals before then after the move, the move
+    both, olds_news = np.empty((C, 2 * T), dtype=np.intp), np.empty((C, 4 * T, d + 1))
+    old, new, move = olds_news[:, : 2 * T], olds_news[:, 2 * T :], np.empty((C, 2 * T, d + 1))
+    signed = np.concatenate((W, W, -W, -W), axis=1)  # delta = sum |old| w - |new| w
     for start in range(0, n_steps, CHUNK):
         m = min(CHUNK, n_steps - start)
-        comp = rng.choice(flat_p.size, size=m, p=flat_p)
-        noise = rng.normal(0.0, np.sqrt(proposal_variance), (m, d))
-        prop = np.clip(mix.reshape(-1, d)[comp] + noise, -1.0, 1.0)
-        rows_prop = _assign(prop, assign_centres, h) + offsets
-        logq_prop = _log_q(prop, mix, log_w, proposal_variance)
-        prop = np.concatenate((prop, np.ones((m, 1))), axis=1)
-        picks = rng.integers(0, n_points, size=m).tolist()
-        log_u = np.log(rng.random(m)).tolist()
-        logq_list = logq_prop.tolist()
+        for c, chain in enumerate(chains):
+            z, rows_c, logq_c, picks_c, log_u = chain.proposals(m, proposal_variance, rng)
+            rows_prop[:m, c, : chain.rounds] = rows_c + c * T * K
+            props[:m, c, : d + 1], props[:m, c, d + 1 : -1], props[:m, c, -1] = z, rows_prop[:m, c], logq_c
+            picks[:m, c], threshold[:m, c] = picks_c + c * N, log_u + logq_c
+        moves: list[tuple[int, NDArray, NDArray, NDArray]] = []
         for s in range(m):
-            p = picks[s]
-            x, xn, ia, ib = Z[p], prop[s], rows[p], rows_prop[s]
-            same = (ia == ib)[:, None]
-            old = R[np.concatenate((ia, ib))]  # rows a then rows b of every round
+            p, ib, prop = picks[s], rows_prop[s], props[s]
+            cur = S.take(p, axis=0)
+            ia, x, xn = cur[:, d + 1 : -1].astype(np.intp), cur[:, : d + 1], prop[:, : d + 1]
+            both[:, :T], both[:, T:] = ia, ib
+            np.take(R, both, axis=0, out=old, mode="clip")
             # x leaves row a (and xn joins it when a == b); xn joins row b when a != b
-            new = old + np.concatenate((x - same * xn, (same - 1.0) * xn))
-            delta = float((np.abs(old) - np.abs(new)).ravel() @ weights2)
-            if log_u[s] < delta + logq_cur[p] - logq_list[s]:
-                R[ia] += x
-                R[ib] -= xn
-                Z[p] = xn
-                rows[p] = ib
-                logq_cur[p] = logq_list[s]
-                loglik += delta
-                accepted += 1
-                pending.append((p, xn))
-                if loglik > best:
-                    best = loglik
-                    for q, row in pending:
-                        Z_best[q] = row
-                    pending.clear()
+            same = (ia == ib)[..., None] * xn[:, None]
+            np.subtract(x[:, None], same, out=move[:, :T])
+            np.subtract(same, xn[:, None], out=move[:, T:])
+            np.add(old, move, out=new)
+            delta = np.einsum("cij,cij->c", np.abs(olds_news), signed)
+            accept = threshold[s] < delta + cur[:, -1]
+            ok = np.flatnonzero(accept)
+            if ok.size == 0:
+                continue
+            moves.append((s, ok, p[ok], cur[ok]))
+            # rows b first: a row shared by a and b holds both moves in its a copy, none in its b copy
+            R[both[ok, T:]] = new[ok, T:]
+            R[both[ok, :T]] = new[ok, :T]
+            S[p[ok]] = prop[ok]
+            np.add(loglik, delta, out=loglik, where=accept)
+            accepted += accept
+            better = loglik > best
+            np.copyto(best, loglik, where=better)
+            np.copyto(best_step, start + s, where=better)
+        _keep_best(S, S_best, best_step, start, moves)
+        report((start + m) / n_steps, f"MCMC: {start + m:,} of {n_steps:,} steps, {C} chain(s)")
 
-    Z_best = Z_best[:, :d]
-    data = Z_best * h  # centred original units
-    seed = int(rng.integers(0, 2**31 - 1))
-    km = KMeans(n_clusters=K, n_init=10, random_state=seed).fit(data)
-    return MCMCResult(
-        cluster_centers=np.clip(km.cluster_centers_, -h, h) + mid,
-        synthetic_data=data + mid,
-        consistent_counts=counts,
-        consistent_sums=sums,
-        initial_log_likelihood=initial,
-        best_log_likelihood=best,
-        acceptance_rate=accepted / n_steps if n_steps else 0.0,
-        n_steps=int(n_steps),
-        sampling_mode=sampler.mode,
-    )
+    results = []
+    for c, chain in enumerate(chains):
+        data = S_best[c * N : c * N + chain.n_points, :d] * chain.h  # centred original units
+        seed = int(rng.integers(0, 2**31 - 1))
+        km = KMeans(n_clusters=K, n_init=10, random_state=seed).fit(data)
+        results.append(
+            MCMCResult(
+                cluster_centers=np.clip(km.cluster_centers_, -chain.h, chain.h) + chain.mid,
+                synthetic_data=data + chain.mid,
+                consistent_counts=chain.counts,
+                consistent_sums=chain.sums,
+                initial_log_likelihood=float(initial[c]),
+                best_log_likelihood=float(best[c]),
+                acceptance_rate=float(accepted[c]) / n_steps if n_steps else 0.0,
+                n_steps=int(n_steps),
+                sampling_mode=sampler.mode,
+            )
+        )
+    return results
+
+
+def _keep_best(S: NDArray, S_best: NDArray, best_step: NDArray, start: int, moves: list) -> None:
+    """After a chunk of steps from ``start``: chain c's points in S_best become those at its best step, for
+    each chain whose best moved in the chunk: its current points with every later move undone (a point
+    moved after the best gets back the value it had before its first such move). ``moves``: (step,
+    chains, point rows, previous values) for each step with an acceptance, in order."""
+    improved = best_step >= start
+    if not improved.any():
+        return
+    rows = np.repeat(improved, S.shape[0] // best_step.size)
+    S_best[rows] = S[rows]
+    steps = np.concatenate([np.full(ok.size, s) for s, ok, _, _ in moves])
+    chains = np.concatenate([ok for _, ok, _, _ in moves])
+    points = np.concatenate([pa for _, _, pa, _ in moves])
+    previous = np.concatenate([old for _, _, _, old in moves])
+    later = improved[chains] & (start + steps > best_step[chains])
+    first = np.unique(points[later], return_index=True)[1]  # the first later move of each point
+    S_best[points[later][first]] = previous[later][first]
 
 
 class LeeKiferKMeans(DPLloydKMeans):
-    """DP-Lloyd followed by Lee & Kifer's MCMC post-processing (seed 003): the guarantee of DP-Lloyd,
+    """DP-Lloyd followed by Lee & Kifer 2016's MCMC post-processing: the guarantee of DP-Lloyd,
     eps-DP for rows added or removed (or replaced, ``neighbours="bounded"``), since the chain reads only
     the release. Parameters of DPLloydKMeans plus ``n_steps`` and ``proposal_variance``.
     Fitted as DPLloydKMeans, with ``cluster_centers_`` from the chain, ``dp_lloyd_centers_`` (the plain
@@ -238,6 +365,21 @@ class LeeKiferKMeans(DPLloydKMeans):
         self.dp_lloyd_centers_ = self.cluster_centers_
         self.cluster_centers_ = self.mcmc_.cluster_centers
         return self
+
+    def fit_trials(
+        self, X: object, eps_grid: Sequence[float], trials: int, progress: Progress | None = None
+    ) -> NDArray:
+        """Centres (E, trials, K, d) of ``trials`` independent fits at each eps of ``eps_grid``, as
+        ``fit`` gives them one by one, with every chain stepped together (:func:`mcmc_postprocess_many`).
+        A diagnostic path: the estimator itself is left unfitted. ``progress`` as in the batch."""
+        sampler = make_sampler(self.random_state)
+        releases = []
+        for eps in eps_grid:
+            lloyd = clone(self).set_params(epsilon=float(eps), random_state=sampler)
+            releases += [lloyd._fit(X, sampler).released_state() for _ in range(trials)]  # type: ignore[arg-type]
+        results = mcmc_postprocess_many(releases, self.n_steps, self.proposal_variance, sampler, progress)
+        centres = np.stack([r.cluster_centers for r in results])
+        return centres.reshape(len(eps_grid), trials, *centres.shape[1:])
 
 
 MCMCKMeans = LeeKiferKMeans
