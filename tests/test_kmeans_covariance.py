@@ -1,4 +1,4 @@
-"""Local (eps, delta)-PDP centroid covariances (seed 000, MECHANISMS 3.1-3.3): privacy, optimum, utility."""
+"""Local (eps, delta)-PDP centroid covariances (Ravi, Scaglione & Peisert 2021): privacy, optimum, utility."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""Blowfish k-means: the DP-Lloyd loop with policy-specific sensitivities (seed 004 "K-means clustering").
+"""Blowfish k-means: the DP-Lloyd loop with policy-specific sensitivities (He, Machanavajjhala & Ding
+2014, "K-means clustering").
 
 Guarantee: (eps, G)-Blowfish for the policy graph G: one row's value x replaced by a neighbour y of x in G
-(seed 004 Defs. 5-6; MECHANISMS.md s.3.5). Rows are clipped to the public box and centred at its centre
-(as in DP-Lloyd); clipping is coordinate-wise 1-Lipschitz and keeps blocks and unchanged attributes, so
-the clipped rows of G-neighbours are G-neighbours inside the box. Half-widths h_i, widths r_i = 2 h_i.
+(Machanavajjhala & Kifer 2015 Defs. 5-6; docs/mathematics.md). Rows are clipped to the public box and
+centred at its centre (as in DP-Lloyd); clipping is coordinate-wise 1-Lipschitz and keeps blocks and
+unchanged attributes, so the clipped rows of G-neighbours are G-neighbours inside the box. Half-widths h_i,
+widths r_i = 2 h_i.
 
 Per round, replacing x by y (an edge) under the public Voronoi cells of the previous centres changes
 
@@ -189,8 +191,9 @@ def blowfish_sum_sensitivity_many(graph: BlowfishGraph, centres: NDArray, half: 
 
 
 class BlowfishKMeans(NoisyLloydBase):
-    """Blowfish k-means (seed 004): (eps, G)-Blowfish for policy graph G: one row's value replaced by a
-    neighbour in G; counts get Lap(2 / eps_N), sums Lap(Delta_S / eps_S) with Delta_S from the module doc.
+    """Blowfish k-means (He, Machanavajjhala & Ding 2014): (eps, G)-Blowfish for policy graph G: one row's
+    value replaced by a neighbour in G; counts get Lap(2 / eps_N), sums Lap(Delta_S / eps_S) with Delta_S
+    from the module doc.
 
     Parameters as DPLloydKMeans (rows are replaced, never added, so n is public and T follows Su et al.'s
     rule without a count query), plus ``graph``: FullDomainGraph, PartitionGraph(block_width),

@@ -1,7 +1,7 @@
 """DP-Lloyd (SuLQ k-means): T rounds of Lloyd with Laplace-noised per-cluster counts and sums.
 
-Seed 001 ("Case study: K-means", Blum, Dwork, McSherry, Nissim: SuLQ, PODS 2005) and seed 003 Alg. 1
-(DP-KMEANS); MECHANISMS.md s.3.4. Each round t, with the previous public centres c^(t-1):
+Blum, Dwork, McSherry & Nissim 2005 (SuLQ k-means) and Lee & Kifer 2016 Alg. 1 (DP-KMEANS); see
+docs/mathematics.md. Each round t, with the previous public centres c^(t-1):
 
     B_k = {x : k = argmin_j ||x - c_j^(t-1)||_2}   (ties go to the lowest index),
     n~_k = |B_k| + Lap(Delta_N / eps_N,t),   s~_k = sum_{x in B_k} x + Lap(Delta_S / eps_S,t)^d,
@@ -21,13 +21,13 @@ eps / T per round, split between counts and sums in the ratio eps_N : eps_S = cb
 rho = 0.225 (their analysis minimises the centroid MSE with budget cbrt(4 d rho^2) on the count and 1 on
 each of the d coordinate sums; one L1 Laplace on the sum vector with budget d gives the same noise).
 diffprivlib's KMeans swaps these two factors when it returns them, so for d >= 5 it spends
-eps (1 + d cbrt(4 d rho^2)) / (d + cbrt(4 d rho^2)) > eps (MECHANISMS.md s.3.4); we do not.
+eps (1 + d cbrt(4 d rho^2)) / (d + cbrt(4 d rho^2)) > eps (docs/mathematics.md); we do not.
 Rounds (:func:`auto_iterations`): Su et al.'s T = clip(eps / eps_m, 2, 7), eps_m = sqrt(500 K^3 / n^2
 (d + cbrt(4 d rho^2))^3), raised (never lowered) to eps / eps_r where a round still gives an average
 cluster a centre with per-coordinate noise sd <= 4% of the box half-width: Su's eps_m grows as d^1.5 and
 kept T = 2 up to eps ~ 26 on the 28-feature Marketing table. It needs n, which is public under bounded
 neighbours; under unbounded neighbours n is private, so 2% of eps buys a Laplace count of the rows first
-(logged like every other query). Lee & Kifer (seed 003 s.4) fix T = 5, inside the same range. Initial
+(logged like every other query). Lee & Kifer (2016, s.4) fix T = 5, inside the same range. Initial
 centres: Su et al.'s sphere packing in the box (K centres at least 2a apart and a from the faces, a
 halved until they fit), drawn from the sampler: data-independent.
 
@@ -673,7 +673,7 @@ def update_centres(prev: NDArray, noisy_counts: NDArray, noisy_sums: NDArray, ha
 
 
 class DPLloydKMeans(NoisyLloydBase):
-    """DP-Lloyd k-means (seed 003 Alg. 1, seed 001 SuLQ case study): eps-DP for rows added or removed
+    """DP-Lloyd k-means (Lee & Kifer 2016 Alg. 1; Blum et al. 2005 SuLQ): eps-DP for rows added or removed
     (``neighbours="unbounded"``) or for one row's value replaced (``"bounded"``), given public bounds.
 
     Parameters: n_clusters K; epsilon (total, exactly spent); bounds (lo, hi) public, scalars or length-d
