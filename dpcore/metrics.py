@@ -45,8 +45,9 @@ def _as_centers(centers: np.ndarray, d: int) -> np.ndarray:
     return arr
 
 
-def _min_dist_many(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For centre sets (T, K, d): nearest-centre index (T, n) and squared distance (T, n).
+def nearest_sets(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For centre sets (T, K, d): nearest-centre index (T, n) and squared distance (T, n); unchecked inputs
+    (the one nearest-centre search of the engine; :func:`nearest` validates and reshapes).
 
     Per chunk of rows one product C X' (T K x rows); the index of the minimum over the short K axis is
     found by K vectorised comparisons with the minimum (ties go to the lowest index), faster than argmin.
@@ -81,7 +82,7 @@ def nearest(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """
     data = _as_data(X)
     c = _as_centers(centers, data.shape[1])
-    labels, best = _min_dist_many(data, c.reshape(-1, *c.shape[-2:]))
+    labels, best = nearest_sets(data, c.reshape(-1, *c.shape[-2:]))
     shape = (*c.shape[:-2], data.shape[0])
     return labels.reshape(shape), best.reshape(shape)
 

@@ -16,7 +16,8 @@ from dpcore.kmeans.blowfish import (
     edge_length_bound,
     slab_l1_max,
 )
-from dpcore.kmeans.lloyd import DPLloydKMeans, nearest
+from dpcore.kmeans.lloyd import DPLloydKMeans
+from dpcore.metrics import assign
 from dpcore.policy import AttributeGraph, DistanceThresholdGraph, FullDomainGraph, PartitionGraph
 
 GRAPHS = [
@@ -39,7 +40,7 @@ CENTRES_2D = [
 
 def brute_force(graph, grid: np.ndarray, centres: np.ndarray, lower: np.ndarray) -> tuple[float, float]:
     """max over every edge (x, y) of the grid of the L1 change of the (K x d) sums and of the K counts."""
-    lab = nearest(grid, centres)
+    lab = assign(grid, centres)
     adj = graph.adjacent(grid[:, None, :], grid[None, :, :], lower)
     i, j = np.nonzero(adj)
     same = lab[i] == lab[j]

@@ -17,8 +17,6 @@ from dpcore.kmeans.lloyd import (
     budget_schedule,
     cluster_statistics,
     informative_count,
-    nearest,
-    nearest_many,
     noisy_lloyd,
     noisy_lloyd_trials,
     plan_rounds,
@@ -29,6 +27,7 @@ from dpcore.kmeans.lloyd import (
     su_iterations,
 )
 from dpcore.mechanisms import Sampler
+from dpcore.metrics import assign, nearest_sets
 
 
 def blobs(n: int = 600, d: int = 2, k: int = 3, seed: int = 0, spread: float = 0.08) -> np.ndarray:
@@ -44,7 +43,7 @@ def true_statistics(est: DPLloydKMeans, X: np.ndarray) -> tuple[np.ndarray, np.n
     T, K = est.noisy_counts_.shape
     counts, sums = np.zeros((T, K)), np.zeros((T, K, X.shape[1]))
     for t in range(T):
-        lab = nearest(Xc, est.centers_history_[t] - (lo + hi) / 2)
+        lab = assign(Xc, est.centers_history_[t] - (lo + hi) / 2)
         counts[t] = np.bincount(lab, minlength=K)
         np.add.at(sums[t], lab, Xc)
     return counts, sums
@@ -180,12 +179,12 @@ def test_reseeding_reads_only_the_release_and_splits_the_largest_cluster() -> No
     np.testing.assert_array_equal(small, centres)  # 100 < 2 x 8 n_min: too small to split
 
 
-def test_nearest_many_matches_brute_force() -> None:
+def test_the_one_nearest_centre_search_matches_brute_force() -> None:
     rng = np.random.default_rng(4)
     X, C = rng.normal(size=(300, 5)), rng.normal(size=(7, 4, 5))
     brute = np.argmin(((X[None, :, None] - C[:, None]) ** 2).sum(-1), axis=2)
-    np.testing.assert_array_equal(nearest_many(X, C), brute)
-    np.testing.assert_array_equal(nearest(X, C[3]), brute[3])
+    np.testing.assert_array_equal(nearest_sets(X, C)[0], brute)
+    np.testing.assert_array_equal(assign(X, C[3]), brute[3])
 
 
 def test_planar_cells_match_brute_force() -> None:
@@ -260,7 +259,7 @@ def test_sensitivities_brute_force_on_a_grid() -> None:
     assert est.sum_sensitivity_[0] == pytest.approx(worst) == 2.5
     bounded = DPLloydKMeans(2, 1.0, (lo, hi), n_iter=1, neighbours="bounded", random_state=0).fit(grid)
     centred = grid - (lo + hi) / 2
-    lab = nearest(centred, bounded.centers_history_[0] - (lo + hi) / 2)
+    lab = assign(centred, bounded.centers_history_[0] - (lo + hi) / 2)
     pair_worst = max(
         np.abs(x - y).sum() if lab[i] == lab[j] else np.abs(x).sum() + np.abs(y).sum()
         for (i, x), (j, y) in itertools.product(enumerate(centred), repeat=2)

@@ -64,6 +64,7 @@ from sklearn.base import BaseEstimator
 
 from dpcore.errors import ParameterError
 from dpcore.mechanisms import Sampler, laplace_scale
+from dpcore.metrics import assign, nearest_sets
 from dpcore.policy import PureDP
 from dpcore.validation import check_fitted, check_rows
 
@@ -184,29 +185,6 @@ def make_sampler(random_state: int | Sampler | None) -> Sampler:
     return Sampler(seed=random_state)
 
 
-def nearest_many(X: NDArray, centres: NDArray) -> NDArray[np.intp]:
-    """(B, n) index of the nearest centre for B centre sets (B, K, d): one product C X' for all sets.
-
-    argmin_k ||c_k||^2 - 2 x.c_k (the ||x||^2 term is common to every k); ties go to the lowest index.
-    The argmin is K comparisons with the minimum (K is small; numpy's argmin over a short axis is slow).
-    """
-    b, k, d = centres.shape
-    flat = centres.reshape(b * k, d)
-    scores = (-2.0 * flat) @ X.T
-    scores += np.einsum("ij,ij->i", flat, flat)[:, None]
-    scores = scores.reshape(b, k, X.shape[0])
-    best = scores.min(axis=1)
-    labels = np.empty((b, X.shape[0]), dtype=np.intp)
-    for j in range(k - 1, -1, -1):  # downwards: the lowest index of the minimum wins ties
-        np.copyto(labels, j, where=scores[:, j] == best)
-    return labels
-
-
-def nearest(X: NDArray, centres: NDArray) -> NDArray[np.intp]:
-    """Index of the nearest centre (K, d) for each row (squared L2; ties go to the lowest index)."""
-    return nearest_many(X, centres[None])[0]
-
-
 def cluster_statistics(X: NDArray, labels: NDArray, n_clusters: int) -> tuple[NDArray, NDArray]:
     """Per-cluster counts (B, K) and sums (B, K, d) of the rows of X under B labellings (B, n)."""
     b, n = labels.shape
@@ -231,7 +209,7 @@ class PlanarCells:
     if its squared distance to the cell's box is <= min_j (squared distance from c_j to the box's farthest
     corner), both sums of per-axis terms computed per grid column and row. A cell with one such centre goes
     to it whole; only the rows of the other cells are compared with all K centres (ties to the lowest
-    index). Same labels as :func:`nearest_many` up to float rounding at exact ties; per-cell sums round
+    index). Same labels as :func:`nearest_sets` up to float rounding at exact ties; per-cell sums round
     differently.
     """
 
@@ -373,7 +351,7 @@ def noisy_lloyd(
     the counts and the sums; ``sensitivities(centres (B, K, d)) -> (Delta_N (B,), Delta_S (B,))``;
     ``noise(values (B, ...), scales (B,))`` adds Laplace noise of scale_b to run b; ``rng`` draws the
     offsets of :func:`reseed_centres` (between rounds, never after the last); ``statistics(centres)`` ->
-    true (counts, sums), default :func:`nearest_many` + :func:`cluster_statistics` (diagnostic batches of
+    true (counts, sums), default :func:`nearest_sets` + :func:`cluster_statistics` (diagnostic batches of
     2-D rows pass :meth:`PlanarCells.statistics`).
     """
     b, k, d = init.shape
@@ -386,7 +364,7 @@ def noisy_lloyd(
     for t in range(T):
         sens_n[:, t], sens_s[:, t] = sensitivities(centres)
         true_n, true_s = (
-            cluster_statistics(Xc, nearest_many(Xc, centres), k)
+            cluster_statistics(Xc, nearest_sets(Xc, centres)[0], k)
             if statistics is None
             else statistics(centres)
         )
@@ -577,7 +555,7 @@ class NoisyLloydBase(BaseEstimator):
     def predict(self, X: ArrayLike) -> NDArray[np.intp]:
         """Index of the nearest released centre for each row."""
         check_fitted(self)
-        return nearest(check_rows(self, X, reset=False), self.cluster_centers_)
+        return assign(check_rows(self, X, reset=False), self.cluster_centers_)
 
 
 def noisy_lloyd_trials(

@@ -25,8 +25,9 @@ from dpcore.kmeans.covariance import (
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
-from dpcore.kmeans.lloyd import make_sampler, nearest
+from dpcore.kmeans.lloyd import make_sampler
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
+from dpcore.metrics import assign
 from dpcore.validation import check_fitted, check_rows
 
 GUARANTEES: dict[str, str] = {
@@ -102,7 +103,7 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Index of the nearest RELEASED centre for each row."""
         check_fitted(self)
-        return nearest(check_rows(self, X, reset=False), self.cluster_centers_)
+        return assign(check_rows(self, X, reset=False), self.cluster_centers_)
 
 
 class ColoredNoiseKMeans(_LocalPDPKMeans):

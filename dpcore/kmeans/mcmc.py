@@ -41,9 +41,9 @@ from dpcore.kmeans.lloyd import (
     Neighbours,
     NoisyLloydBase,
     make_sampler,
-    nearest_many,
 )
 from dpcore.mechanisms import Sampler
+from dpcore.metrics import nearest_sets
 
 CHUNK = 4096
 Progress = Callable[[float, str], None]
@@ -95,7 +95,7 @@ def _largest_remainder(weights: NDArray, total: int) -> NDArray[np.intp]:
 
 def _assign(Z: NDArray, centres: NDArray, h: NDArray) -> NDArray[np.intp]:
     """(m, T) nearest centre of each z in every round, distances in original units (z h vs c h)."""
-    return nearest_many(Z * h, centres * h).T
+    return nearest_sets(Z * h, centres * h)[0].T
 
 
 def _log_q(Z: NDArray, mix_centres: NDArray, log_w: NDArray, variance: float) -> NDArray:
