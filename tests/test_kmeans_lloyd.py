@@ -10,19 +10,20 @@ import pytest
 from scipy import stats
 
 from dpcore.errors import DPCoreError, ParameterError
+from dpcore.kmeans.cells import PlanarCells, cluster_statistics
 from dpcore.kmeans.lloyd import (
     DPLloydKMeans,
-    PlanarCells,
-    auto_iterations,
-    budget_schedule,
-    cluster_statistics,
     informative_count,
     noisy_lloyd,
     noisy_lloyd_trials,
-    plan_rounds,
     privatized_noise,
     reseed_centres,
     sphere_packing_init,
+)
+from dpcore.kmeans.schedule import (
+    auto_iterations,
+    budget_schedule,
+    plan_rounds,
     su_count_share,
     su_iterations,
 )

@@ -63,16 +63,14 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 
 from dpcore.errors import ParameterError
+from dpcore.kmeans.cells import PlanarCells, cluster_statistics
+from dpcore.kmeans.schedule import SIZE_SHARE, plan_rounds, su_count_share
 from dpcore.mechanisms import Sampler, laplace_scale
 from dpcore.metrics import assign, nearest_sets
 from dpcore.policy import PureDP
 from dpcore.validation import check_fitted, check_rows
 
 Neighbours = Literal["unbounded", "bounded"]
-SU_RHO = 0.225
-SIZE_SHARE = 0.02
-MIN_ITER, MAX_ITER = 2, 7
-NOISE_TARGET = 0.04
 SPLIT_FACTOR = 8.0
 BATCH_ENTRIES = 4_000_000  # rows x (runs x K) per batched distance block (~32 MB of float64)
 BOUNDS_HELP = (
@@ -83,37 +81,6 @@ BOUNDS_HELP = (
 
 
 # ---------------------------------------------------------------- public helpers
-
-
-def su_count_share(n_features: int, rho: float = SU_RHO) -> float:
-    """Share of each round's eps spent on the counts: cbrt(4 d rho^2) / (cbrt(4 d rho^2) + d) (Su et al.)."""
-    c = float(np.cbrt(4.0 * n_features * rho**2))
-    return c / (c + n_features)
-
-
-def su_iterations(
-    epsilon: float, n_rows: float, n_clusters: int, n_features: int, rho: float = SU_RHO
-) -> int:
-    """Su et al.'s rounds: clip(eps / eps_m, 2, 7), eps_m = sqrt(500 K^3 / n^2 (d + cbrt(4 d rho^2))^3)."""
-    c = float(np.cbrt(4.0 * n_features * rho**2))
-    eps_m = math.sqrt(500.0 * n_clusters**3 / max(n_rows, 1.0) ** 2 * (n_features + c) ** 3)
-    return int(min(max(epsilon / eps_m, MIN_ITER), MAX_ITER))
-
-
-def auto_iterations(
-    epsilon: float, n_rows: float, n_clusters: int, n_features: int, count_share: float
-) -> int:
-    """T = clip(max(Su et al.'s eps / eps_m, eps / eps_r), 2, 7), eps_r = sqrt(2) d K / (tau (1 - share) n).
-
-    eps_r is the per-round eps at which a cluster of n / K rows gets a noisy centre whose per-coordinate
-    noise sd is tau = NOISE_TARGET of the mean box half-width (Laplace(sum h / eps_S) on each sum
-    coordinate, eps_S = (1 - share) eps_r). Su et al.'s eps_m grows as d^1.5 K^1.5 and keeps T = 2 up to
-    eps ~ 26 on the 28-feature Marketing table, where 5 rounds at eps = 10 still carry 4% noise; the max
-    only adds rounds where that noise criterion allows them. Public inputs only (eps, n or a noisy n, K, d).
-    """
-    eps_r = math.sqrt(2.0) * n_features * n_clusters / (NOISE_TARGET * (1.0 - count_share) * max(n_rows, 1.0))
-    su = su_iterations(epsilon, n_rows, n_clusters, n_features)
-    return int(min(max(su, epsilon / eps_r), MAX_ITER))
 
 
 def sphere_packing_init(n_clusters: int, lower: NDArray, upper: NDArray, rng: np.random.Generator) -> NDArray:
@@ -161,17 +128,6 @@ def check_bounds(bounds: Any, n_features: int) -> tuple[NDArray, NDArray]:
     return lo, hi
 
 
-def budget_schedule(epsilon: float, names: list[str], shares: list[float]) -> list[tuple[str, float]]:
-    """(name, eps * share) entries whose math.fsum is exactly eps.
-
-    All but the last entry are rounded to multiples of q = ulp(eps), so every partial sum is an exact
-    multiple of q below eps and the last entry eps - fsum(others) is exact too.
-    """
-    q = math.ulp(epsilon)
-    head = [(n, round(epsilon * s / q) * q) for n, s in zip(names[:-1], shares[:-1], strict=True)]
-    return [*head, (names[-1], epsilon - math.fsum(e for _, e in head))]
-
-
 def _check_positive_int(name: str, value: Any, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ParameterError(f"{name} must be a whole number >= 1 (got {value!r}). {hint}")
@@ -183,112 +139,6 @@ def make_sampler(random_state: int | Sampler | None) -> Sampler:
     if isinstance(random_state, Sampler):
         return random_state
     return Sampler(seed=random_state)
-
-
-def cluster_statistics(X: NDArray, labels: NDArray, n_clusters: int) -> tuple[NDArray, NDArray]:
-    """Per-cluster counts (B, K) and sums (B, K, d) of the rows of X under B labellings (B, n)."""
-    b, n = labels.shape
-    cells = (labels + n_clusters * np.arange(b)[:, None]).ravel()  # one bin per (labelling, cluster)
-    size = b * n_clusters
-    counts = np.bincount(cells, minlength=size).astype(float).reshape(b, n_clusters)
-    sums = np.stack(
-        [
-            np.bincount(cells, weights=np.broadcast_to(X[:, j], (b, n)).ravel(), minlength=size)
-            for j in range(X.shape[1])
-        ],
-        axis=-1,
-    ).reshape(b, n_clusters, X.shape[1])
-    return counts, sums
-
-
-class PlanarCells:
-    """Exact nearest-centre statistics of 2-D rows by grid filtering (the batched diagnostic path).
-
-    Rows are binned once into a G x G grid of boxes; each non-empty cell keeps its count, sum, mean and
-    scatter sum ||x - mean||^2. For centre sets (B, K, 2), centre k can be nearest to a row of a cell only
-    if its squared distance to the cell's box is <= min_j (squared distance from c_j to the box's farthest
-    corner), both sums of per-axis terms computed per grid column and row. A cell with one such centre goes
-    to it whole; only the rows of the other cells are compared with all K centres (ties to the lowest
-    index). Same labels as :func:`nearest_sets` up to float rounding at exact ties; per-cell sums round
-    differently.
-    """
-
-    def __init__(self, X: NDArray, grid_size: int = 128) -> None:
-        lo, width = X.min(axis=0), np.ptp(X, axis=0)
-        width = np.where(width > 0, width, 1.0)
-        ij = np.minimum((X - lo) / width * grid_size, grid_size - 1).astype(np.intp)
-        cell = ij[:, 0] * grid_size + ij[:, 1]
-        order = np.argsort(cell, kind="stable")
-        first, self.start, self.count = np.unique(cell[order], return_index=True, return_counts=True)
-        self.index = np.stack([first // grid_size, first % grid_size])  # (2, cells): grid column, row
-        edges = lo[:, None] + width[:, None] * np.arange(grid_size + 1) / grid_size
-        slack = 1e-9 * width[:, None]  # rows binned by rounding may sit an ulp outside their box
-        self.edge_lo, self.edge_hi = edges[:, :-1] - slack, edges[:, 1:] + slack
-        self.X = X[order]
-        self.sums = np.add.reduceat(self.X, self.start, axis=0)
-        self.means = self.sums / self.count[:, None]
-        dev = self.X - np.repeat(self.means, self.count, axis=0)
-        self.scatter = np.add.reduceat(np.einsum("ij,ij->i", dev, dev), self.start)
-
-    def _resolve(self, centres: NDArray) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray]:
-        """(run, cell, label) of the cells with one possible centre; (run, row) of the other rows."""
-        b, k, d = centres.shape
-        d_min = np.zeros((b, k, self.count.size))
-        d_max = np.zeros_like(d_min)
-        for j in range(d):  # per-axis terms on the G grid lines, gathered to the non-empty cells
-            c = centres[:, :, j, None]
-            lo, hi = self.edge_lo[j], self.edge_hi[j]
-            gap = np.maximum(lo - c, 0.0) + np.maximum(c - hi, 0.0)
-            far = np.maximum(np.abs(c - lo), np.abs(c - hi))
-            d_min += np.take(gap * gap, self.index[j], axis=2)
-            d_max += np.take(far * far, self.index[j], axis=2)
-        possible = d_min <= d_max.min(axis=1, keepdims=True) * (1.0 + 1e-9)
-        one = np.count_nonzero(possible, axis=1) == 1
-        run, cell = np.nonzero(one)
-        label = np.argmax(possible[run, :, cell], axis=1)
-        o_run, o_cell = np.nonzero(~one)
-        reps = self.count[o_cell]
-        ends = np.cumsum(reps)
-        rows = np.arange(ends[-1] if ends.size else 0) + np.repeat(self.start[o_cell] - ends + reps, reps)
-        return run, cell, label, np.repeat(o_run, reps), rows
-
-    def _nearest_rows(self, centres: NDArray, run: NDArray, rows: NDArray) -> tuple[NDArray, NDArray]:
-        """Label and squared distance of sorted rows ``rows`` to the centres of their runs ``run``."""
-        x = self.X[rows].T
-        best = np.full(rows.size, np.inf)
-        label = np.zeros(rows.size, dtype=np.intp)
-        dist, diff = np.empty(rows.size), np.empty(rows.size)
-        for j in range(centres.shape[1]):
-            dist[:] = 0.0
-            for axis in range(centres.shape[2]):
-                np.subtract(x[axis], centres[run, j, axis], out=diff)
-                diff *= diff
-                dist += diff
-            closer = dist < best
-            label[closer] = j
-            np.minimum(best, dist, out=best)
-        return label, best
-
-    def statistics(self, centres: NDArray) -> tuple[NDArray, NDArray]:
-        """Per-cluster counts (B, K) and sums (B, K, 2) under nearest-centre assignment."""
-        b, k, d = centres.shape
-        run, cell, label, o_run, rows = self._resolve(centres)
-        o_label, _ = self._nearest_rows(centres, o_run, rows)
-        bins = np.r_[run * k + label, o_run * k + o_label]
-        weights = np.r_[self.count[cell], np.ones(rows.size)]
-        counts = np.bincount(bins, weights=weights, minlength=b * k).reshape(b, k)
-        values = np.concatenate([self.sums[cell], self.X[rows]])
-        sums = np.stack([np.bincount(bins, weights=values[:, j], minlength=b * k) for j in range(d)], axis=-1)
-        return counts, sums.reshape(b, k, d)
-
-    def wcss(self, centres: NDArray) -> NDArray:
-        """WCSS sum_i min_k ||x_i - c_k||^2 of centre sets (B, K, 2); cells add scatter + n ||mean - c||^2."""
-        run, cell, label, o_run, rows = self._resolve(centres)
-        _, o_dist = self._nearest_rows(centres, o_run, rows)
-        gap = self.means[cell] - centres[run, label]
-        whole = self.scatter[cell] + self.count[cell] * np.einsum("ij,ij->i", gap, gap)
-        b = centres.shape[0]
-        return np.bincount(run, weights=whole, minlength=b) + np.bincount(o_run, weights=o_dist, minlength=b)
 
 
 NoiseFn = Callable[[NDArray, NDArray], NDArray]
@@ -376,35 +226,6 @@ def noisy_lloyd(
             centres = reseed_centres(centres, counts_out[:, t], n_min, half, rng)
         history[:, t + 1] = centres
     return LloydBatch(counts_out, sums_out, history, sens_n, sens_s)
-
-
-def plan_rounds(
-    epsilon: float,
-    n_iter: int | None,
-    n_rows: float,
-    n_clusters: int,
-    n_features: int,
-    share: float,
-    size_query: bool,
-) -> tuple[int, list[tuple[str, float]], NDArray]:
-    """(T, budget log, per-round eps (T, 2) of counts and sums); math.fsum of the log is exactly eps.
-
-    T = n_iter, else :func:`auto_iterations` on ``n_rows`` (the public n, or a noisy n when ``size_query``:
-    then SIZE_SHARE of eps was spent on it and is logged first).
-    """
-    T = (
-        int(n_iter)
-        if n_iter is not None
-        else auto_iterations(epsilon, max(n_rows, 1.0), n_clusters, n_features, share)
-    )
-    names = ["row count (sets the number of rounds)"] if size_query else []
-    shares = [SIZE_SHARE] if size_query else []
-    loop_share = 1.0 - (SIZE_SHARE if size_query else 0.0)
-    for t in range(1, T + 1):
-        names += [f"iteration {t} counts", f"iteration {t} sums"]
-        shares += [loop_share / T * share, loop_share / T * (1.0 - share)]
-    log = budget_schedule(epsilon, names, shares)
-    return T, log, np.array([e for _, e in log[len(log) - 2 * T :]]).reshape(T, 2)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.lloyd import check_bounds, cluster_statistics
+from dpcore.kmeans.cells import cluster_statistics
+from dpcore.kmeans.lloyd import check_bounds
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec, Param, Registry
 

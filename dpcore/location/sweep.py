@@ -12,7 +12,7 @@ the projected mean and the sensitivities. Shortcuts that keep the distributions 
   the only ones the DE depends on;
 * the mean positions draw the noise of every trial and eps in one call;
 * the hotspots (``hotspots``) project the points and fit non-private k-means once, then score every
-  trial's released centres by grid filtering (``dpcore.kmeans.lloyd.PlanarCells``: exact nearest
+  trial's released centres by grid filtering (``dpcore.kmeans.cells.PlanarCells``: exact nearest
   centres, whole cells scored as scatter + n ||mean - c||^2), which also runs their Lloyd rounds.
 
 Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, Zhu et al.
@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 from threadpoolctl import threadpool_limits
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.lloyd import PlanarCells
+from dpcore.kmeans.cells import PlanarCells
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity
 from dpcore.location.geometry import FloatArray, PlaneMap, Region, haversine_m, validate_latlon
 from dpcore.location.grids import adaptive_grid, random_boxes, relative_error, true_box_counts, uniform_grid
