@@ -166,3 +166,14 @@ def test_make_release_records_the_plan_in_manifest_and_ledger(tmp_path) -> None:
     assert led.remaining(Account(plan.dataset_id, "dp", plan.relation, "demo")) == (4.0, 0.0)
     assert all(DEMO_NOTICE.encode() in body for body in out.files.values())
     assert Sampler(7).mode == "demo"
+
+
+def test_location_releases_refuse_imputed_coordinates() -> None:
+    """Adding one person moves every imputed location (the mean): a DP grid's sensitivity 1 would not hold."""
+    steps = preparation_steps(["median on latitude, longitude (0 rows removed)"])
+    assert steps[0].data_derived
+    with pytest.raises(PolicyError, match="read values from the data"):
+        _plan(domain="location", mechanism="uniform_grid", params={}, preparation=steps)
+    kept = preparation_steps(["drop on latitude, longitude (3 rows removed)"])
+    plan = _plan(domain="location", mechanism="uniform_grid", params={}, preparation=kept)
+    assert "does not cover" not in plan.guarantee
