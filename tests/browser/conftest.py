@@ -156,8 +156,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def browser(server: Server):
-    """Debian's Chromium through Playwright (a fresh temporary profile per launch)."""
+def browser():
+    """Debian's Chromium through Playwright (a fresh temporary profile per launch), one per worker.
+
+    Every test in this folder uses this one: Playwright's sync API cannot start a second instance while
+    this one runs its event loop in the same process.
+    """
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -140,6 +140,33 @@ def manifest_of(json_bytes: bytes) -> dict[str, Any]:
     return doc.get("manifest", doc)
 
 
+def table_rows(frame: Locator) -> list[dict[str, str]]:
+    """The rows an ``st.dataframe`` draws, as header -> cell text, read from the accessible table the grid
+    keeps inside its canvas (only the rows in view: enough for the short tables checked here)."""
+    expect(frame.locator("table[role=grid] td").first).to_be_attached()
+    return frame.locator("table[role=grid]").first.evaluate(
+        """table => {
+            const heads = [...table.querySelectorAll("thead th")].map(th => th.textContent);
+            return [...table.querySelectorAll("tbody tr")].map(tr => Object.fromEntries(
+                [...tr.querySelectorAll("td")].map((td, i) => [heads[i], td.textContent])));
+        }"""
+    )
+
+
+def account_row(page: Page, account_key: str) -> dict[str, str]:
+    """The Ledger page's budget row of one account (its "account" column is ``account_key``)."""
+    frames = main(page).get_by_test_id("stDataFrame")
+    expect(frames.first).to_be_visible()
+    rows = [
+        row
+        for i in range(frames.count())
+        for row in table_rows(frames.nth(i))
+        if "ε left" in row and row.get("account") == account_key
+    ]
+    assert len(rows) == 1, f"{len(rows)} budget rows for account {account_key!r} on the Ledger page"
+    return rows[0]
+
+
 def errors_on_page(page: Page) -> list[str]:
     return [t.strip() for t in main(page).get_by_test_id("stAlertContentError").all_inner_texts()]
 

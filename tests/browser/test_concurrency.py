@@ -1,4 +1,4 @@
-"""Two browser sessions releasing against one dataset budget at the same moment never overspend, and each
+"""Two browser sessions releasing against one budget account at the same moment never overspend, and each
 sees the other's releases on its Ledger page.
 """
 
@@ -12,19 +12,38 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from dpcore.ledger import Ledger
+from dpcore.plan import policy_account
+from dpcore.policy import GeoIndistinguishability
 from tests.browser.conftest import Server, open_app, screenshot, wait_for_app
-from tests.browser.e2e import assert_no_exception, click, download, go, main, sample_dataset_id
+from tests.browser.e2e import (
+    assert_no_exception,
+    click,
+    download,
+    go,
+    main,
+    sample_dataset_id,
+    select,
+    set_number,
+)
 
 pytestmark = pytest.mark.browser
 
-RELEASE = "Release (spends ε = 1)"  # planar Laplace, level 1 within 2,000 m: the page's defaults
+GEO = "Geo-indistinguishability (level l within radius r)"
+LEVEL, RADIUS_M = 1, 1000  # the Privacy policy page's geo defaults, typed in explicitly
+RELEASE = f"Release (spends level l = {LEVEL})"  # planar Laplace, the Locations page's first mechanism
 REQUEST = re.compile(r"recorded in the ledger as request ([0-9a-f]{8})")
 
 
 def _ready(page: Page) -> None:
+    """Airports loaded, geo-indistinguishability (level 1 within 1,000 m), planar Laplace ready to release."""
     go(page, "Locations")
     click(page, "Load the US airports sample")
-    expect(main(page).get_by_role("button", name=RELEASE)).to_be_visible()
+    go(page, "Privacy policy")
+    select(page, "Definition", GEO)
+    set_number(page, "Privacy level l", LEVEL)
+    set_number(page, "within radius r (metres)", RADIUS_M)
+    go(page, "Locations")
+    expect(main(page).get_by_role("button", name=RELEASE)).to_be_enabled()  # the account has a budget
 
 
 def _outcome(page: Page, previous: str | None) -> str | None:
@@ -54,14 +73,15 @@ def _both_click(pages: list[Page], name: str, previous: list[str | None]) -> lis
 def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
     pages = [open_app(browser, server), open_app(browser, server)]
     try:
+        dataset_id = sample_dataset_id("us_airports")
+        account = policy_account(dataset_id, GeoIndistinguishability.from_level(LEVEL, RADIUS_M))
+        ledger = Ledger(server.ledger_url)
+        before = ledger.budget(account)
+        spent = before.epsilon_spent if before else 0.0
+        ledger.set_budget(account, spent + 3.5, before.delta_total if before else 0.0)
+        n_before = len(ledger.releases(account))
         for p in pages:
             _ready(p)
-        dataset_id = sample_dataset_id("us_airports")
-        ledger = Ledger(server.ledger_url)
-        before = ledger.budget(dataset_id)
-        spent = before.epsilon_spent if before else 0.0
-        ledger.set_budget(dataset_id, spent + 3.5, before.delta_total if before else 0.0)
-        n_before = len(ledger.releases(dataset_id))
 
         first = _both_click(pages, RELEASE, [None, None])  # 3.5 left: both fit
         assert all(first), first
@@ -74,8 +94,8 @@ def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
         message = main(loser).get_by_test_id("stAlertContentError").first.inner_text()
         assert "Budget exceeded" in message and "raise the budget" in message
 
-        status = ledger.budget(dataset_id)
-        records = ledger.releases(dataset_id)
+        status = ledger.budget(account)
+        records = ledger.releases(account)
         ledger.close()
         assert len(records) == n_before + 3
         assert status.epsilon_spent == pytest.approx(spent + 3.0)
@@ -86,7 +106,7 @@ def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
         for p in pages:
             go(p, "Ledger")
             table = pd.read_csv(io.BytesIO(download(p, "Download the ledger as CSV")[1]))
-            shown = {rid[:8] for rid in table.loc[table["dataset_id"] == dataset_id, "request_id"]}
+            shown = {rid[:8] for rid in table.loc[table["account"] == account.key, "request id"]}
             assert ours <= shown  # its own releases and the other session's
             assert_no_exception(p)
     finally:

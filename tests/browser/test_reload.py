@@ -9,12 +9,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     APP_TIMEOUT_MS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     screenshot,
     start_server,
     stop_server,
@@ -49,53 +47,50 @@ def _restored(page: Page, token: str) -> None:
     assert _token(page) == token
 
 
-def test_session_survives_reload_second_tab_restart_and_deep_link(tmp_path: Path) -> None:
+def test_session_survives_reload_second_tab_restart_and_deep_link(browser: Browser, tmp_path: Path) -> None:
     proc, server = start_server(tmp_path)
+    context = browser.new_context(viewport={"width": 1440, "height": 900})  # the worker's Chromium
     try:
-        with sync_playwright() as pw:
-            chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            context = chromium.new_context(viewport={"width": 1440, "height": 900})
-            context.set_default_timeout(APP_TIMEOUT_MS)
-            page = context.new_page()
-            page.goto(server.url)
-            wait_for_app(page)
-            token = _token(page)
-            assert len(token) == 32
-            load_sample(page)
-            prepare_with_data_bounds(page, ["Recency", "MntWines"])
-            go(page, "Privacy policy")
-            select(page, "Definition", GEO)
-            set_number(page, "Privacy level l", 2)
-            set_number(page, "within radius r (metres)", 500)
-            go(page, "Locations")
-            _restored(page, token)  # the token stays in the URL across the navigation
+        context.set_default_timeout(APP_TIMEOUT_MS)
+        page = context.new_page()
+        page.goto(server.url)
+        wait_for_app(page)
+        token = _token(page)
+        assert len(token) == 32
+        load_sample(page)
+        prepare_with_data_bounds(page, ["Recency", "MntWines"])
+        go(page, "Privacy policy")
+        select(page, "Definition", GEO)
+        set_number(page, "Privacy level l", 2)
+        set_number(page, "within radius r (metres)", 500)
+        go(page, "Locations")
+        _restored(page, token)  # the token stays in the URL across the navigation
 
-            page.reload()
-            _restored(page, token)
-            expect(page.get_by_role("heading", level=1)).to_have_text("Locations")
-            screenshot(page, "reload-restored")
+        page.reload()
+        _restored(page, token)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Locations")
+        screenshot(page, "reload-restored")
 
-            second = context.new_page()
-            second.goto(page.url)
-            _restored(second, token)
-            screenshot(second, "second-tab-restored")
+        second = context.new_page()
+        second.goto(page.url)
+        _restored(second, token)
+        screenshot(second, "second-tab-restored")
 
-            stop_server(proc)
-            proc, server = start_server(tmp_path, port=urlparse(server.url).port)
-            deep = context.new_page()
-            failed: list[str] = []
-            deep.on("response", lambda r: failed.append(urlparse(r.url).path) if r.status >= 400 else None)
-            deep.goto(f"{server.url}/kmeans?s={token}")
-            _restored(deep, token)
-            expect(deep.get_by_role("heading", level=1)).to_have_text("K-means")
-            expect(deep.get_by_test_id("stSidebar").get_by_text("Sampling mode").first).to_be_visible()
-            assert set(failed) <= set(BASE_PATH_PROBES), failed
-            screenshot(deep, "deep-link-after-restart")
-            go(deep, "Data")
-            features = deep.get_by_test_id("stMultiSelect").filter(has_text="Features to cluster on")
-            expect(features.get_by_label("Recency", exact=True).first).to_be_visible()
-            assert _token(deep) == token
-            context.close()
-            chromium.close()
+        stop_server(proc)
+        proc, server = start_server(tmp_path, port=urlparse(server.url).port)
+        deep = context.new_page()
+        failed: list[str] = []
+        deep.on("response", lambda r: failed.append(urlparse(r.url).path) if r.status >= 400 else None)
+        deep.goto(f"{server.url}/kmeans?s={token}")
+        _restored(deep, token)
+        expect(deep.get_by_role("heading", level=1)).to_have_text("K-means")
+        expect(deep.get_by_test_id("stSidebar").get_by_text("Sampling mode").first).to_be_visible()
+        assert set(failed) <= set(BASE_PATH_PROBES), failed
+        screenshot(deep, "deep-link-after-restart")
+        go(deep, "Data")
+        features = deep.get_by_test_id("stMultiSelect").filter(has_text="Features to cluster on")
+        expect(features.get_by_label("Recency", exact=True).first).to_be_visible()
+        assert _token(deep) == token
     finally:
+        context.close()
         stop_server(proc)

@@ -9,18 +9,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
+from playwright.sync_api import Browser
 
 from dpcore.report import html_report
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.test_report import manifest
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
-def test_report_fits_the_screen_offline(tmp_path: Path, width: int, height: int) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_report_fits_the_screen_offline(browser: Browser, tmp_path: Path, width: int, height: int) -> None:
     rng = np.random.default_rng(0)
     wide = pd.DataFrame(
         rng.normal(size=(30, 40)) * 1e3, columns=[f"feature_{i}_long_name" for i in range(40)]
@@ -30,25 +28,21 @@ def test_report_fits_the_screen_offline(tmp_path: Path, width: int, height: int)
     )
     path = tmp_path / "report.html"
     path.write_text(page_html, encoding="utf-8")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            context = browser.new_context(viewport={"width": width, "height": height}, offline=True)
-            page = context.new_page()
-            requests: list[str] = []
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(path.as_uri())
-            page.wait_for_selector(".plotly-graph-div .main-svg")
-            page_width, screen = page.evaluate(
-                "() => [document.documentElement.scrollWidth, window.innerWidth]"
-            )
-            box_width, box_scroll = page.evaluate(
-                "() => [document.querySelector('.scroll').clientWidth,"
-                " document.querySelector('.scroll').scrollWidth]"
-            )
-            chart = page.locator(".plotly-graph-div").bounding_box()
-        finally:
-            browser.close()
+    context = browser.new_context(viewport={"width": width, "height": height}, offline=True)
+    try:
+        page = context.new_page()
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(path.as_uri())
+        page.wait_for_selector(".plotly-graph-div .main-svg")
+        page_width, screen = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        box_width, box_scroll = page.evaluate(
+            "() => [document.querySelector('.scroll').clientWidth,"
+            " document.querySelector('.scroll').scrollWidth]"
+        )
+        chart = page.locator(".plotly-graph-div").bounding_box()
+    finally:
+        context.close()
     assert page_width <= screen  # nothing sticks out of the page
     assert box_width < screen and box_scroll > box_width  # the wide table scrolls inside its box
     assert chart is not None and chart["width"] <= screen and chart["height"] > 100

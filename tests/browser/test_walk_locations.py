@@ -1,5 +1,5 @@
 """Locations in a real browser: load the airports sample, compare mechanisms, release a density grid once,
-download it and find it in the ledger.
+download it and find it in the ledger, debited once from the dataset's differential privacy account.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from dpcore.ledger import Ledger
+from dpcore.plan import ReleasePlan, policy_account
+from dpcore.policy import DEFINITIONS
 from tests.browser.conftest import Server
 from tests.browser.e2e import (
     AIRPORTS,
+    account_row,
     assert_no_exception,
     click,
     download,
@@ -25,10 +28,12 @@ from tests.browser.e2e import (
     set_budget,
     set_number,
 )
+from ui.state import DEFAULT_POLICY
 
 pytestmark = pytest.mark.browser
 
 GRID = "Uniform density grid"
+REGION = "public region: lat 24..50, lon -125..-66"  # the sample's documented public box
 
 
 def test_locations_compare_release_download_and_ledger(page: Page, server: Server) -> None:
@@ -38,10 +43,10 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
     expect(body.get_by_text("Diagnostics (non-private).").first).to_be_visible()
     expect(page.get_by_test_id("stSidebar").get_by_text(AIRPORTS).first).to_be_visible()
     dataset_id = sample_dataset_id("us_airports")
+    account = policy_account(dataset_id, DEFAULT_POLICY)  # ε-DP spends debit the default policy's account
     ledger = Ledger(server.ledger_url)
-    before = ledger.budget(dataset_id)  # another test on this server may have spent some already
-    spent = before.epsilon_spent if before else 0.0
-    ledger.close()
+    before = ledger.budget(account)  # another test on this server may have spent some already
+    spent, n_before = (before.epsilon_spent, before.n_releases) if before else (0.0, 0)
     set_budget(page, spent + 2.0, 0.0)
 
     go(page, "Locations")
@@ -53,6 +58,7 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
 
     select(page, "Mechanism to release", GRID)
     set_number(page, "ε to spend", 0.5)
+    expect(body.get_by_test_id("stDownloadButton")).to_have_count(0)  # nothing to download before paying
     click(page, "Release (spends ε = 0.5)")
     expect(body.get_by_text(f"Released {GRID} at ε = 0.5").first).to_be_visible()
     buttons = body.get_by_test_id("stDownloadButton")
@@ -66,17 +72,37 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
     assert list(table.columns) == ["lat_lo", "lat_hi", "lon_lo", "lon_hi", "noisy_count"]
     assert len(table) > 1 and (table["lat_lo"] >= 24).all() and (table["lat_hi"] <= 50).all()
     manifest = json.loads(download(page, manifest_name)[1])
-    assert manifest["mechanism"] == GRID and manifest["epsilon"] == 0.5 and manifest["delta"] == 0
-    assert manifest["sampling_mode"] == "secure" and manifest["demo"] is False
-    assert manifest["bounds_source"] == "curator (public region box)"
+    assert (manifest["mechanism"], manifest["mechanism_label"]) == ("uniform_grid", GRID)
+    assert manifest["epsilon"] == 0.5 and manifest["delta"] == 0 and manifest["definition"] == "pure_dp"
+    assert manifest["sampling_mode"] == "secure" and manifest["demo"] is False and manifest["seed"] is None
+    assert manifest["account"] == account.key and manifest["user"] == "e2e-curator"
+    # the region is a public input the curator gave (a preparation step), and nothing read from the data
+    assert {"step": REGION, "data_derived": False} in manifest["preparation"]
+    assert not any(step["data_derived"] for step in manifest["preparation"])
+    plan = ReleasePlan.from_manifest(manifest)  # rebuilt from the manifest: same guarantee, same account
+    assert plan.account == account and plan.cost == (0.5, 0.0)
     html = download(page, html_name)[1].decode()
-    assert GRID in html and "<script src=" not in html
+    assert GRID in html and REGION in html and "<script src=" not in html
+
+    status = ledger.budget(account)  # debited once, by exactly the release's ε
+    ledger.close()
+    assert status.n_releases == n_before + 1
+    assert status.epsilon_spent == pytest.approx(spent + 0.5) and status.epsilon_total == spent + 2.0
 
     go(page, "Ledger")
-    metric = main(page).get_by_test_id("stMetric").filter(has_text=f"{dataset_id} (Sample: US airports)")
-    expect(metric).to_contain_text("ε 1.5")
+    expect(body.get_by_role("heading", name=AIRPORTS)).to_be_visible()  # budgets under the dataset's name
+    row = account_row(page, account.key)
+    assert (row["mode"], row["neighbour relation"], row["releases"]) == (
+        "release",
+        "one row added or removed",
+        str(n_before + 1),
+    )
+    assert float(row["ε left"]) == pytest.approx(status.epsilon_left, rel=1e-3)
+    assert float(row["ε total"]) == pytest.approx(spent + 2.0, rel=1e-3)
     table = pd.read_csv(io.BytesIO(download(page, "Download the ledger as CSV")[1]))
-    row = table[table["dataset_id"] == dataset_id].sort_values("time").iloc[-1]
-    assert (row["mechanism"], row["epsilon"], row["sampling_mode"]) == (GRID, 0.5, "secure")
-    assert row["user"] == "e2e-curator"
+    [row] = table[table["request id"] == manifest["request_id"]].to_dict("records")
+    assert (row["dataset"], row["dataset id"], row["mechanism"]) == (AIRPORTS, dataset_id, GRID)
+    assert (row["ε"], row["δ"], row["mode"], row["user"]) == (0.5, 0, "release", "e2e-curator")
+    assert (row["privacy definition"], row["account"]) == (DEFINITIONS["pure_dp"][0], account.key)
+    assert isinstance(row["artifact SHA-256"], str) and len(row["artifact SHA-256"]) == 64
     assert_no_exception(page)

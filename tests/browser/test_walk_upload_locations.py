@@ -103,7 +103,7 @@ def _budget_left(page: Page, left: float) -> None:
     """The sidebar and the release panel both read `left` levels from the geo account."""
     _left_in_sidebar(page, left)
     caption = main(page).get_by_text("Budget left on this account (geo_ind").first
-    expect(caption).to_contain_text(f"ε = {left:g}")
+    expect(caption).to_contain_text(f"level l = {left:g}")
 
 
 def _region(page: Page) -> Locator:
@@ -166,7 +166,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     _expect_settings(page)
     charts = _charts(page)
     expect(body.get_by_text(STALE)).to_have_count(0)
-    release = body.get_by_role("button", name="Release (spends level = 1)")
+    release = body.get_by_role("button", name="Release (spends level l = 1)")
     expect(release).to_be_enabled()
     _budget_left(page, 3)
     assert_no_exception(page)
@@ -209,7 +209,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     expect(release).to_be_enabled()
     release.click()
     wait_for_app(page)
-    expect(body.get_by_text(f"Released {PLANAR} at ε = 1").first).to_be_visible()
+    expect(body.get_by_text(f"Released {PLANAR} at level = 1").first).to_be_visible()
     buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
     labels = [t.replace("download", "").strip() for t in buttons]
     [csv_name] = [n for n in labels if n.endswith(".csv")]
