@@ -124,7 +124,9 @@ class ReleasePlan:
 
     ``epsilon`` is what the ledger debits: eps for differential privacy, local PDP and Blowfish, the level
     l within the policy's radius r for geo-indistinguishability. ``scope`` names the unit of protection
-    when it is not one row (e.g. "per user, at most 5 locations each"); it is part of the account.
+    (e.g. "per user (at most 5 locations each)"); it is part of the guarantee, not of the account: a per-user
+    release is debited at its per-user eps, which also bounds its cost per location, so the account's total
+    is a valid per-location bound (its per-user total is not tracked separately).
     """
 
     domain: str

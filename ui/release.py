@@ -126,7 +126,7 @@ def show_release(result: Release, key: str) -> None:
     note = " (already recorded: nothing was debited again)" if result.replayed else ""
     st.success(
         f"Released {result.manifest.get('mechanism_label', rec.mechanism)} at "
-        f"{'level' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
+        f"{'level l' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
         f"δ = {rec.delta:.3g}; recorded in the ledger as request {rec.request_id[:8]} at {rec.time[:19]} "
         f"UTC{note}."
     )

@@ -209,7 +209,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     expect(release).to_be_enabled()
     release.click()
     wait_for_app(page)
-    expect(body.get_by_text(f"Released {PLANAR} at level = 1").first).to_be_visible()
+    expect(body.get_by_text(f"Released {PLANAR} at level l = 1").first).to_be_visible()
     buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
     labels = [t.replace("download", "").strip() for t in buttons]
     [csv_name] = [n for n in labels if n.endswith(".csv")]
