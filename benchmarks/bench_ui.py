@@ -63,21 +63,26 @@ new MutationObserver((records) => {
 # Falsy until the app is idle (and ``done`` holds); then {ms: time from the action to the last run's end}.
 SETTLED = """
 ([quiet, grace, needRun, done]) => {
-  const app = document.querySelector('[data-testid="stApp"]');
-  if (!app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return false;
-  if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
-  if (done && !(new Function(done))()) return false;
   const now = performance.now(), t0 = window.__dpT0;
+  const ok = !done || (new Function(done))();
+  window.__dpDoneAt = ok ? (window.__dpDoneAt ?? now) : undefined;  // when ``done`` began to hold
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!ok || !app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return false;
+  if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   const log = window.__dpLog.filter((e) => e[0] >= t0);
-  const ran = log.some((e) => e[1] === 'running');
-  if (!ran && (needRun || now - t0 < grace)) return false;
+  if (!log.length && (needRun || now - t0 < grace)) return false;
   const last = log.length ? log[log.length - 1][0] : t0;
   if (now - last < quiet) return false;
-  if (window.__dpDoneAt === undefined) window.__dpDoneAt = now;
-  return {ms: Math.max(last, done ? window.__dpDoneAt : last) - t0, ran: ran};
+  return {ms: Math.max(last, window.__dpDoneAt) - t0};
 }
 """
-NO_PROGRESS = 'return !document.querySelector(\'[data-testid="stMain"] [data-testid="stProgress"]\');'
+RECENT = "() => window.__dpLog.slice(-8).map((e) => [Math.round(e[0] - window.__dpT0), e[1]])"
+# a comparison is over when no progress bar is left and the Run button is enabled again
+COMPARED = (
+    "const main = document.querySelector('[data-testid=\"stMain\"]');"
+    "return !main.querySelector('[data-testid=\"stProgress\"]') && [...main.querySelectorAll('button')]"
+    ".some((b) => b.innerText.includes('Run comparison') && !b.disabled);"
+)
 
 
 @contextmanager
@@ -129,6 +134,7 @@ class Walk:
             self.times[name].append(self.timeout_ms / 1000)
             TIMED_OUT.add(name)
             print(f"  {name:<44} > {self.timeout_ms / 1000:.0f} s (timed out; the walk ends)", flush=True)
+            print(f"    last script states (ms, state): {self.page.evaluate(RECENT)}", flush=True)
             raise
         seconds = float(handle.json_value()["ms"]) / 1000
         self.times[name].append(seconds)
@@ -136,9 +142,10 @@ class Walk:
         return seconds
 
     def go(self, name: str, title: str) -> None:
+        """Open a page from the sidebar; over when its first heading reads ``title`` and the app is idle."""
         link = self.page.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True)
-        self.timed(name, link.click, need_run=True)
-        expect(self.page.get_by_role("heading", level=1).first).to_be_visible()
+        heading = f"const h = document.querySelector('h1'); return !!h && h.innerText.trim() === {title!r};"
+        self.timed(name, link.click, done=heading)
 
     def click(self, name: str, button: str, **kw: object) -> None:
         self.timed(name, main(self.page).get_by_role("button", name=button).click, **kw)
@@ -195,12 +202,12 @@ def walk(url: str, browser: object, times: dict[str, list[float]], mcmc_timeout:
         w.number("kmeans: change trials", "Trials per ε", 20)
         w.slider_key("kmeans: change the ε range", "ε range (log grid)", "ArrowRight")
         w.slider_key("kmeans: change the ε range", "ε range (log grid)", "ArrowLeft")
-        w.click("comparison", "Run comparison", done=NO_PROGRESS)
+        w.click("comparison", "Run comparison", done=COMPARED)
         expect(body.get_by_test_id("stPlotlyChart").first).to_be_visible()
         w.slider_key("kmeans: change the detailed-view ε", "ε for the detailed view", "ArrowRight")
         w.checkbox("kmeans: tick DP-Lloyd + MCMC", "DP-Lloyd + MCMC")
         w.timeout_ms = mcmc_timeout * 1000
-        w.click("mcmc", "Run comparison", done=NO_PROGRESS)
+        w.click("mcmc", "Run comparison", done=COMPARED)
         w.timeout_ms = 600_000
         w.go("policy: open", "Privacy policy")
         w.go("kmeans: open again", "K-means")

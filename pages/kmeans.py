@@ -331,11 +331,11 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     right.dataframe(draw.populations)
     ds = state.dataset()
     numeric = [c for c in ds.schema.columns("numeric") if c in prep.frame.columns] if ds else []
-    defaults = [f for f in prep.feature_names if f in numeric][:2]
-    columns = st.multiselect(
+    columns = st.multiselect(  # none by default: each violin chart adds about a second to every rerun
         "Columns for the per-cluster violins",
         numeric,
-        key=state.persist("km_violins", defaults, lambda v: all(c in numeric for c in v)),
+        key=state.persist("km_violins", [], lambda v: all(c in numeric for c in v)),
+        placeholder="Pick columns to compare their distributions per cluster (true vs noisy labels)",
     )
     for column in columns:
         with user_errors(f"drawing the violins of {column}"):

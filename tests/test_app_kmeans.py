@@ -103,6 +103,8 @@ def test_comparison_draws_the_charts_without_rerunning_the_sweep(marketing: Data
     assert result.params.eps == (0.5, 0.7, 1.0, 2.0) and result.params.trials == 3
     assert set(result.frame["mechanism"]) == {"white", "white_per_cluster", "colored", "dp_lloyd", "blowfish"}
     assert len(result.frame) == 5 * 4 * 3
+    assert at.multiselect(key="km_violins").value == []  # violins on request: each slows every rerun
+    at.multiselect(key="km_violins").set_value(["Income", "MntWines"]).run()
     titles = _titles(at)
     assert len(titles) == 6, titles
     assert titles[1].startswith("Fractional clustering loss") and titles[2].startswith("PCA embedding")

@@ -73,7 +73,7 @@ MCMC = "dp_lloyd_mcmc"
 MCMC_CHAINS = 1  # DP-Lloyd + MCMC chains per ε by default (its own trial count: more on request)
 BACKGROUND_FITS = 1000  # a comparison with more noisy-Lloyd fits runs in the background (default: 440)
 _PARTS = 64  # comparison parts (one mechanism's trials over an ε grid) kept per server process
-_FIGURES = 64  # figures kept per kind
+_FIGURES = 32  # figures kept (each holds about 1,600 Python objects for the garbage collector)
 logger = logging.getLogger("dpcore.app")
 
 
