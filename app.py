@@ -24,7 +24,14 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name
 
 # Heavy modules of the analysis pages, imported in the background after the first run (not before it:
 # the first page then shows without waiting for scikit-learn and Plotly).
-WARM_UP = ("sklearn.cluster", "plotly.graph_objects", "dpcore.kmeans", "dpcore.plots", "dpcore.location")
+WARM_UP = (
+    "sklearn.cluster",
+    "plotly.graph_objects",
+    "dpcore.kmeans",
+    "dpcore.plots",
+    "dpcore.location",
+    "streamlit.emojis",  # Streamlit's emoji table, read by the first st.info / st.warning (0.4 s)
+)
 
 
 @st.cache_resource(show_spinner=False)
