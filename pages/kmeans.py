@@ -167,26 +167,28 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         d.number_input("Trials per ε", min_value=1, max_value=500, key=state.persist("km_trials", 20))
     )
     mcmc_steps, mcmc_chains = 30000, view.MCMC_CHAINS
-    if view.MCMC in chosen:
-        e, f = st.columns(2)
-        mcmc_chains = int(
-            e.number_input(
-                "MCMC chains per ε",
-                min_value=1,
-                max_value=100,
-                key=state.persist("km_mcmc_chains", view.MCMC_CHAINS),
-                help="DP-Lloyd + MCMC's own trial count: more chains give a steadier curve and take longer.",
+    with st.container():  # always drawn: ticking DP-Lloyd + MCMC moves nothing below it
+        if view.MCMC in chosen:
+            e, f = st.columns(2)
+            mcmc_chains = int(
+                e.number_input(
+                    "MCMC chains per ε",
+                    min_value=1,
+                    max_value=100,
+                    key=state.persist("km_mcmc_chains", view.MCMC_CHAINS),
+                    help="DP-Lloyd + MCMC's own trial count: more chains, a steadier curve, a longer run.",
+                )
             )
-        )
-        mcmc_steps = int(
-            f.number_input(
-                "MCMC chain length", min_value=100, step=1000, key=state.persist("km_mcmc_steps", 30000)
+            mcmc_steps = int(
+                f.number_input(
+                    "MCMC chain length", min_value=100, step=1000, key=state.persist("km_mcmc_steps", 30000)
+                )
             )
-        )
-        st.caption(
-            f"DP-Lloyd + MCMC runs {mcmc_chains * len(grid)} chains ({mcmc_chains} per ε × {len(grid)} ε) "
-            f"of {mcmc_steps:,} steps, stepped together in the background: keep working, or cancel it."
-        )
+            chains = f"{mcmc_chains * len(grid)} chains ({mcmc_chains} per ε × {len(grid)} ε)"
+            st.caption(
+                f"DP-Lloyd + MCMC runs {chains} of {mcmc_steps:,} steps, stepped together in the "
+                "background: keep working, or cancel it."
+            )
     graph = _graph() if "blowfish" in chosen else None
     neighbours = _neighbours()
     if any(takes(KMEANS[m], "neighbours") for m in chosen):
@@ -279,7 +281,9 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     mechs = params.mechanisms
     shown_key = state.persist("km_view_mech", mechs[0], mechs.__contains__)
     shown = b.selectbox("Mechanism shown", mechs, format_func=_label, key=shown_key)
-    _mechanism_header(shown, summary=False)
+    notes = st.container()  # the badge and caveats come and go; the charts below keep their places
+    with notes:
+        _mechanism_header(shown, summary=False)
     with user_errors("drawing the detailed view") as outcome:
         bounds = (prep.lower, prep.upper)
         args = (result.key, prep.X, labels, bounds, params.k)
@@ -290,7 +294,7 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     if outcome.failed:
         return
     for caveat in draw.caveats:
-        st.warning(caveat)
+        notes.warning(caveat)
     if ellipses:
         cols = st.columns(len(ellipses))
         for col, (m, d) in zip(cols, ellipses.items(), strict=True):
@@ -363,25 +367,31 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: 
     st.header("2. Compare mechanisms (diagnostics)")
     params = _compare_inputs(key, prep, k, blocked)
     busy = JOB_KEY in st.session_state
-    if st.button("Run comparison", type="primary", disabled=params is None or busy, key="km_run") and params:
-        _run(key, prep, labels, params)
-    if JOB_KEY in st.session_state:
-        _job_panel()
-    if JOB_NOTE_KEY in st.session_state:
-        kind, text = st.session_state.pop(JOB_NOTE_KEY)
-        (st.error if kind == "error" else st.info)(text)
+    clicked = st.button("Run comparison", type="primary", disabled=params is None or busy, key="km_run")
+    # Messages that come and go live in one container: the charts below keep their places in the page,
+    # so the browser updates them instead of drawing them anew (a second or more per rerun).
+    status = st.container()
+    with status:
+        if clicked and params:
+            _run(key, prep, labels, params)
+        if JOB_KEY in st.session_state:
+            _job_panel()
+        if JOB_NOTE_KEY in st.session_state:
+            kind, text = st.session_state.pop(JOB_NOTE_KEY)
+            (st.error if kind == "error" else st.info)(text)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
     if (result is None or result.key != key) and params is not None:
         result = view.cached_sweep(key, params)  # this server ran it already (another visit or tab)
         if result is not None:
             st.session_state[SWEEP_KEY] = result
     if result is None or result.key != key:
-        st.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
+        status.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
         return
-    if params is None or result.params.key() != params.key():
-        st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
-    for note in result.notes:
-        st.warning(note)
+    with status:
+        if params is None or result.params.key() != params.key():
+            st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
+        for note in result.notes:
+            st.warning(note)
     _loss_chart(result)
     accuracy.kmeans_eps_finder(result.frame, [m for m, s in KMEANS.items() if s.is_dp or not blocked])
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
