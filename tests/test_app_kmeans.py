@@ -133,7 +133,8 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
     at.number_input(key="km_rel_eps").set_value(0.5).run()
     assert not at.download_button
     shown = dict(zip(at.table[-1].value.index, at.table[-1].value["value"], strict=True))
-    assert shown["Mechanism"] == "DP-Lloyd (SuLQ)" and shown["ε"] == "0.5" and shown["Number of clusters K"] == "4"
+    assert shown["Mechanism"] == "DP-Lloyd (SuLQ)" and shown["ε"] == "0.5"
+    assert shown["Number of clusters K"] == "4"
     at.button(key="kmeans_release").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(dataset_id=marketing.dataset_id)
