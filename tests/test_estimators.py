@@ -40,6 +40,8 @@ ESTIMATORS = [
 
 @parametrize_with_checks(ESTIMATORS)
 def test_scikit_learn_estimator_checks(estimator, check) -> None:
+    """scikit-learn's own check: it raises (an AssertionError, or the error it expects not to see) when the
+    estimator breaks a convention (parameters in __init__, fit returns self, validation, fitted attrs)."""
     check(estimator)
 
 
