@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account
 from dpcore.policy import (
+    DEFINITIONS,
     NEIGHBOURS,
     ApproxDP,
     Blowfish,
@@ -191,13 +192,8 @@ class ReleasePlan:
 
     @property
     def definition_label(self) -> str:
-        return {
-            "pure_dp": "ε-differential privacy",
-            "approx_dp": "(ε, δ)-differential privacy",
-            "blowfish": "Blowfish privacy",
-            "geo_ind": "geo-indistinguishability",
-            "local_pdp": "a local (ε, δ) bound for this dataset only (not differential privacy)",
-        }[self.definition]
+        """The release's privacy definition as the Privacy policy page names it."""
+        return DEFINITIONS[self.definition][0]
 
     def _local_name(self) -> str:
         """Ravi et al. 2021's probabilistic DP (PDP: the privacy loss exceeds ε with probability at most δ)

@@ -178,7 +178,7 @@ def test_local_release_debits_its_own_account_and_is_recorded_as_local(marketing
     at = _page(marketing)
     at.selectbox(key="km_rel_mech").set_value("colored").run()
     assert at.button(key="kmeans_release").disabled  # local epsilons never come out of the DP budget
-    assert any("No budget is set for a local (ε, δ) bound" in w.value for w in at.warning)
+    assert any("No budget is set for Local (ε, δ) guarantee for this dataset" in w.value for w in at.warning)
     ledger.set_budget(policy_account(marketing.dataset_id, LocalPDP(1.0, 1e-6)), 2.0, 1e-5)
     at.run()
     at.button(key="kmeans_release").click().run()
