@@ -22,6 +22,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore import config
+from dpcore.ledger import BudgetStatus
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
 from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
 from ui import state
@@ -162,11 +163,10 @@ def stale_reason(compared: Mapping[str, Any] | None, current: Mapping[str, Any])
     )
 
 
-def _blocked(plan: ReleasePlan, stale: str | None) -> str | None:
-    """Why the plan cannot be released now (read from the ledger), or None."""
+def _blocked(plan: ReleasePlan, status: BudgetStatus | None, stale: str | None) -> str | None:
+    """Why the plan cannot be released now, given its account's ``status`` just read, or None."""
     if stale:
         return stale
-    status = state.ledger().budget(plan.account)
     what = f"{plan.definition_label} ({plan.relation})" + (" in demo mode" if plan.mode == "demo" else "")
     if status is None:
         return f"No budget is set for {what} on this dataset: set one on the Privacy policy page."
@@ -201,8 +201,8 @@ def release_panel(
         st.warning(f"DEMO mode (seed {plan.seed}): the output will be marked '{DEMO_NOTICE}' in every file.")
     blocked = None
     with user_errors("reading the budget"):
-        blocked = _blocked(plan, stale)
         status = state.ledger().budget(plan.account)
+        blocked = _blocked(plan, status, stale)
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
