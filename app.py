@@ -18,20 +18,13 @@ import streamlit as st
 from threadpoolctl import threadpool_limits
 
 from ui.nav import run_app
+from ui.serve import ENGINE_MODULES
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-# Heavy modules of the analysis pages, imported in the background after the first run (not before it:
-# the first page then shows without waiting for scikit-learn and Plotly).
-WARM_UP = (
-    "sklearn.cluster",
-    "plotly.graph_objects",
-    "dpcore.kmeans",
-    "dpcore.plots",
-    "dpcore.location",
-    "streamlit.emojis",  # Streamlit's emoji table, read by the first st.info / st.warning (0.4 s)
-)
+# Without ui.serve (a plain ``streamlit run app.py``) the engine is imported in the background after the
+# first run, so the first page shows without waiting for scikit-learn and Plotly.
 
 
 @st.cache_resource(show_spinner=False)
@@ -41,7 +34,7 @@ def _one_thread_per_computation() -> threadpool_limits:
 
 
 def _import_all() -> None:
-    for name in WARM_UP:
+    for name in ENGINE_MODULES:
         try:
             importlib.import_module(name)
         except ImportError:  # the page that needs it reports the error to the curator
@@ -50,7 +43,7 @@ def _import_all() -> None:
 
 @st.cache_resource(show_spinner=False)
 def _warm_up() -> threading.Thread:
-    """Once per server process: import ``WARM_UP`` in a daemon thread."""
+    """Once per server process: import ``ENGINE_MODULES`` in a daemon thread (a no-op under ui.serve)."""
     thread = threading.Thread(target=_import_all, name="dpcore-warm-up", daemon=True)
     thread.start()
     return thread

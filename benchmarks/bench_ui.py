@@ -1,8 +1,9 @@
 """Time the curator's path in a real browser (Debian Chromium, Playwright, 1440x900): a benchmark, no test.
 
-Starts ``streamlit run app.py`` (the repository's .streamlit/config.toml applies) on a free port with a
-temporary ``DPCORE_DATA_DIR``, a fresh server per walk so every walk starts cold, then walks: home first
-load -> Data: load the Marketing Campaign sample, pick four features, allow data-derived bounds, Prepare
+Starts the app as ``scripts/run-app`` does (``python -m ui.serve``; the repository's
+.streamlit/config.toml applies) on a free port with a temporary ``DPCORE_DATA_DIR``, a fresh server per
+walk so every walk starts cold, then walks: home first load -> Data: load the Marketing Campaign sample,
+pick four features, allow data-derived bounds, Prepare
 -> K-means open -> widget changes (K, trials, the ε range) -> the full comparison with the default
 mechanisms -> a widget of its detailed view -> tick DP-Lloyd + MCMC and run it -> Privacy policy and back
 to K-means -> Locations, load the US airports sample -> Ledger; then the home page in a new tab (a new
@@ -98,8 +99,8 @@ def server(data_dir: Path) -> Iterator[str]:
         "DPCORE_USER": "bench-curator",
         "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
     }
-    # the repository's .streamlit/config.toml applies, as for a curator's ./scripts/run-app
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
+    # as a curator's ./scripts/run-app (ui.serve; the repository's .streamlit/config.toml applies)
+    cmd = [sys.executable, "-m", "ui.serve", "--server.port", str(port)]
     cmd += ["--server.address", "127.0.0.1"]
     log = data_dir / "streamlit.log"
     with log.open("wb") as out:

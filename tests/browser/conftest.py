@@ -105,9 +105,7 @@ def start_server(base: Path, port: int | None = None) -> tuple[subprocess.Popen[
     cmd = [
         sys.executable,
         "-m",
-        "streamlit",
-        "run",
-        "app.py",
+        "ui.serve",  # as scripts/run-app: the engine imported before the server starts
         "--server.port",
         str(port),
         "--server.address",
