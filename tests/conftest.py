@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.postgres_server"]  # postgres_server and ledger_url fixtures
+
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
 

@@ -27,8 +27,9 @@ from dpcore.ledger import (
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+def url(ledger_url: str) -> str:
+    """A fresh ledger database on each backend (SQLite file, PostgreSQL server): every test runs on both."""
+    return ledger_url
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Ledger under 16 concurrent writers on one SQLite file: threads and spawned processes.
+"""Ledger under 16 concurrent writers on one database (a SQLite file, a PostgreSQL server): threads and
+spawned processes.
 
 Total demand is 16 x 4 x 0.07 = 4.48 against a budget of 1.0, so exactly floor(1.0 / 0.07) = 14 spends
 may succeed; every other attempt must be refused with BudgetExceeded and nothing may be over-spent.
@@ -12,7 +13,6 @@ import threading
 import types
 from collections.abc import Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,8 +55,7 @@ def _process_worker(url: str, worker: int, barrier: Any, queue: Any) -> None:
         led.close()
 
 
-def _prepare(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def _prepare(url: str) -> str:
     led = Ledger(url)
     led.set_budget("many", epsilon=BUDGET)
     led.set_budget("same", epsilon=BUDGET)
@@ -105,8 +104,8 @@ def _run_threads(target: Callable[[int, Any], list[tuple[str, str]]]) -> list[li
     return results
 
 
-def test_threads_each_with_own_ledger(tmp_path: Path) -> None:
-    url = _prepare(tmp_path)
+def test_threads_each_with_own_ledger(ledger_url: str) -> None:
+    url = _prepare(ledger_url)
 
     def target(worker: int, barrier: Any) -> list[tuple[str, str]]:
         led = Ledger(url)
@@ -118,8 +117,8 @@ def test_threads_each_with_own_ledger(tmp_path: Path) -> None:
     _check_ledger(url, _run_threads(target))
 
 
-def test_threads_sharing_one_ledger(tmp_path: Path) -> None:
-    url = _prepare(tmp_path)
+def test_threads_sharing_one_ledger(ledger_url: str) -> None:
+    url = _prepare(ledger_url)
     shared = Ledger(url)
     try:
         _check_ledger(url, _run_threads(lambda worker, barrier: _attempts(shared, worker, barrier)))
@@ -128,8 +127,8 @@ def test_threads_sharing_one_ledger(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_spawned_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = _prepare(tmp_path)
+def test_spawned_processes(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = _prepare(ledger_url)
     # Streamlit's AppTest (run earlier in the same worker) leaves one of its temporary scripts as
     # __main__; spawn would re-run it in every child. The workers need nothing from __main__.
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))

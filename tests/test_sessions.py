@@ -31,6 +31,13 @@ PLAN = {
 }
 
 
+@pytest.fixture
+def database(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ledger's database for this test, on each backend (a SQLite file, a PostgreSQL server)."""
+    monkeypatch.setenv("DPCORE_LEDGER_URL", ledger_url)
+    return ledger_url
+
+
 def test_tokens_are_128_random_bits_in_hex():
     tokens = {new_token() for _ in range(1000)}
     assert len(tokens) == 1000 and all(is_token(t) and len(t) == 32 for t in tokens)
@@ -39,7 +46,7 @@ def test_tokens_are_128_random_bits_in_hex():
     assert not any(is_token(t) for t in ("", "ABC", "g" * 32, "0" * 31, "0" * 33, None, 12, "../" * 11))
 
 
-def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(isolated_data_dir: Path):
+def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(database: str):
     store = SessionStore()
     assert store.url == sa.make_url(config.ledger_url())
     token = new_token()
@@ -54,14 +61,16 @@ def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(isolated_
     assert store.load(token) == later
     ledger = Ledger()  # the ledger opens the same database and keeps its own tables
     ledger.set_budget("d1", 1.0)
-    tables = set(sa.inspect(sa.create_engine(config.ledger_url())).get_table_names())
+    engine = sa.create_engine(config.ledger_url())
+    tables = set(sa.inspect(engine).get_table_names())
+    engine.dispose()
     assert {"sessions", "accounts"} <= tables
     again = SessionStore(config.ledger_url())  # another process or server restart
     assert again.load(token) == later
     store.close(), again.close(), ledger.close()
 
 
-def test_bad_tokens_and_unstorable_values_are_refused(isolated_data_dir: Path):
+def test_bad_tokens_and_unstorable_values_are_refused(database: str):
     store = SessionStore()
     for bad in ("", "x" * 32, "' OR 1=1 --", None):
         with pytest.raises(ParameterError, match="32 lowercase hex digits"):
@@ -72,7 +81,7 @@ def test_bad_tokens_and_unstorable_values_are_refused(isolated_data_dir: Path):
         store.update(new_token(), {"widgets": {"when": pd.Timestamp("2024-01-01")}})
 
 
-def test_merged_keys_keep_both_tabs_changes_and_others_are_replaced(isolated_data_dir: Path):
+def test_merged_keys_keep_both_tabs_changes_and_others_are_replaced(database: str):
     store, token = SessionStore(), new_token()
     store.update(token, {"policy": {"definition": "pure_dp", "epsilon": 1.0}, "widgets": {"a": 1, "b": 2}})
     store.update(token, {"widgets": {"a": 10}}, merge=("widgets",))  # one tab changed a
@@ -82,7 +91,7 @@ def test_merged_keys_keep_both_tabs_changes_and_others_are_replaced(isolated_dat
     assert store.load(token) == plan
 
 
-def test_concurrent_updates_of_one_token_lose_nothing(isolated_data_dir: Path):
+def test_concurrent_updates_of_one_token_lose_nothing(database: str):
     store, token = SessionStore(), new_token()
     def tab(i: int) -> None:
         store.update(token, {"widgets": {f"w{i}": i}, "last": i}, merge=("widgets",))
