@@ -1,0 +1,482 @@
+"""Tables the operator configures: files under allow-listed folders, and SQL database tables or SELECTs.
+
+A source is named by a spec (:class:`FolderFile`, :class:`DatabaseTable`, :class:`DatabaseQuery`) that holds
+no data and no secret (a database is named by its connection name, the URL stays in the operator's config),
+so a session plan can store it and load the table again. :func:`load_source` reads the source in one
+streaming pass: it computes the whole table's :func:`~dpcore.data.fingerprint` (through
+:class:`~dpcore.data.fingerprint.FingerprintStream`) and keeps the rows, or, above ``max_rows``, a uniform
+sample of ``max_rows`` rows (indices drawn without replacement), for the diagnostics. The kept rows go
+through :func:`~dpcore.data.load_table`, the upload path, so a Parquet file gives the same table and the
+same fingerprint whether it is uploaded or read from a folder.
+
+Safety: a folder file must resolve (symlinks followed) inside one of the allow-listed folders, with no
+absolute path and no ``..``; only those folders are listed, never the rest of the file system. A query
+must parse as exactly one SELECT with no data-modifying part (:func:`validate_select`) and runs in a
+read-only transaction where the database has one (PostgreSQL, SQLite); a table must be one the database
+lists. Rows are read in the order of all their columns, so the fingerprint does not depend on the
+database's scan order.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+import sqlglot
+from sqlglot import exp
+
+from dpcore.data.fingerprint import FingerprintStream, fingerprint
+from dpcore.data.io import load_table
+from dpcore.errors import DataError
+
+__all__ = [
+    "DEFAULT_MAX_ROWS",
+    "DatabaseQuery",
+    "DatabaseTable",
+    "FolderFile",
+    "LoadedSource",
+    "SourceSettings",
+    "SourceSpec",
+    "list_folder_files",
+    "list_tables",
+    "load_source",
+    "resolve_folder_file",
+    "source_from_dict",
+    "validate_select",
+]
+
+DEFAULT_MAX_ROWS = 200_000
+MAX_TEXT_MB = 200  # a CSV file is read into memory whole (as an upload is)
+MAX_LISTED = 500
+BATCH_ROWS = 65_536
+FOLDERS_ENV = "DPCORE_DATA_FOLDERS"
+MAX_ROWS_ENV = "DPCORE_MAX_ROWS"
+PARQUET_SUFFIXES = (".parquet", ".pq")
+TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
+_SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "sqlite": "sqlite", "mysql": "mysql"}
+_WRITES = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Command,
+    exp.Into,
+    exp.Lock,
+    exp.Set,
+    exp.Pragma,
+    exp.Copy,
+    exp.TruncateTable,
+)
+
+
+# -- specs ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FolderFile:
+    """A Parquet or CSV file, or a folder of Parquet files, at ``path`` (relative, POSIX) below the
+    allow-listed ``folder`` (as the operator configured it)."""
+
+    folder: str
+    path: str
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.folder).name}/{self.path}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": "folder_file", "folder": self.folder, "path": self.path}
+
+
+@dataclass(frozen=True)
+class DatabaseTable:
+    """A table of the database the operator configured under the connection name ``connection``."""
+
+    connection: str
+    table: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.connection}: {self.table}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": "database_table", "connection": self.connection, "table": self.table}
+
+
+@dataclass(frozen=True)
+class DatabaseQuery:
+    """One read-only SELECT on the database configured under ``connection``."""
+
+    connection: str
+    sql: str
+
+    @property
+    def label(self) -> str:
+        text = " ".join(self.sql.split())
+        return f"{self.connection}: {text[:60]}{'...' if len(text) > 60 else ''}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": "database_query", "connection": self.connection, "sql": self.sql}
+
+
+SourceSpec = FolderFile | DatabaseTable | DatabaseQuery
+_KINDS: dict[str, type[FolderFile] | type[DatabaseTable] | type[DatabaseQuery]] = {
+    "folder_file": FolderFile,
+    "database_table": DatabaseTable,
+    "database_query": DatabaseQuery,
+}
+
+
+def source_from_dict(data: Mapping[str, Any]) -> SourceSpec:
+    """The spec saved by ``spec.to_dict()``."""
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    kind = _KINDS.get(str(data.get("kind")))
+    if kind is None or not all(isinstance(v, str) for v in fields.values()):
+        raise DataError(f"Not a saved data source: {dict(data)!r}; choose the source again on the Data page.")
+    try:
+        return kind(**fields)
+    except TypeError as err:
+        raise DataError(f"Not a saved source ({err}); choose the source again on the Data page.") from err
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """What the operator allows: data folders, database connection names, and the in-memory row limit.
+
+    Read by :meth:`from_config` from a ``[dpcore]`` table (``data_folders``, ``databases``, ``max_rows``)
+    and the environment (``DPCORE_DATA_FOLDERS``: folders separated by ``os.pathsep``; ``DPCORE_MAX_ROWS``).
+    """
+
+    folders: tuple[str, ...] = ()
+    databases: tuple[str, ...] = ()
+    max_rows: int = DEFAULT_MAX_ROWS
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any], environ: Mapping[str, str]) -> SourceSettings:
+        folders = [str(f) for f in _strings(table.get("data_folders", ()), "data_folders")]
+        folders += [f for f in environ.get(FOLDERS_ENV, "").split(os.pathsep) if f.strip()]
+        databases = _strings(table.get("databases", ()), "databases")
+        limit = environ.get(MAX_ROWS_ENV) or table.get("max_rows", DEFAULT_MAX_ROWS)
+        try:
+            max_rows = int(limit)
+        except (TypeError, ValueError):
+            max_rows = 0
+        if max_rows < 1:
+            raise DataError(f"max_rows must be a positive whole number (got {limit!r}); fix the config.")
+        return cls(tuple(dict.fromkeys(folders)), tuple(dict.fromkeys(databases)), max_rows)
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise DataError(f"[dpcore] {name} must be a list of strings, e.g. {name} = ['...']; fix it.")
+    return list(value)
+
+
+# -- folders ----------------------------------------------------------------------------------------
+
+
+def _is_table_file(name: str) -> bool:
+    return name.lower().endswith(PARQUET_SUFFIXES + TEXT_SUFFIXES) and not name.startswith(".")
+
+
+def _inside(path: Path, root: Path, shown: str) -> Path:
+    real = path.resolve()
+    if not real.is_relative_to(root):
+        raise DataError(
+            f"'{shown}' leads outside the allow-listed folder (through a symbolic link); choose a file from "
+            "the list."
+        )
+    return real
+
+
+def resolve_folder_file(spec: FolderFile, folders: Sequence[str]) -> list[Path]:
+    """The file(s) ``spec`` names, each checked to lie inside its allow-listed folder after resolving
+    symbolic links: one file, or the ``.parquet`` files below a folder in sorted path order.
+
+    Raises ``DataError`` for a folder that is not allow-listed, an absolute path, ``..``, a symbolic link
+    leading out of the folder, a missing file or an unsupported file type.
+    """
+    if spec.folder not in folders:
+        raise DataError(
+            f"'{spec.folder}' is not an allow-listed data folder; choose a file from the list (the operator "
+            "sets the folders in [dpcore] data_folders)."
+        )
+    rel = PurePosixPath(spec.path)
+    if not spec.path or rel.is_absolute() or ".." in rel.parts or "\\" in spec.path or "\x00" in spec.path:
+        raise DataError(
+            f"'{spec.path}' is not a path inside the folder (no absolute paths, no '..'); choose a file from "
+            "the list."
+        )
+    root = Path(spec.folder).resolve()
+    target = root.joinpath(*rel.parts)
+    if not target.exists():
+        raise DataError(f"'{spec.label}' does not exist (any more); choose a file from the list.")
+    real = _inside(target, root, spec.path)
+    if real.is_dir():  # every .parquet file below it, in sorted path order (as the batch command reads it)
+        parts = sorted(p for p in real.rglob("*.parquet") if p.is_file())
+        if not parts:
+            raise DataError(f"'{spec.label}' holds no .parquet files; choose a file from the list.")
+        return [_inside(p, root, f"{spec.path}/{p.name}") for p in parts]
+    if not _is_table_file(real.name):
+        raise DataError(
+            f"'{spec.label}' is not a Parquet or CSV file (.parquet, .pq, .csv, .tsv, .txt, .csv.gz); choose "
+            "a file from the list."
+        )
+    return [real]
+
+
+def list_folder_files(folders: Sequence[str]) -> list[FolderFile]:
+    """Parquet and CSV files below the allow-listed folders (hidden ones and symbolic links leading out
+    excluded), plus each sub-folder holding two or more Parquet files directly (one table: every
+    ``.parquet`` file below it); at most ``MAX_LISTED``."""
+    found: list[FolderFile] = []
+    for folder in folders:
+        root = Path(folder).resolve()
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):  # symbolic links to folders are not entered
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            here = Path(dirpath).relative_to(root)
+            names = sorted(f for f in filenames if _is_table_file(f))
+            candidates = [(here / f).as_posix() for f in names]
+            if here.parts and sum(f.lower().endswith(PARQUET_SUFFIXES) for f in names) > 1:
+                candidates.insert(0, here.as_posix())
+            for rel in candidates:
+                spec = FolderFile(folder, rel)
+                try:
+                    resolve_folder_file(spec, folders)
+                except DataError:
+                    continue
+                found.append(spec)
+                if len(found) >= MAX_LISTED:
+                    return found
+    return found
+
+
+# -- databases --------------------------------------------------------------------------------------
+
+
+def validate_select(sql: str, dialect: str = "") -> str:
+    """``sql`` without a trailing semicolon, if it is exactly one SELECT (UNION, CTEs allowed) with no
+    data-modifying or locking part (INSERT/UPDATE/DELETE/MERGE in a CTE, SELECT INTO, FOR UPDATE, DDL,
+    SET, PRAGMA); ``DataError`` otherwise."""
+    text = sql.strip()
+    if not text:
+        raise DataError("The query is empty; type one SELECT statement.")
+    try:
+        statements = [s for s in sqlglot.parse(text, read=_SQLGLOT_DIALECTS.get(dialect)) if s is not None]
+    except sqlglot.errors.ParseError as err:
+        first = str(err).splitlines()[0]
+        raise DataError(f"The query could not be parsed ({first}); type one SELECT statement.") from err
+    if len(statements) != 1:
+        raise DataError(
+            f"The query holds {len(statements)} statements; type exactly one SELECT (no ';' between "
+            "statements)."
+        )
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise DataError(f"Only a SELECT can be run here, not {tree.key.upper()}; type one SELECT statement.")
+    bad = next((node for node in tree.walk() if isinstance(node, _WRITES)), None)
+    if bad is not None:
+        raise DataError(
+            f"The query contains {bad.key.upper()}, which could change the database; only a read-only "
+            "SELECT can be run here."
+        )
+    return text.rstrip(";").rstrip()
+
+
+def list_tables(engine: sa.Engine) -> list[str]:
+    """Tables and views of the database's default schema, by name."""
+    try:
+        found = sa.inspect(engine)
+        return sorted({*found.get_table_names(), *found.get_view_names()})
+    except sa.exc.SQLAlchemyError as err:
+        raise DataError(f"Could not list the tables ({_first_line(err)}); check the connection.") from err
+
+
+def _first_line(err: BaseException) -> str:
+    return str(getattr(err, "orig", None) or err).splitlines()[0]
+
+
+def _read_only(conn: sa.Connection) -> None:
+    """Make the connection's open transaction read-only where the database supports it."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    elif name == "sqlite":
+        conn.exec_driver_sql("PRAGMA query_only = ON")
+
+
+def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tuple[Any, Any]:
+    """(count query, ordered rows query) of the spec, as SQLAlchemy selectables."""
+    if isinstance(spec, DatabaseTable):
+        if spec.table not in list_tables(conn.engine):
+            raise DataError(f"The database has no table '{spec.table}'; choose one from the list.")
+        table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
+        return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
+    sql = validate_select(spec.sql, conn.dialect.name)
+    inner = f"({sql}) AS dpcore_q"
+    names = list(conn.execute(sa.text(f"SELECT * FROM {inner} WHERE 1 = 0")).keys())
+    order = ", ".join(str(i + 1) for i in range(len(names)))
+    return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner} ORDER BY {order}")
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedSource:
+    """A source read in one pass: ``table`` is the whole table, or a uniform sample of it when
+    ``sampled`` (``sample_seed`` draws the same rows again); ``fingerprint`` and ``n_rows`` are always
+    the whole table's."""
+
+    table: pd.DataFrame
+    fingerprint: str
+    n_rows: int
+    sampled: bool
+    sample_seed: int | None
+    description: str
+
+
+def load_source(
+    spec: SourceSpec,
+    *,
+    folders: Sequence[str] = (),
+    engine: sa.Engine | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    sample_seed: int | None = None,
+) -> LoadedSource:
+    """Read ``spec`` (a folder file needs the allow-listed ``folders``, a database spec its ``engine``);
+    above ``max_rows`` rows keep a uniform sample drawn with ``sample_seed`` (new from the OS entropy
+    source when None: the sample is for diagnostics, its seed is recorded to load the same rows again)."""
+    if max_rows < 1:
+        raise DataError(f"max_rows must be at least 1 (got {max_rows}).")
+    seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
+    if isinstance(spec, FolderFile):
+        return _load_folder_file(spec, folders, max_rows, seed)
+    if engine is None:
+        raise DataError(f"No database connection for '{spec.connection}'; the operator must configure it.")
+    return _load_sql(spec, engine, max_rows, seed)
+
+
+def _pass(
+    name: str, chunks: Iterator[pd.DataFrame], total: int, max_rows: int, seed: int
+) -> tuple[str, int, list[pd.DataFrame], bool]:
+    """One pass over ``chunks`` (``total`` rows in all): the fingerprint of the rows with a value (as
+    ``load_table`` keeps them), their number, and the rows kept (all, or a uniform sample of ``max_rows``
+    of the ``total`` rows, indices without replacement)."""
+    sampled = total > max_rows
+    picks = np.sort(np.random.default_rng(seed).choice(total, max_rows, replace=False)) if sampled else None
+    kept: list[pd.DataFrame] = []
+    start = 0
+    with FingerprintStream() as stream:
+        for chunk in chunks:
+            if picks is None:
+                kept.append(chunk)
+            else:
+                lo, hi = np.searchsorted(picks, [start, start + len(chunk)])
+                kept.append(chunk.iloc[picks[lo:hi] - start])
+            start += len(chunk)
+            stream.update(chunk.dropna(how="all"))
+        if start != total:
+            raise DataError(f"'{name}' changed while it was read ({start:,} of {total:,} rows); load again.")
+        return stream.hexdigest(), stream.n_rows, kept, sampled
+
+
+def _validated(kept: list[pd.DataFrame], name: str) -> pd.DataFrame:
+    """The kept rows read back through ``load_table`` (the upload path's checks and types)."""
+    frame = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame()
+    buffer = io.BytesIO()
+    try:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buffer)
+    except (pa.ArrowException, TypeError, ValueError) as err:
+        raise DataError(
+            f"'{name}' has a column mixing types ({_first_line(err)}); cast it to one type and load it again."
+        ) from err
+    return load_table(buffer.getvalue(), filename=f"{name}.parquet")
+
+
+def _result(
+    name: str, digest: str, n_rows: int, kept: list[pd.DataFrame], sampled: bool, seed: int, what: str
+) -> LoadedSource:
+    table = _validated(kept, name)
+    if not sampled:  # the table in use is the whole table: its own fingerprint, as for an upload
+        return LoadedSource(table, fingerprint(table), len(table), False, None, what)
+    note = f"{what}; uniform sample of {len(table):,} of {n_rows:,} rows"
+    return LoadedSource(table, digest, n_rows, True, seed, note)
+
+
+def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, seed: int) -> LoadedSource:
+    paths = resolve_folder_file(spec, folders)
+    if len(paths) == 1 and not paths[0].name.lower().endswith(PARQUET_SUFFIXES):
+        return _load_text_file(spec, paths[0], max_rows, seed)
+    try:
+        files = [pq.ParquetFile(p) for p in paths]
+        total = sum(f.metadata.num_rows for f in files)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
+    what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
+    if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
+        table = load_table(paths[0])
+        return LoadedSource(table, fingerprint(table), len(table), False, None, what)
+
+    def chunks() -> Iterator[pd.DataFrame]:
+        try:
+            for file in files:
+                for batch in file.iter_batches(batch_size=BATCH_ROWS):
+                    yield batch.to_pandas().rename(columns=lambda c: str(c).strip())  # as load_table does
+        except (pa.ArrowException, OSError) as err:
+            raise DataError(f"'{spec.label}' could not be read ({_first_line(err)}).") from err
+
+    return _result(spec.label, *_pass(spec.label, chunks(), total, max_rows, seed), seed, what)
+
+
+def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> LoadedSource:
+    size = path.stat().st_size
+    if size > MAX_TEXT_MB * 2**20:
+        raise DataError(
+            f"'{spec.label}' is {size / 2**20:,.0f} MB; CSV files above {MAX_TEXT_MB} MB are not read into "
+            "memory. Convert it to Parquet (read in a streaming pass) and put that in the folder."
+        )
+    table = load_table(path)
+    digest = fingerprint(table)
+    if len(table) <= max_rows:
+        return LoadedSource(table, digest, len(table), False, None, "CSV in an allow-listed folder")
+    rows = np.sort(np.random.default_rng(seed).choice(len(table), max_rows, replace=False))
+    note = f"CSV in an allow-listed folder; uniform sample of {max_rows:,} of {len(table):,} rows"
+    return LoadedSource(table.iloc[rows].reset_index(drop=True), digest, len(table), True, seed, note)
+
+
+def _load_sql(
+    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int
+) -> LoadedSource:
+    what = f"database '{spec.connection}', read in a read-only transaction"
+    try:
+        with engine.connect() as conn:
+            conn.begin()
+            try:
+                _read_only(conn)
+                count, rows = _sql_selects(spec, conn)
+                total = int(conn.execute(count).scalar_one())
+                chunks = pd.read_sql(rows, conn.execution_options(stream_results=True), chunksize=BATCH_ROWS)
+                result = _pass(spec.label, iter(chunks), total, max_rows, seed)
+            finally:
+                conn.rollback()
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("PRAGMA query_only = OFF")
+    except sa.exc.SQLAlchemyError as err:
+        raise DataError(f"The database refused the read of '{spec.label}' ({_first_line(err)}).") from err
+    return _result(spec.label, *result, seed, what)
