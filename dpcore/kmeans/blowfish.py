@@ -245,8 +245,9 @@ class BlowfishKMeans(NoisyLloydBase):
 
         return per_run
 
-    def fit(self, X: Any, y: object = None) -> BlowfishKMeans:
-        super().fit(X)
+    def _run(self, *args: Any) -> BlowfishKMeans:
+        """The shared fit (in memory or from a statistics oracle), plus ``sensitivity_gain_``."""
+        super()._run(*args)
         lower, upper = self.bounds_
         self.sensitivity_gain_ = float(np.sum(upper - lower)) / self.sum_sensitivity_
         return self

@@ -143,6 +143,7 @@ def make_sampler(random_state: int | Sampler | None) -> Sampler:
 
 NoiseFn = Callable[[NDArray, NDArray], NDArray]
 SensitivityFn = Callable[[NDArray], tuple[NDArray, NDArray]]
+StatisticsFn = Callable[[NDArray], tuple[NDArray, NDArray]]
 
 
 def privatized_noise(sampler: Sampler) -> NoiseFn:
@@ -186,14 +187,14 @@ def _scales(sensitivity: NDArray, epsilon: NDArray) -> NDArray:
 
 
 def noisy_lloyd(
-    Xc: NDArray,
+    Xc: NDArray | None,
     init: NDArray,
     eps_rounds: NDArray,
     half: NDArray,
     noise: NoiseFn,
     sensitivities: SensitivityFn,
     rng: np.random.Generator,
-    statistics: Callable[[NDArray], tuple[NDArray, NDArray]] | None = None,
+    statistics: StatisticsFn | None = None,
 ) -> LloydBatch:
     """The noisy Lloyd loop (module docstring) for B runs at once: THE implementation of a round.
 
@@ -202,10 +203,19 @@ def noisy_lloyd(
     ``noise(values (B, ...), scales (B,))`` adds Laplace noise of scale_b to run b; ``rng`` draws the
     offsets of :func:`reseed_centres` (between rounds, never after the last); ``statistics(centres)`` ->
     true (counts, sums), default :func:`nearest_sets` + :func:`cluster_statistics` (diagnostic batches of
-    2-D rows pass :meth:`PlanarCells.statistics`).
+    2-D rows pass :meth:`PlanarCells.statistics`; out-of-core engines pass their own pass over the table
+    and ``Xc = None``).
     """
     b, k, d = init.shape
     T = eps_rounds.shape[1]
+    if statistics is None:
+        if Xc is None:
+            raise TypeError("noisy_lloyd needs the centred rows Xc or a statistics function.")
+        rows = Xc
+
+        def statistics(c: NDArray) -> tuple[NDArray, NDArray]:
+            return cluster_statistics(rows, nearest_sets(rows, c)[0], k)
+
     centres = init.copy()
     history = np.empty((b, T + 1, k, d))
     history[:, 0] = centres
@@ -213,11 +223,7 @@ def noisy_lloyd(
     sens_n, sens_s = np.empty((b, T)), np.empty((b, T))
     for t in range(T):
         sens_n[:, t], sens_s[:, t] = sensitivities(centres)
-        true_n, true_s = (
-            cluster_statistics(Xc, nearest_sets(Xc, centres)[0], k)
-            if statistics is None
-            else statistics(centres)
-        )
+        true_n, true_s = statistics(centres)
         counts_out[:, t] = noise(true_n, _scales(sens_n[:, t], eps_rounds[:, t, 0]))
         sums_out[:, t] = noise(true_s, _scales(sens_s[:, t], eps_rounds[:, t, 1]))
         centres = update_centres(centres, counts_out[:, t], sums_out[:, t], half)
@@ -284,14 +290,18 @@ class NoisyLloydBase(BaseEstimator):
 
     # validation --------------------------------------------------------
     def _validate(self, X: ArrayLike) -> tuple[NDArray, NDArray, NDArray, int, float]:
-        policy = self._policy()  # validates epsilon and the neighbour relation / graph
         arr = check_rows(self, X, reset=True)
+        return (arr, *self._check_parameters(*arr.shape))
+
+    def _check_parameters(self, n_rows: int, n_features: int) -> tuple[NDArray, NDArray, int, float]:
+        """(lower, upper, K, eps) validated for a table of n_rows x n_features (no data read)."""
+        policy = self._policy()  # validates epsilon and the neighbour relation / graph
         k = _check_positive_int("n_clusters", self.n_clusters, "Try K = 3.")
-        if k > arr.shape[0]:
+        if k > n_rows:
             raise ParameterError(
-                f"n_clusters = {k} exceeds the number of rows ({arr.shape[0]}); choose a smaller K."
+                f"n_clusters = {k} exceeds the number of rows ({n_rows}); choose a smaller K."
             )
-        lower, upper = check_bounds(self.bounds, arr.shape[1])
+        lower, upper = check_bounds(self.bounds, n_features)
         if self.n_iter is not None:
             _check_positive_int(
                 "n_iter", self.n_iter, "Su et al. recommend 2 to 7 rounds; leave None for auto."
@@ -303,7 +313,7 @@ class NoisyLloydBase(BaseEstimator):
                 "leave None for Su et al.'s split."
             )
         self._check_extra(lower, upper)
-        return arr, lower, upper, k, float(policy.epsilon)
+        return lower, upper, k, float(policy.epsilon)
 
     # fit ---------------------------------------------------------------
     def fit(self, X: ArrayLike, y: object = None) -> NoisyLloydBase:
@@ -312,10 +322,37 @@ class NoisyLloydBase(BaseEstimator):
 
     def _fit(self, X: ArrayLike, sampler: Sampler) -> NoisyLloydBase:
         arr, lower, upper, k, eps = self._validate(X)
-        n, d = arr.shape
+        Xc = np.clip(arr, lower, upper) - (lower + upper) / 2.0
+        return self._run(arr.shape, lower, upper, k, eps, None, Xc, sampler)
+
+    def fit_statistics(self, n_rows: int, n_features: int, statistics: StatisticsFn) -> NoisyLloydBase:
+        """Fit from a statistics oracle instead of rows (out-of-core engines); returns self.
+
+        ``statistics(centres (1, K, d))`` -> (counts (1, K), sums (1, K, d)) of the rows clipped to the
+        public bounds and translated by their centre (lower + upper) / 2, each row assigned to its nearest
+        centre (ties to the lowest index), centres in those centred coordinates. Same budget, rounds,
+        initial centres and noise draws as :meth:`fit` on the same rows.
+        """
+        sampler = make_sampler(self.random_state)
+        lower, upper, k, eps = self._check_parameters(int(n_rows), int(n_features))
+        self.n_features_in_ = int(n_features)
+        return self._run((int(n_rows), int(n_features)), lower, upper, k, eps, statistics, None, sampler)
+
+    def _run(
+        self,
+        shape: tuple[int, int],
+        lower: NDArray,
+        upper: NDArray,
+        k: int,
+        eps: float,
+        statistics: StatisticsFn | None,
+        Xc: NDArray | None,
+        sampler: Sampler,
+    ) -> NoisyLloydBase:
+        """The fit given validated parameters and either the centred rows ``Xc`` or ``statistics``."""
+        n, d = shape
         policy = self._policy()
         mid, half = (lower + upper) / 2.0, (upper - lower) / 2.0
-        Xc = np.clip(arr, lower, upper) - mid
 
         share = su_count_share(d) if self.count_share is None else float(self.count_share)
         size_query = self.n_iter is None and not self._rows_are_public()
@@ -334,6 +371,7 @@ class NoisyLloydBase(BaseEstimator):
             privatized_noise(sampler),
             self._batch_sensitivities(half),
             sampler.rng,
+            statistics,
         )
         counts_out, sums_out, history = run.noisy_counts[0], run.noisy_sums[0], run.centers_history[0]
         sens_n, sens_s = run.count_sensitivity[0], run.sum_sensitivity[0]

@@ -1,14 +1,16 @@
 """Shared by the noisy-Lloyd mechanisms (DP-Lloyd, Blowfish k-means, DP-Lloyd + MCMC): release and trial.
 
 Each builds its estimator with ``build(epsilon, bounds, params, sampler)``; a release fits it once with
-the sampler it is given, a trial runs every (eps, trial) fit as one batch with diagnostic noise
-(:func:`dpcore.kmeans.lloyd.noisy_lloyd_trials`) and matches the centres to the true ones.
+the sampler it is given (on ``inputs.X``, or through ``inputs.fit_lloyd`` when the inputs are a
+:class:`LloydSource`, e.g. a table in an out-of-core engine), a trial runs every (eps, trial) fit as one
+batch with diagnostic noise (:func:`dpcore.kmeans.lloyd.noisy_lloyd_trials`) and matches the centres to
+the true ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,6 +40,15 @@ NEIGHBOURS = Param(
 Build = Callable[[float, tuple[np.ndarray, np.ndarray], dict, Sampler], NoisyLloydBase]
 
 
+@runtime_checkable
+class LloydSource(Protocol):
+    """Inputs that fit a noisy-Lloyd estimator by their own passes over the rows (out-of-core tables)."""
+
+    def require_bounds(self, label: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase: ...
+
+
 def rounds(params: dict) -> int | None:
     """The estimators' n_iter: None (automatic) for 0."""
     return int(params["n_iter"]) or None
@@ -46,22 +57,23 @@ def rounds(params: dict) -> int | None:
 def fit_release(
     key: str,
     build: Build,
-    inputs: KMeansInputs,
+    inputs: KMeansInputs | LloydSource,
     *,
     epsilon: float,
     delta: float,
     params: dict,
     sampler: Sampler,
 ) -> tuple[Any, dict[str, Any]]:
-    """The estimator fitted once on ``inputs.X`` and the manifest details every noisy-Lloyd run shares."""
+    """The estimator fitted once on ``inputs`` and the manifest details every noisy-Lloyd run shares."""
     label = KMEANS[key].label
     check_release_sampler(sampler)
     if delta:
         raise ParameterError(f"{label} is pure ε noise (Laplace) and spends no δ: pass δ = 0.")
-    est = build(float(epsilon), inputs.require_bounds(label), params, sampler).fit(inputs.X)
+    est = build(float(epsilon), inputs.require_bounds(label), params, sampler)
+    est = inputs.fit_lloyd(est) if isinstance(inputs, LloydSource) else est.fit(inputs.X)
     details = {
         "n_clusters": int(params["n_clusters"]),
-        "n_features": int(inputs.X.shape[1]),
+        "n_features": int(est.n_features_in_),
         "n_iter": int(est.n_iter_),
         "budget_log": [(q, float(e)) for q, e in est.budget_log_],
         "budget_spent": float(est.budget_spent_),

@@ -1,0 +1,232 @@
+"""The prepared feature space of a table that stays in its engine: Ibis expressions, no rows in Python.
+
+:class:`TableFeatures` mirrors :func:`dpcore.data.prepare` for numeric features with public bounds: each
+value is clipped to its public bounds [lo, hi] and scaled, x_s = (clip(x, lo, hi) - center) / scale
+(``minmax``: center (lo + hi) / 2 and scale (hi - lo) / 2, so the box becomes [-1, 1]; ``none``: 0 and 1),
+with the same floating-point operations in the same order, so DuckDB or Spark and numpy compute the same
+values. Rows with a missing or infinite feature are dropped (the plan's "drop" step). Scaling that reads
+the data (standardising) and encodings of categories or dates are not computed out of core: refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import ibis
+import ibis.expr.types as ir
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dpcore.errors import DataError, ParameterError
+from dpcore.kmeans.blowfish import BlowfishKMeans
+from dpcore.kmeans.lloyd import DPLloydKMeans, NoisyLloydBase, check_bounds
+from dpcore.kmeans.registry import KMeansInputs
+
+Scaling = Literal["minmax", "none"]
+SCALINGS: tuple[str, ...] = ("minmax", "none")
+_IN_MEMORY = frozenset({"X", "labels", "true_centers", "require_labels"})
+
+
+def total(terms: Sequence[ir.NumericValue]) -> ir.NumericValue:
+    """t_0 + t_1 + ... left to right (no leading 0 term)."""
+    return functools.reduce(operator.add, terms)
+
+
+def const(value: float) -> ir.FloatingValue:
+    """A float64 constant that every engine reads back bit for bit: its shortest round-trip text cast to
+    DOUBLE (a bare literal may be parsed as a DECIMAL first and rounded twice)."""
+    return ibis.literal(repr(float(value))).cast("float64")
+
+
+@dataclass(frozen=True, eq=False)
+class TableFeatures:
+    """Numeric features of an Ibis table with public bounds and a data-independent scaling.
+
+    ``raw_lower``/``raw_upper`` are the curator's public bounds in the columns' units; ``lower``/``upper``
+    the bounds in the scaled space (what the DP mechanisms clip to). ``rows`` is the source table with
+    the rows that miss a feature removed; :meth:`scaled` gives the feature expressions over it.
+
+    A release's table is described as for in-memory inputs (feature names, public bounds, inverse
+    scaling): other attributes of :class:`~dpcore.kmeans.registry.KMeansInputs` come from
+    :attr:`described`; the rows themselves (``X``, ``labels``) are not in memory, and a mechanism that
+    reads them is refused with a ``ParameterError``.
+    """
+
+    table: ir.Table
+    feature_names: tuple[str, ...]
+    raw_lower: NDArray
+    raw_upper: NDArray
+    scaling: Scaling = "minmax"
+
+    def __post_init__(self) -> None:
+        names = tuple(self.feature_names)
+        if not names or len(set(names)) != len(names):
+            raise ParameterError("Name at least one feature, each once.")
+        missing = [n for n in names if n not in self.table.columns]
+        if missing:
+            raise DataError(
+                f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a "
+                "table with these features. Point --source at the same table."
+            )
+        schema = self.table.schema()
+        bad = [n for n in names if not (schema[n].is_numeric() or schema[n].is_boolean())]
+        if bad:
+            raise DataError(
+                f"Feature(s) {', '.join(map(repr, bad))} are not numeric in the source ("
+                f"{', '.join(str(schema[n]) for n in bad)}); the out-of-core engine takes numeric features "
+                "only (categories and dates need an encoding read from the data). Encode them in the table."
+            )
+        if self.scaling not in SCALINGS:
+            raise ParameterError(
+                f"Scaling {self.scaling!r} reads the data (or is unknown); out of core use one of "
+                f"{', '.join(SCALINGS)} (min-max to the public bounds keeps the guarantee)."
+            )
+        lower, upper = check_bounds((self.raw_lower, self.raw_upper), len(names))
+        object.__setattr__(self, "feature_names", names)
+        object.__setattr__(self, "raw_lower", lower)
+        object.__setattr__(self, "raw_upper", upper)
+
+    @classmethod
+    def from_bounds(
+        cls, table: ir.Table, bounds: Mapping[str, tuple[float, float]], scaling: Scaling = "minmax"
+    ) -> TableFeatures:
+        """Features named by ``bounds`` ({name: (lower, upper)}, in order) over ``table``."""
+        names = tuple(bounds)
+        lo = np.array([float(bounds[n][0]) for n in names])
+        hi = np.array([float(bounds[n][1]) for n in names])
+        return cls(table, names, lo, hi, scaling)
+
+    # -- the scaling, exactly as dpcore.data.prepare computes it ----------------------------------
+
+    @property
+    def center(self) -> NDArray:
+        if self.scaling == "minmax":
+            return (self.raw_lower + self.raw_upper) / 2
+        return np.zeros(len(self.feature_names))
+
+    @property
+    def scale(self) -> NDArray:
+        if self.scaling == "minmax":
+            half = (self.raw_upper - self.raw_lower) / 2
+            return np.where(half > 0, half, 1.0)
+        return np.ones(len(self.feature_names))
+
+    @property
+    def lower(self) -> NDArray:
+        return (self.raw_lower - self.center) / self.scale
+
+    @property
+    def upper(self) -> NDArray:
+        return (self.raw_upper - self.center) / self.scale
+
+    @property
+    def bounds(self) -> tuple[NDArray, NDArray]:
+        return self.lower, self.upper
+
+    def require_bounds(self, label: str) -> tuple[NDArray, NDArray]:
+        """The public bounds of the scaled space (always given here)."""
+        return self.bounds
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+    @functools.cached_property
+    def described(self) -> KMeansInputs:
+        """The release's description as in-memory inputs: names, public bounds and inverse scaling; its
+        only rows are the public box's two corners (lower, upper), never data."""
+        corners = np.stack([self.lower, self.upper])
+        return KMeansInputs(corners, None, self.lower, self.upper, self.feature_names, self.inverse_transform)
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in _IN_MEMORY:
+            raise ParameterError(
+                "This mechanism reads the rows in memory; out of core only DP-Lloyd and Blowfish k-means run "
+                "(their passes run in the engine). Release it from the dashboard on a table that fits."
+            )
+        return getattr(self.described, name)
+
+    # -- expressions ------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def rows(self) -> ir.Table:
+        """The source rows whose features are all present and finite (prepare's "drop" of the others)."""
+        t = self.table
+        keep = [t[n].notnull() for n in self.feature_names]
+        keep += [~(t[n].isnan() | t[n].isinf()) for n in self.feature_names if t.schema()[n].is_floating()]
+        return t.filter(keep)
+
+    def scaled(self, table: ir.Table | None = None) -> list[ir.FloatingValue]:
+        """Per feature: (clip(x, lo, hi) - center) / scale over ``table`` (default :attr:`rows`)."""
+        t = self.rows if table is None else table
+        out = []
+        for j, name in enumerate(self.feature_names):
+            x = t[name].cast("float64")
+            clipped = ibis.greatest(ibis.least(x, const(self.raw_upper[j])), const(self.raw_lower[j]))
+            out.append((clipped - const(self.center[j])) / const(self.scale[j]))
+        return out
+
+    def n_rows(self) -> int:
+        """Number of rows with every feature present (one COUNT; Parquet answers it from metadata)."""
+        return int(self.rows.count().execute())
+
+    def inverse_transform(self, centres: NDArray) -> pd.DataFrame:
+        """Scaled points (e.g. released centroids) back to the columns' units."""
+        raw = np.atleast_2d(np.asarray(centres, dtype=np.float64) * self.scale + self.center)
+        return pd.DataFrame({name: raw[:, j] for j, name in enumerate(self.feature_names)})
+
+    # -- passes -----------------------------------------------------------------------------------
+
+    def centred(self) -> ir.Table:
+        """Columns x0..x{d-1}: the scaled rows clipped to the scaled bounds and translated by their
+        centre m = (lower + upper) / 2, exactly as the noisy-Lloyd estimators centre their rows."""
+        lower, upper = self.bounds
+        mid = (lower + upper) / 2.0
+        return self.rows.select(
+            **{
+                f"x{j}": ibis.greatest(ibis.least(x, const(upper[j])), const(lower[j])) - const(mid[j])
+                for j, x in enumerate(self.scaled())
+            }
+        )
+
+    def nearest_statistics(self, centres: NDArray) -> tuple[NDArray, NDArray]:
+        """Per-cluster counts (B, K) and sums (B, K, d) of :meth:`centred` rows under nearest-centre
+        assignment to each of B centre sets (B, K, d) (centred coordinates; ties to the lowest index).
+        One GROUP BY pass over the table per centre set: the distances ||x - c_k||^2 are SQL expressions
+        over the K public centres, the label the first k attaining their minimum."""
+        b, k, d = centres.shape
+        counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
+        base = self.centred()
+        for r in range(b):
+            dist = {
+                f"d{c}": total([(base[f"x{j}"] - const(centres[r, c, j])) ** 2 for j in range(d)])
+                for c in range(k)
+            }
+            t = base.mutate(**dist)
+            low = ibis.least(*[t[f"d{c}"] for c in range(k)]) if k > 1 else t["d0"]
+            label = ibis.cases(*[(t[f"d{c}"] == low, c) for c in range(k - 1)], else_=k - 1)
+            t = t.mutate(label=label)
+            agg = t.group_by("label").aggregate(
+                n=t.count(), **{f"s{j}": t[f"x{j}"].sum() for j in range(d)}
+            )
+            out = agg.to_pandas()
+            at = out["label"].to_numpy(dtype=np.intp)
+            counts[r, at] = out["n"].to_numpy(dtype=float)
+            sums[r, at] = out[[f"s{j}" for j in range(d)]].to_numpy(dtype=float)
+        return counts, sums
+
+    def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase:
+        """Fit DP-Lloyd or Blowfish k-means by T passes of :meth:`nearest_statistics` (plus one COUNT):
+        the same budget schedule, initial centres and noise draws as ``estimator.fit`` on the rows."""
+        if type(estimator) not in (DPLloydKMeans, BlowfishKMeans):
+            raise ParameterError(
+                f"{type(estimator).__name__} does not run out of core; use DP-Lloyd or Blowfish k-means."
+            )
+        return estimator.fit_statistics(self.n_rows(), self.n_features, self.nearest_statistics)

@@ -1,0 +1,210 @@
+"""A batch job's source as an Ibis table on DuckDB (embedded, the default) or Spark, with its fingerprint.
+
+Sources: a Parquet file, a folder of Parquet files (read in sorted path order), a CSV file, or a SQLAlchemy
+URL with a table name. Parquet is fingerprinted in one streaming pass of record batches and read by the
+engine where it lies; a database table is read once in chunks through SQLAlchemy, fingerprinted on the way
+and staged as a Parquet file in a temporary folder; a CSV file is read by the Data page's own reader
+(``dpcore.data.load_table``: same delimiter, encoding and type inference, so the same fingerprint), whole.
+The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page would load.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import ibis
+import ibis.expr.types as ir
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from dpcore.data.fingerprint import FingerprintStream
+from dpcore.data.sources import PARQUET_SUFFIXES, TEXT_SUFFIXES
+from dpcore.errors import DataError, ParameterError
+
+Engine = Literal["duckdb", "spark"]
+ENGINES: tuple[str, ...] = ("duckdb", "spark")
+CHUNK_ROWS = 65_536
+SPARK_MASTER = "local[2]"
+
+
+def spark_session(master: str | None = None) -> Any:
+    """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI, few shuffle partitions)."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master or os.environ.get("DPCORE_SPARK_MASTER") or SPARK_MASTER)
+        .appName("dpcore")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def connect(engine: Engine = "duckdb", spark: Any = None) -> Any:
+    """An Ibis backend: an in-process DuckDB, or PySpark on ``spark`` (default :func:`spark_session`)."""
+    if engine == "duckdb":
+        return ibis.duckdb.connect()
+    if engine == "spark":
+        session = spark if spark is not None else spark_session()
+        con = ibis.pyspark.connect(session)
+        con.session = session  # read_parquet reads lists of files through the session itself
+        return con
+    raise ParameterError(f"Unknown engine {engine!r}; choose one of {', '.join(ENGINES)}.")
+
+
+def read_parquet(con: Any, files: list[str]) -> ir.Table:
+    """The Parquet ``files`` as one table of the backend ``con`` (Spark reads the list as one frame)."""
+    if con.name == "pyspark":
+        frame = con.session.read.parquet(*files)
+        name = f"dpcore_source_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(name)
+        return con.table(name)
+    return con.read_parquet(files)
+
+
+@dataclass
+class Source:
+    """An opened source: the Ibis ``table``, its ``fingerprint``, and the staging folder (if any), removed
+    by :meth:`close` (or on leaving a ``with`` block)."""
+
+    table: ir.Table
+    fingerprint: str
+    _staging: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._staging is not None:
+            self._staging.cleanup()
+            self._staging = None
+
+
+def is_url(source: str) -> bool:
+    """True for a SQLAlchemy URL (``dialect[+driver]://...``), False for a file path."""
+    head = source.split("://", 1)[0]
+    return "://" in source and head.replace("+", "").isalnum() and head != "file"
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """The Parquet file itself, or the folder's Parquet files in name order (as the Data page reads it)."""
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(PARQUET_SUFFIXES))
+    if not files:
+        raise DataError(f"The folder {path} holds no .parquet files; point --source at Parquet files.")
+    return files
+
+
+def _frames(batches: Iterator[pa.RecordBatch]) -> Iterator[pd.DataFrame]:
+    """Record batches as the Data page's reader shapes a table: names stripped, empty rows dropped."""
+    for batch in batches:
+        yield batch.to_pandas().rename(columns=lambda c: str(c).strip()).dropna(how="all")
+
+
+def stream_fingerprint(frames: Iterator[pd.DataFrame]) -> str:
+    """:func:`dpcore.data.fingerprint` of the concatenated frames, with memory bounded by one frame."""
+    with FingerprintStream() as stream:
+        for df in frames:
+            stream.update(df)
+        if stream.n_rows == 0:
+            raise DataError("The source has no rows; point --source at a non-empty table.")
+        return stream.hexdigest()
+
+
+def open_source(
+    source: str | os.PathLike[str], engine: Engine = "duckdb", *, table: str | None = None, spark: Any = None
+) -> Source:
+    """The source as an Ibis table on ``engine`` with its fingerprint (see the module docstring)."""
+    text = os.fspath(source)
+    con = connect(engine, spark)
+    if is_url(text):
+        if not table:
+            raise ParameterError("A database source needs --table NAME (the table the plan was made on).")
+        return _stage_sql(con, text, table)
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise DataError(f"No file or folder at {path}; give a Parquet file or folder, a CSV file or a URL.")
+    suffixes = "".join(path.suffixes).lower()
+    if path.is_dir() or suffixes.endswith(PARQUET_SUFFIXES):
+        files = [str(f) for f in parquet_files(path)]
+        batches = pads.dataset(files, format="parquet").to_batches(batch_size=CHUNK_ROWS)
+        return Source(read_parquet(con, files), stream_fingerprint(_frames(batches)))
+    if suffixes.endswith(TEXT_SUFFIXES):
+        from dpcore.data import fingerprint, load_table
+
+        df = load_table(path)
+        staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
+        staged = Path(staging.name) / "table.parquet"
+        df.to_parquet(staged, index=False)
+        return Source(read_parquet(con, [str(staged)]), fingerprint(df), staging)
+    raise DataError(f"{path.name}: give a Parquet file or folder, a CSV file or a database URL (--table).")
+
+
+def _stable_types(chunk: pd.DataFrame) -> pd.DataFrame:
+    """One staging type per column whatever a chunk holds (a chunk's missing values turn integers into
+    floats and bools into objects): numbers and bools as float64, dates as they are, the rest as text."""
+    out = {}
+    for name in chunk.columns:
+        s = chunk[name]
+        if pd.api.types.is_datetime64_any_dtype(s):
+            out[name] = s
+        elif pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+            out[name] = s.astype("float64")
+        elif s.map(lambda v: isinstance(v, bool | int | float) or v is None).all():
+            out[name] = pd.to_numeric(s, errors="coerce").astype("float64")
+        else:
+            out[name] = s.astype("string")
+    return pd.DataFrame(out)
+
+
+def _stage_sql(con: Any, url: str, table: str) -> Source:
+    """Read ``table`` at ``url`` once in chunks: fingerprint it and stage it as Parquet for the engine."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
+    staged = Path(staging.name) / "table.parquet"
+    writer: pq.ParquetWriter | None = None
+
+    def frames(conn: sa.Connection) -> Iterator[pd.DataFrame]:
+        nonlocal writer
+        if table not in sa.inspect(conn).get_table_names():
+            raise DataError(f"The database at {engine.url!r} has no table {table!r}.")
+        t = sa.Table(table, sa.MetaData(), autoload_with=conn)
+        rows = sa.select(t).order_by(*t.columns)  # as the Data page reads it: scan order does not matter
+        for chunk in pd.read_sql(rows, conn.execution_options(stream_results=True), chunksize=CHUNK_ROWS):
+            chunk = chunk.dropna(how="all")
+            arrow = pa.Table.from_pandas(_stable_types(chunk), preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(staged, arrow.schema)
+            writer.write_table(arrow.cast(writer.schema))
+            yield chunk
+
+    try:
+        try:
+            with engine.connect() as conn:
+                digest = stream_fingerprint(frames(conn))
+        finally:
+            if writer is not None:
+                writer.close()
+            engine.dispose()
+    except sa.exc.SQLAlchemyError as err:
+        staging.cleanup()
+        raise DataError(f"The database refused the read of {table!r}: {err}".splitlines()[0]) from err
+    except BaseException:
+        staging.cleanup()
+        raise
+    return Source(read_parquet(con, [str(staged)]), digest, staging)

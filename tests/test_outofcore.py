@@ -1,0 +1,223 @@
+"""Out-of-core engine: DuckDB (and Spark local) passes give the in-memory releases bit for bit."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import ibis
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from dpcore.data import fingerprint, infer_schema, load_table, prepare
+from dpcore.data.sources import DatabaseTable, load_source
+from dpcore.errors import DataError, ParameterError
+from dpcore.kmeans import KMeansInputs
+from dpcore.kmeans.blowfish import BlowfishKMeans
+from dpcore.kmeans.cells import cluster_statistics
+from dpcore.kmeans.lloyd import DPLloydKMeans
+from dpcore.kmeans.mcmc import LeeKiferKMeans
+from dpcore.kmeans.registry import release_centroids
+from dpcore.mechanisms import Sampler
+from dpcore.metrics import nearest_sets
+from dpcore.outofcore import TableFeatures
+from dpcore.outofcore.source import open_source
+from dpcore.policy import DistanceThresholdGraph, FullDomainGraph
+
+BOUNDS = {"a": (-10.0, 10.0), "b": (0.0, 10.0), "c": (0.0, 99.0)}
+
+
+def table(n: int = 3000, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    centres = np.array([[-5.0, 2.0, 20.0], [4.0, 8.0, 70.0], [0.0, 5.0, 50.0]])
+    rows = centres[rng.integers(0, 3, n)] + rng.normal(0, [1.5, 1.0, 8.0], (n, 3))
+    df = pd.DataFrame(rows, columns=list("abc"))
+    df["c"] = np.clip(np.round(df["c"]), -5, 120).astype(int)  # some values outside the public bounds
+    df["note"] = [f"row {i}" for i in range(n)]  # a column that is not a feature
+    return df
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]:
+    df = table()
+    path = tmp_path_factory.mktemp("oc") / "t.parquet"
+    df.to_parquet(path, index=False)
+    return df, path
+
+
+def in_memory(df: pd.DataFrame, scaling: str = "minmax") -> KMeansInputs:
+    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling=scaling, bounds=BOUNDS)
+    return KMeansInputs.from_prepared(prep)
+
+
+def duckdb_features(path: Path, scaling: str = "minmax") -> TableFeatures:
+    return TableFeatures.from_bounds(ibis.duckdb.connect().read_parquet(str(path)), BOUNDS, scaling)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scaling", ["minmax", "none"])
+def test_scaled_rows_are_prepare_s_bit_for_bit(data, scaling: str) -> None:
+    df, path = data
+    feat, inputs = duckdb_features(path, scaling), in_memory(df, scaling)
+    rows = feat.rows.select(**{f"x{j}": x for j, x in enumerate(feat.scaled())}).to_pandas().to_numpy()
+    assert np.array_equal(rows, inputs.X)
+    assert np.array_equal(feat.lower, inputs.lower) and np.array_equal(feat.upper, inputs.upper)
+    back = feat.inverse_transform(inputs.X[:5]).to_numpy()
+    assert np.array_equal(back, inputs.inverse_transform(inputs.X[:5]).to_numpy())
+
+
+def test_nearest_statistics_are_the_in_memory_ones_and_ties_go_to_the_lowest_index(data) -> None:
+    df, path = data
+    feat, inputs = duckdb_features(path), in_memory(df)
+    mid = (inputs.lower + inputs.upper) / 2
+    Xc = np.clip(inputs.X, inputs.lower, inputs.upper) - mid
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-0.8, 0.8, (2, 4, 3))
+    centres[1, 2] = centres[1, 0]  # a duplicate centre: every row it could win goes to index 0
+    counts, sums = feat.nearest_statistics(centres)
+    want_n, want_s = cluster_statistics(Xc, nearest_sets(Xc, centres)[0], 4)
+    assert np.array_equal(counts, want_n)
+    assert counts[1, 2] == 0 and counts.sum() == 2 * len(df)
+    np.testing.assert_allclose(sums, want_s, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n_clusters": 3},  # unbounded, automatic rounds: the noisy row count comes first
+        {"n_clusters": 4, "n_iter": 5, "neighbours": "bounded"},
+    ],
+)
+@pytest.mark.parametrize("seed", [7, 11])
+def test_dp_lloyd_release_is_identical_in_memory_and_on_duckdb(data, params: dict, seed: int) -> None:
+    df, path = data
+    a = release_centroids("dp_lloyd", in_memory(df), epsilon=1.0, sampler=Sampler(seed), params=params)
+    feat = duckdb_features(path)
+    b = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(seed), params=params)
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+    assert a.details == b.details
+    assert math.fsum(e for _, e in b.details["budget_log"]) == 1.0  # the whole eps, exactly
+
+
+def test_estimator_state_is_identical_and_spends_exactly_epsilon(data) -> None:
+    df, path = data
+    inputs, feat = in_memory(df), duckdb_features(path)
+    kw = {"n_clusters": 3, "epsilon": 0.7, "bounds": inputs.bounds, "random_state": 5}
+    mem = DPLloydKMeans(**kw).fit(inputs.X)
+    ooc = feat.fit_lloyd(DPLloydKMeans(**kw))
+    for name in ("noisy_counts_", "noisy_sums_", "centers_history_", "cluster_centers_", "noisy_n_"):
+        assert np.array_equal(getattr(mem, name), getattr(ooc, name)), name
+    assert ooc.budget_log_ == mem.budget_log_ and ooc.budget_spent_ == 0.7
+    assert ooc.n_features_in_ == 3
+
+
+@pytest.mark.parametrize("graph", [FullDomainGraph(), DistanceThresholdGraph(0.3, "l1")])
+def test_blowfish_release_is_identical_in_memory_and_on_duckdb(data, graph) -> None:
+    df, path = data
+    inputs, feat = in_memory(df), duckdb_features(path)
+    kw = {"n_clusters": 3, "epsilon": 1.0, "bounds": inputs.bounds, "graph": graph, "random_state": 3}
+    mem = BlowfishKMeans(**kw).fit(inputs.X)
+    ooc = feat.fit_lloyd(BlowfishKMeans(**kw))
+    assert np.array_equal(mem.cluster_centers_, ooc.cluster_centers_)
+    assert np.array_equal(mem.sum_sensitivity_, ooc.sum_sensitivity_)
+    assert np.array_equal(mem.sensitivity_gain_, ooc.sensitivity_gain_)
+
+
+def test_refuses_what_it_cannot_compute_out_of_core(data) -> None:
+    df, path = data
+    t = ibis.duckdb.connect().read_parquet(str(path))
+    with pytest.raises(ParameterError, match="does not run out of core"):
+        duckdb_features(path).fit_lloyd(LeeKiferKMeans(3, 1.0, bounds=in_memory(df).bounds, random_state=1))
+    with pytest.raises(DataError, match="not numeric"):
+        TableFeatures.from_bounds(t, {"note": (0.0, 1.0)})
+    with pytest.raises(DataError, match="no column"):
+        TableFeatures.from_bounds(t, {"zzz": (0.0, 1.0)})
+    with pytest.raises(ParameterError, match="reads the data"):
+        TableFeatures.from_bounds(t, BOUNDS, "standardize")  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="lower < upper"):
+        TableFeatures.from_bounds(t, {"a": (1.0, 1.0)})
+
+
+def test_rows_missing_a_feature_are_dropped_as_prepare_drops_them(tmp_path: Path) -> None:
+    df = table(500)
+    df.loc[[3, 10, 77], "a"] = np.nan
+    df.loc[[5], "b"] = np.inf
+    path = tmp_path / "m.parquet"
+    df.to_parquet(path, index=False)
+    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
+    feat = duckdb_features(path)
+    assert feat.n_rows() == prep.n_samples == 496
+    a = release_centroids("dp_lloyd", KMeansInputs.from_prepared(prep), epsilon=2.0, sampler=Sampler(1))
+    b = release_centroids("dp_lloyd", feat, epsilon=2.0, sampler=Sampler(1))
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+
+
+def test_parquet_fingerprint_is_streamed_and_is_the_data_page_s(data, tmp_path: Path) -> None:
+    df, path = data
+    with open_source(path) as src:
+        assert src.fingerprint == fingerprint(load_table(path))
+        assert src.table.count().execute() == len(df)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    df.iloc[:1000].to_parquet(folder / "part-0.parquet", index=False)
+    df.iloc[1000:].to_parquet(folder / "part-1.parquet", index=False)
+    with open_source(folder) as src:
+        assert src.fingerprint == fingerprint(df)
+    with pytest.raises(DataError, match="No file or folder"):
+        open_source(tmp_path / "absent.parquet")
+
+
+def test_database_and_csv_sources_fingerprint_as_the_data_page(data, tmp_path: Path) -> None:
+    df, _ = data
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = sa.create_engine(url)
+    df.to_sql("people", engine, index=False)
+    loaded = load_source(DatabaseTable("db", "people"), engine=engine, max_rows=100, sample_seed=1)
+    engine.dispose()
+    with open_source(url, table="people") as src:
+        staging = Path(src._staging.name)  # type: ignore[union-attr]
+        assert src.fingerprint == loaded.fingerprint
+        assert src.table.count().execute() == len(df)
+    assert not staging.exists()  # the staged copy is removed
+    csv = tmp_path / "t.csv"
+    df.to_csv(csv, index=False)
+    with open_source(csv) as src:
+        assert src.fingerprint == fingerprint(load_table(csv))
+    with pytest.raises(ParameterError, match="--table"):
+        open_source(url)
+
+
+def spark_available() -> bool:
+    return shutil.which("java") is not None
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (2 cores, no web UI) for every Spark test (~15 s to start)."""
+    if not spark_available():
+        pytest.skip("Spark needs Java: apt-get install default-jre-headless")
+    from dpcore.outofcore.source import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None:
+    df, path = data
+    small = df.iloc[:800]
+    part = path.parent / "small.parquet"
+    small.to_parquet(part, index=False)
+    with open_source(part, "spark", spark=spark) as src:
+        assert src.fingerprint == fingerprint(small)
+        feat = TableFeatures.from_bounds(src.table, BOUNDS)
+        params = {"n_clusters": 3, "n_iter": 3}
+        b = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(2), params=params)
+    a = release_centroids("dp_lloyd", in_memory(small), epsilon=1.0, sampler=Sampler(2), params=params)
+    c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, sampler=Sampler(2), params=params)
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+    pd.testing.assert_frame_equal(a.table, c.table, check_exact=True)
