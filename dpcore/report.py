@@ -43,6 +43,7 @@ from dpcore import __version__
 from dpcore.errors import ParameterError
 from dpcore.ledger import BudgetNotSet, LedgerError
 from dpcore.policy import DEFINITIONS
+from dpcore.safe_text import csv_bytes
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -139,7 +140,7 @@ def release_files(
         table.insert(0, "notice", DEMO_NOTICE)
     data = json.loads(table.to_json(orient="records", double_precision=15))
     files = {
-        f"{stem}.csv": table.to_csv(index=False).encode(),
+        f"{stem}.csv": csv_bytes(table),  # formula-like text neutralised (OWASP CSV injection)
         f"{stem}.json": _dumps({"manifest": manifest, "data": data}),
         f"{stem}-manifest.json": _dumps(manifest),
     }

@@ -7,6 +7,7 @@ from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, missing_repo
 from ui import datasets, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
+from ui.text import md
 
 ensure_entrypoint()
 
@@ -57,7 +58,7 @@ def _source_section() -> None:
         key=state.persist("data_source", _source_of(ds), SOURCES.__contains__),
     )
     if ds is not None:
-        st.caption(f"In use: {ds.name}. Loading another table replaces it.")
+        st.caption(f"In use: {md(ds.name)}. Loading another table replaces it.")
     if choice in datasets.SAMPLE_CHOICES:
         if st.button(f"Load {choice}", key="data_load_sample"):
             with user_errors("loading the sample") as outcome:
@@ -92,7 +93,7 @@ def _upload() -> None:
         return
     failed = st.session_state.get(UPLOAD_ERROR_KEY)
     if failed is not None and failed[0] == uploaded.file_id:
-        st.error(failed[1])
+        st.error(md(failed[1]))
         _kept()
         return
     if st.session_state.get(UPLOAD_DONE_KEY) == uploaded.file_id:
@@ -110,7 +111,7 @@ def _upload() -> None:
 def _kept() -> None:
     ds = state.dataset()
     if ds is not None:
-        st.caption(f"Nothing was changed: the dataset in use is still {ds.name}.")
+        st.caption(f"Nothing was changed: the dataset in use is still {md(ds.name)}.")
 
 
 def _rows(ds: state.Dataset) -> str:
@@ -122,9 +123,9 @@ def _rows(ds: state.Dataset) -> str:
 
 def _overview(ds: state.Dataset) -> None:
     st.header("2. Table and schema")
-    st.markdown(f"**{ds.name}** · {_rows(ds)} · fingerprint `{ds.fingerprint[:16]}`")
+    st.markdown(f"**{md(ds.name)}** · {_rows(ds)} · fingerprint `{ds.fingerprint[:16]}`")
     if ds.source:
-        st.caption(ds.source)
+        st.caption(md(ds.source))
     st.dataframe(ds.raw.head(20), hide_index=True)
     st.subheader("Column kinds")
     st.dataframe(ds.schema.to_frame(), hide_index=True)
@@ -157,7 +158,8 @@ def _encodings(ds: state.Dataset) -> None:
         if ds.schema.kinds[column] == "date":
             fmt = enc.format or "native datetime"
             st.markdown(
-                f"`{column}`: days since 1970-01-01 (fractional for times), parsed with format `{fmt}`."
+                f"**{md(column)}**: days since 1970-01-01 (fractional for times), parsed with format "
+                f"{md(fmt)}."
             )
             new_fmt = st.text_input(
                 "Date format (strptime)", key=state.persist(f"data_fmt_{column}", enc.format or "")
@@ -167,7 +169,7 @@ def _encodings(ds: state.Dataset) -> None:
                 st.rerun()
         else:
             origin = "declared public" if enc.public else "read from the data (leaks which categories occur)"
-            st.markdown(f"`{column}`: category → code, categories {origin}.")
+            st.markdown(f"**{md(column)}**: category → code, categories {origin}.")
             st.dataframe(enc.table(), hide_index=True)
             listed = st.text_input(
                 "Declare the public category list (comma-separated, in code order)",
@@ -184,7 +186,7 @@ def _missing(ds: state.Dataset) -> None:
     report = missing_report(ds.cleaned)
     bad = report[(report["missing"] > 0) | (report["infinite"] > 0)]
     for step in ds.cleaning:
-        st.caption(f"Applied: {step}")
+        st.caption(f"Applied: {md(step)}")
     if bad.empty:
         st.success("No missing or infinite values in the current table.")
     else:
@@ -227,7 +229,7 @@ def _bounds_inputs(ds: state.Dataset, features: list[str]) -> pd.DataFrame:
         for feature in features:
             kind = ds.schema.kinds[feature]
             a, b, c, d = st.columns(widths, vertical_alignment="center")
-            a.markdown(f"`{feature}`")
+            a.markdown(md(feature))
             b.caption(kind)
             if kind == "categorical":
                 c.caption("bounded by its codes (see Encodings)")
@@ -235,7 +237,7 @@ def _bounds_inputs(ds: state.Dataset, features: list[str]) -> pd.DataFrame:
             hint = "e.g. 2012-01-01" if kind == "date" else None
             lower, upper = (
                 box.text_input(
-                    f"{side.capitalize()} bound of {feature}",
+                    f"{side.capitalize()} bound of {md(feature)}",
                     key=state.persist(f"data_{side}_{ds.dataset_id}_{feature}", ""),
                     placeholder=hint,
                     label_visibility="collapsed",
@@ -305,9 +307,9 @@ def _prepared(ds: state.Dataset) -> None:
         f"bounds source: {p.bounds_source}; {p.n_dropped} rows dropped)."
     )
     for leak in p.leaks:
-        st.warning(f"Leak: {leak}")
+        st.warning(f"Leak: {md(leak)}")
     for warning in p.warnings:
-        st.info(warning)
+        st.info(md(warning))
     st.dataframe(
         pd.DataFrame(
             {

@@ -25,6 +25,7 @@ from ui import kmeans_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.release import current_plan, release_panel, stale_reason
+from ui.text import md
 
 ensure_entrypoint()
 
@@ -74,10 +75,11 @@ def _mechanism_header(key: str, *, summary: bool = True) -> None:
 def _data_summary(prep: PreparedData) -> None:
     st.markdown(
         f"**{prep.n_samples:,} rows × {prep.n_features} features** "
-        f"({', '.join(prep.feature_names)}) · scaling: **{prep.scaling}** · bounds: **{prep.bounds_source}**"
+        f"({', '.join(map(md, prep.feature_names))}) · scaling: **{prep.scaling}** · "
+        f"bounds: **{prep.bounds_source}**"
     )
     for leak in prep.leaks:
-        st.caption(f"Leak recorded by the Data page: {leak}")
+        st.caption(f"Leak recorded by the Data page: {md(leak)}")
 
 
 def _choose_k(key: str, prep: PreparedData) -> int:
@@ -461,7 +463,7 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
                 0,
             )
             for caveat in draw.caveats:
-                st.warning(caveat)
+                st.warning(md(caveat))
     inputs = KMeansInputs.from_prepared(prep, labels)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
     compared = {"K": result.params.k} if result is not None and result.key == view.data_key(prep) else None

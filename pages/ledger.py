@@ -5,11 +5,13 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.ledger import Ledger
+from dpcore.safe_text import csv_bytes
 from ui import state
 from ui.errors import user_errors
 from ui.ledger_view import accounts_frame, dataset_label, release_labels, releases_frame
 from ui.nav import ensure_entrypoint
 from ui.release import artifact_bytes
+from ui.text import md
 
 ensure_entrypoint()
 
@@ -42,7 +44,7 @@ def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
         st.info("No dataset has a budget yet; set one on the Privacy policy page.")
     current = ds.dataset_id if ds is not None else None
     for dataset_id in sorted(by_dataset, key=lambda d: (d != current, dataset_label(d, names).lower())):
-        st.subheader(dataset_label(dataset_id, names))
+        st.subheader(md(dataset_label(dataset_id, names)))
         st.caption(f"Dataset id `{dataset_id}`" + (" · the dataset in use" if dataset_id == current else ""))
         st.dataframe(
             accounts_frame(by_dataset[dataset_id]),
@@ -58,7 +60,7 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
         scope = st.radio(
             "Show releases of",
             ["current", "all"],
-            format_func={"current": f"the dataset in use ({ds.name})", "all": "all datasets"}.get,
+            format_func={"current": f"the dataset in use ({md(ds.name)})", "all": "all datasets"}.get,
             horizontal=True,
             key=state.persist("ledger_scope", "current", ("current", "all").__contains__),
         )
@@ -71,7 +73,7 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
     st.caption("Mode DEMO: made in demo mode with a fixed seed, on a demo account; not a privacy release.")
     st.download_button(
         "Download the ledger as CSV",
-        data=releases_frame(ledger, shown, for_csv=True).to_csv(index=False).encode(),
+        data=csv_bytes(releases_frame(ledger, shown, for_csv=True)),
         file_name="ledger.csv",
         mime="text/csv",
         icon=":material/download:",

@@ -28,6 +28,7 @@ from ui import locations_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.release import current_plan, release_panel, stale_reason
+from ui.text import md
 
 ensure_entrypoint()
 
@@ -56,8 +57,8 @@ def _coordinates(ds: state.Dataset) -> view.Coordinates:
     lat_cols, lon_cols = ds.schema.columns("latitude"), ds.schema.columns("longitude")
     if not lat_cols or not lon_cols:
         st.info(
-            f"'{ds.name}' has no column marked latitude and longitude. Mark them on the Data page (column "
-            "kinds), or use the US airports sample."
+            f"'{md(ds.name)}' has no column marked latitude and longitude. Mark them on the Data page "
+            "(column kinds), or use the US airports sample."
         )
         st.page_link("pages/data.py", label="Go to the Data page", icon=":material/table:")
         st.stop()

@@ -23,6 +23,7 @@ from dpcore.policy import (
 from ui import state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
+from ui.text import md
 
 ensure_entrypoint()
 
@@ -171,7 +172,9 @@ def _budget() -> None:
     with user_errors("reading the ledger"):
         status = ledger.budget(account)
         if status is None:
-            st.caption(f"{ds.name} has no budget for this policy yet; its releases are refused until set.")
+            st.caption(
+                f"{md(ds.name)} has no budget for this policy yet; its releases are refused until set."
+            )
         else:
             a, b, c = st.columns(3)
             a.metric("Total ε", f"{status.epsilon_total:.4g}")

@@ -16,6 +16,7 @@ from typing import Any
 import streamlit as st
 
 from dpcore import config
+from ui.text import md
 
 __all__ = [
     "auth_enabled",
@@ -118,5 +119,5 @@ def render_account() -> None:
     """Sidebar lines for a signed-in session: who is signed in and a sign-out button (else nothing)."""
     if not (auth_enabled() and is_logged_in()):
         return
-    st.caption(f"Signed in as **{current_user()}**")
+    st.caption(f"Signed in as **{md(current_user())}**")
     st.button("Sign out", on_click=st.logout, key="auth_sign_out", icon=":material/logout:")

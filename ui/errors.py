@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from dpcore.errors import DPCoreError
+from ui.text import md
 
 logger = logging.getLogger("dpcore.app")
 
@@ -38,9 +39,9 @@ def user_errors(action: str = "running this step") -> Iterator[Outcome]:
         yield outcome
     except DPCoreError as err:
         outcome.failed, outcome.message = True, str(err)
-        st.error(outcome.message)
+        st.error(md(outcome.message))  # messages quote file and column names
     except Exception:
         logger.exception("Unexpected error while %s", action)
         outcome.failed = True
         outcome.message = f"Something went wrong while {action}; the details were logged."
-        st.error(outcome.message)
+        st.error(md(outcome.message))

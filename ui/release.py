@@ -27,6 +27,7 @@ from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
 from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
 from ui import state
 from ui.errors import user_errors
+from ui.text import md
 
 __all__ = [
     "ARTIFACTS",
@@ -193,8 +194,9 @@ def release_panel(
         st.info("Fix the settings above to release (the reason is shown above).")
         return None
     st.markdown("**What will run** (exactly these values):")
-    st.table(pd.DataFrame(plan.summary_rows(), columns=["setting", "value"]).set_index("setting"))
-    (st.info if plan.spec.is_dp else st.warning)(plan.guarantee)
+    rows = [(setting, md(value)) for setting, value in plan.summary_rows()]  # st.table renders Markdown
+    st.table(pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting"))
+    (st.info if plan.spec.is_dp else st.warning)(md(plan.guarantee))
     if not plan.spec.is_dp:
         st.warning(LOCAL_NOTICE)
     if plan.mode == "demo":

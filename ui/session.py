@@ -26,6 +26,7 @@ from dpcore.policy import policy_from_dict
 from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
 from ui import state
 from ui.errors import user_errors
+from ui.text import md
 
 __all__ = ["QUERY_PARAM", "plan", "sync_session", "token"]
 
@@ -208,7 +209,7 @@ def sync_session() -> None:
     if st.query_params.get(QUERY_PARAM) != current:
         st.query_params[QUERY_PARAM] = current
     if NOTICE_KEY in st.session_state:
-        st.warning(st.session_state.pop(NOTICE_KEY))
+        st.warning(md(st.session_state.pop(NOTICE_KEY)))
     with user_errors("saving the session"):
         now = plan()
         changes = _changes(now, st.session_state.get(SAVED_KEY, {}))

@@ -8,6 +8,7 @@ from dpcore.policy import GeoIndistinguishability
 from ui import auth, state
 from ui.errors import user_errors
 from ui.release import policy_budget
+from ui.text import md
 
 MODE_LABELS = {
     "secure": "Release mode (secure sampling)",
@@ -21,7 +22,7 @@ def _dataset_section() -> None:
     if ds is None:
         st.caption("No dataset loaded: choose one on the Data page.")
         return
-    st.markdown(f"**{ds.name}**")
+    st.markdown(f"**{md(ds.name)}**")
     dropped = ds.n_rows - len(ds.cleaned)
     rows = f"{len(ds.cleaned):,} rows" + (f" ({dropped:,} dropped)" if dropped else "")
     st.caption(f"{rows} · {ds.raw.shape[1]} columns · fingerprint `{ds.fingerprint[:12]}`")

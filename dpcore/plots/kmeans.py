@@ -39,6 +39,7 @@ from dpcore.plots.style import (
     plain_numbers,
     value_axis,
 )
+from dpcore.safe_text import plot_text
 
 DIAGNOSTIC_TEXT = "Diagnostic: uses raw data (for the curator only, not a release)"
 MECHANISM_COLORS: dict[str, str] = {
@@ -482,13 +483,13 @@ def violins(
         title={"text": "cluster"}, categoryorder="array", categoryarray=order, tickangle=0, automargin=True
     )
     finite = values[np.isfinite(values)]
-    yaxis: dict = {"title": {"text": column}, "automargin": True}
+    yaxis: dict = {"title": {"text": plot_text(column)}, "automargin": True}
     if finite.size:
         lo, hi = float(finite.min()), float(finite.max())
         pad = 0.04 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.04
         yaxis["range"] = [0.0 if lo >= 0 else lo - pad, hi + pad]
     fig.update_yaxes(**yaxis)
-    return _finish(fig, f"{column} per cluster: true vs noisy labels", diagnostic)
+    return _finish(fig, f"{plot_text(column)} per cluster: true vs noisy labels", diagnostic)
 
 
 def elbow(
@@ -538,14 +539,13 @@ def released_centers_figure(table: pd.DataFrame, features: Sequence[str], mechan
         subplot_titles=("Scaled feature space", "Original units") if has_original else None,
     )
     for i, row in enumerate(values):
-        fig.add_trace(go.Bar(x=list(features), y=row, name=f"centre {i}"), row=1, col=1)
+        fig.add_trace(go.Bar(x=[plot_text(f) for f in features], y=row, name=f"centre {i}"), row=1, col=1)
     if has_original:
         cells = [[str(i) for i in range(len(table))]]
         for c in original:
-            cells.append([_plain(v) for v in table[c]])
-        fig.add_trace(
-            go.Table(header={"values": ["centre", *features]}, cells={"values": cells}), row=2, col=1
-        )
+            cells.append([plot_text(_plain(v)) for v in table[c]])
+        header = {"values": ["centre", *map(plot_text, features)]}
+        fig.add_trace(go.Table(header=header, cells={"values": cells}), row=2, col=1)
     else:
         fig.add_annotation(
             text="Original units are not in the release table (with standardisation they would reveal the "
@@ -561,7 +561,7 @@ def released_centers_figure(table: pd.DataFrame, features: Sequence[str], mechan
     fig.update_layout(barmode="group", height=420 + 45 * len(values) if has_original else 450)
     fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
     fig.update_yaxes(title={"text": "released value (scaled)"}, automargin=True, row=1, col=1)
-    return _finish(fig, f"Released centroids ({mechanism})", diagnostic=False)
+    return _finish(fig, f"Released centroids ({plot_text(mechanism)})", diagnostic=False)
 
 
 def _plain(value: object) -> str:
