@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, missing_report, prepare
+from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
 from ui import datasets, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
@@ -17,7 +18,10 @@ BOUNDS_ROWS = 8  # more features than this scroll inside a box of BOUNDS_HEIGHT 
 BOUNDS_HEIGHT = 360
 BLOBS = "Synthetic blobs"
 UPLOAD = "Upload a file"
+FOLDER = "File in a data folder"
+DATABASE = "Database"
 SOURCES = (*datasets.SAMPLE_CHOICES, BLOBS, UPLOAD)
+DB_TABLE, DB_QUERY = "A table", "A SELECT query"
 FEATURE_KINDS = ("numeric", "categorical", "date", "latitude", "longitude")
 DATA_DERIVED = "data-derived: not allowed for a differentially private release (demo or local-PDP only)"
 STRATEGIES = {
@@ -45,21 +49,40 @@ def _source_of(ds: state.Dataset | None) -> str:
         return SOURCES[0]
     if ds.name in datasets.SAMPLE_CHOICES:
         return ds.name
+    kind = (ds.origin or {}).get("source", {}).get("kind")
+    if kind:
+        return FOLDER if kind == "folder_file" else DATABASE
     return UPLOAD if ds.source.startswith("upload:") else BLOBS
+
+
+def _settings() -> SourceSettings:
+    """The operator's data folders and databases (none, with the reason shown, if the config is wrong)."""
+    with user_errors("reading the data source settings") as outcome:
+        settings = datasets.source_settings()
+    return SourceSettings() if outcome.failed else settings
 
 
 def _source_section() -> None:
     st.header("1. Choose a table")
     ds = state.dataset()
+    settings = _settings()
+    sources = SOURCES + (FOLDER,) * bool(settings.folders) + (DATABASE,) * bool(settings.databases)
     choice = st.radio(
         "Source",
-        SOURCES,
+        sources,
         horizontal=True,
-        key=state.persist("data_source", _source_of(ds), SOURCES.__contains__),
+        key=state.persist("data_source", _source_of(ds), sources.__contains__),
     )
     if ds is not None:
         st.caption(f"In use: {md(ds.name)}. Loading another table replaces it.")
-    if choice in datasets.SAMPLE_CHOICES:
+        sample = datasets.sample_of(ds)
+        if sample:
+            st.warning(sample)
+    if choice == FOLDER:
+        _folder_source(settings)
+    elif choice == DATABASE:
+        _database_source(settings)
+    elif choice in datasets.SAMPLE_CHOICES:
         if st.button(f"Load {choice}", key="data_load_sample"):
             with user_errors("loading the sample") as outcome:
                 datasets.load_sample_dataset(choice)
@@ -80,6 +103,77 @@ def _source_section() -> None:
                 st.rerun()
     else:
         _upload()
+
+
+def _limit_note(settings: SourceSettings) -> str:
+    return (
+        f"Tables of up to {settings.max_rows:,} rows are loaded whole; a larger one is read once in full "
+        "(for its fingerprint, which names it in the ledger) and a uniform sample of "
+        f"{settings.max_rows:,} rows is kept for the diagnostics, labelled as such."
+    )
+
+
+def _load_source(spec: FolderFile | DatabaseTable | DatabaseQuery) -> None:
+    with user_errors(f"reading {spec.label}") as outcome, st.spinner("Reading the table in one pass..."):
+        datasets.load_source_dataset(spec)
+    if not outcome.failed:
+        st.rerun()
+
+
+def _folder_source(settings: SourceSettings) -> None:
+    """A Parquet or CSV file (or a folder of Parquet files) under the operator's allow-listed folders."""
+    st.caption(
+        "Parquet and CSV files in the folders the operator allow-listed (nothing else on the server is "
+        f"listed). {_limit_note(settings)}"
+    )
+    with user_errors("listing the data folders") as outcome:
+        files = datasets.folder_files(settings.folders)
+    if outcome.failed:
+        return
+    if not files:
+        st.info("The allow-listed folders hold no Parquet or CSV files.")
+        return
+    choice = st.selectbox(
+        "File", list(files), key=state.persist("data_folder_file", next(iter(files)), files.__contains__)
+    )
+    if st.button("Load this file", key="data_load_folder"):
+        _load_source(files[choice])
+
+
+def _database_source(settings: SourceSettings) -> None:
+    """A table of an operator-configured database, or one read-only SELECT on it."""
+    names = list(settings.databases)
+    name = st.selectbox("Database", names, key=state.persist("data_db", names[0], names.__contains__))
+    how = st.radio(
+        "Read",
+        (DB_TABLE, DB_QUERY),
+        horizontal=True,
+        key=state.persist("data_db_read", DB_TABLE, (DB_TABLE, DB_QUERY).__contains__),
+    )
+    st.caption(
+        "Read in a read-only transaction (PostgreSQL, SQLite); a query must be exactly one SELECT, never a "
+        f"statement that changes the database. {_limit_note(settings)}"
+    )
+    spec: DatabaseTable | DatabaseQuery
+    if how == DB_TABLE:
+        with user_errors(f"listing the tables of {name}") as outcome:
+            tables = datasets.database_tables(name)
+        if outcome.failed:
+            return
+        if not tables:
+            st.info(f"The database '{name}' has no tables.")
+            return
+        table = st.selectbox(
+            "Table", tables, key=state.persist(f"data_db_table_{name}", tables[0], tables.__contains__)
+        )
+        spec = DatabaseTable(name, table)
+    else:
+        sql = st.text_area("SELECT query", key=state.persist("data_db_sql", ""), placeholder="SELECT ...")
+        if not sql.strip():
+            return
+        spec = DatabaseQuery(name, sql)
+    if st.button("Load from the database", key="data_load_db"):
+        _load_source(spec)
 
 
 def _upload() -> None:

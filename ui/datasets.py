@@ -1,4 +1,5 @@
-"""Loading datasets into the session (samples, synthetic blobs, uploads) and reading the bounds editor.
+"""Loading datasets into the session (samples, synthetic blobs, uploads, the operator's data sources) and
+reading the bounds editor.
 
 Each loader reads first and only then replaces the current dataset, so a bad file raises ``DataError``
 and leaves the previous dataset in place.
@@ -6,12 +7,24 @@ and leaves the previous dataset in place.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
+import sqlalchemy as sa
 import streamlit as st
 
 from dpcore.data import SAMPLES, Schema
+from dpcore.data.sources import (
+    FolderFile,
+    SourceSettings,
+    SourceSpec,
+    list_folder_files,
+    list_tables,
+    load_source,
+    source_from_dict,
+)
 from dpcore.errors import DataError
 from dpcore.sessions import store_table
 from ui import state
@@ -55,6 +68,97 @@ def load_upload(filename: str, data: bytes) -> state.Dataset:
     ds = state.set_dataset(filename, table, source=source)
     store_table(table, ds.fingerprint)  # kept by fingerprint: a reload or a restart restores the session
     return ds
+
+
+def source_settings() -> SourceSettings:
+    """Allow-listed data folders, database connection names and the in-memory row limit: the ``[dpcore]``
+    table of ``.streamlit/secrets.toml`` and the ``DPCORE_DATA_FOLDERS`` / ``DPCORE_MAX_ROWS`` variables."""
+    section = st.secrets.get("dpcore") if st.secrets.load_if_toml_exists() else None
+    return SourceSettings.from_config(section if isinstance(section, Mapping) else {}, os.environ)
+
+
+def database_engine(name: str) -> sa.Engine:
+    """The SQLAlchemy engine of an allow-listed connection (``[connections.<name>]`` in the secrets),
+    through ``st.connection``; ``DataError`` when it is not configured or cannot be opened."""
+    if name not in source_settings().databases:
+        raise DataError(f"'{name}' is not a database listed in [dpcore] databases; choose one from the list.")
+    connections = st.secrets.get("connections") if st.secrets.load_if_toml_exists() else None
+    section = connections.get(name) if isinstance(connections, Mapping) else None
+    if not isinstance(section, Mapping):
+        raise DataError(
+            f"The database '{name}' has no [connections.{name}] section in .streamlit/secrets.toml; the "
+            "operator must add its SQLAlchemy URL there."
+        )
+    try:  # the section passed explicitly: the same settings whichever secrets object the run uses
+        return st.connection(name, type="sql", **_plain(section)).engine
+    except Exception as err:  # Streamlit's secret errors, SQLAlchemy's URL and driver errors
+        raise DataError(
+            f"The database connection '{name}' could not be opened ({type(err).__name__}); check its "
+            f"[connections.{name}] section in .streamlit/secrets.toml."
+        ) from err
+
+
+def folder_files(folders: tuple[str, ...]) -> dict[str, FolderFile]:
+    """The files under the allow-listed folders by display label (the full path when two labels clash)."""
+    files = list_folder_files(folders)
+    labels = [spec.label for spec in files]
+    return {(s.label if labels.count(s.label) == 1 else f"{s.folder}/{s.path}"): s for s in files}
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def database_tables(name: str) -> list[str]:
+    """Tables and views of an allow-listed database (listed again after a minute)."""
+    return list_tables(database_engine(name))
+
+
+def _plain(section: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): _plain(v) if isinstance(v, Mapping) else v for k, v in section.items()}
+
+
+def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> state.Dataset:
+    """Read a folder file or a database table/SELECT (``dpcore.data.sources``) and make it the current
+    dataset. Above the row limit the dataset is a uniform sample for the diagnostics, named so, under
+    the whole table's fingerprint (its ledger account is the whole table's)."""
+    settings = source_settings()
+    engine = None if isinstance(spec, FolderFile) else database_engine(spec.connection)
+    loaded = load_source(
+        spec, folders=settings.folders, engine=engine, max_rows=settings.max_rows, sample_seed=sample_seed
+    )
+    name = spec.label
+    if loaded.sampled:
+        name += f" (uniform sample of {len(loaded.table):,} of {loaded.n_rows:,} rows)"
+    origin = {"source": spec.to_dict(), "sample_seed": loaded.sample_seed, "rows": loaded.n_rows}
+    return state.set_dataset(
+        name, loaded.table, source=loaded.description, origin=origin, table_fingerprint=loaded.fingerprint
+    )
+
+
+def restore_source_dataset(origin: Mapping[str, Any]) -> state.Dataset:
+    """Load again the source a saved session used (the same sample rows, through its seed)."""
+    return load_source_dataset(source_from_dict(origin["source"]), origin.get("sample_seed"))
+
+
+def sample_of(ds: state.Dataset | None) -> str | None:
+    """For a dataset that is a uniform sample of a larger table, a sentence saying so, else None."""
+    origin = (ds.origin or {}) if ds is not None else {}
+    if origin.get("sample_seed") is None:
+        return None
+    return (
+        f"This table is a uniform sample of {ds.n_rows:,} of the {origin['rows']:,} rows of the source: "
+        "comparisons and diagnostics run on the sample, and a release from it would not be a release of the "
+        "whole table."
+    )
+
+
+def release_refusal(ds: state.Dataset | None) -> str | None:
+    """Why the dashboard does not release from ``ds`` (a sample of a larger table), or None."""
+    sample = sample_of(ds)
+    if sample is None:
+        return None
+    return (
+        f"{sample} A release must use the whole table: load a table within the row limit here, or run the "
+        "release as a batch job on the whole table."
+    )
 
 
 def bounds_frame(features: list[str], schema: Schema, stored: Mapping[str, tuple[str, str]]) -> pd.DataFrame:

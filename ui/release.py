@@ -25,7 +25,7 @@ from dpcore import config
 from dpcore.ledger import BudgetStatus
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
 from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
-from ui import state
+from ui import datasets, state
 from ui.errors import user_errors
 from ui.text import md
 
@@ -204,7 +204,7 @@ def release_panel(
     blocked = None
     with user_errors("reading the budget"):
         status = state.ledger().budget(plan.account)
-        blocked = _blocked(plan, status, stale)
+        blocked = datasets.release_refusal(state.dataset()) or _blocked(plan, status, stale)
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "

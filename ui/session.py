@@ -6,7 +6,8 @@ of a browser session only), puts the token back in the URL if a navigation dropp
 changed (widget by widget, so two tabs of one session do not undo each other's changes).
 
 The plan holds what the curator chose, never data or secrets: the dataset's reference (sample key,
-blobs parameters, or the fingerprint of a table kept in the data folder), schema, missing-value steps,
+blobs parameters, a data source spec: folder file, database table or SELECT, named by its connection, never
+its URL; or the fingerprint of a table kept in the data folder), schema, missing-value steps,
 preparation choices (features, public bounds, scaling), the policy, and every widget value kept by
 ``ui.state.persist`` (the sampling mode and demo seed among them). Restoring re-runs the loading,
 cleaning and preparation from those choices; a step that no longer applies is reported, not guessed.
@@ -24,7 +25,7 @@ from dpcore.data import PreparedData, Schema, prepare
 from dpcore.errors import DataError, DPCoreError
 from dpcore.policy import policy_from_dict
 from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
-from ui import state
+from ui import datasets, state
 from ui.errors import user_errors
 from ui.text import md
 
@@ -132,12 +133,16 @@ def _raw_table(saved: dict[str, Any]):
 
 
 def _restore_dataset(saved: dict[str, Any]) -> None:
-    raw = _raw_table(saved)
-    ds = state.set_dataset(saved["name"], raw, source=saved["source"], origin=saved.get("origin"))
+    origin = saved.get("origin") or {}
+    if "source" in origin:  # a folder file or a database: read again (the same sample rows, if sampled)
+        ds = datasets.restore_source_dataset(origin)
+    else:
+        raw = _raw_table(saved)
+        ds = state.set_dataset(saved["name"], raw, source=saved["source"], origin=saved.get("origin"))
     if ds.fingerprint != saved["fingerprint"]:
         raise DataError(f"'{ds.name}' is not the table this session used; load it again on the Data page.")
     sch = saved["schema"]
-    if list(sch["kinds"]) != [str(c) for c in raw.columns]:
+    if list(sch["kinds"]) != [str(c) for c in ds.raw.columns]:
         raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")
     schema = Schema(
         kinds=sch["kinds"],

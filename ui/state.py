@@ -83,7 +83,8 @@ class Dataset:
     ``raw`` after the curator's explicit missing-value choices (``steps``: (strategy, columns) in order,
     ``cleaning``: the same in words); ``prepared`` is the output of ``dpcore.data.prepare`` on ``cleaned``
     (None until the curator prepares features). ``origin`` says how to load ``raw`` again in a restored
-    session: ``{"sample": key}`` or ``{"blobs": {...}}``; None means the table itself is kept by
+    session: ``{"sample": key}``, ``{"blobs": {...}}`` or ``{"source": spec, ...}`` (a folder file or a
+    database table, ``ui.datasets.load_source_dataset``); None means the table itself is kept by
     fingerprint (``dpcore.sessions.store_table``), as for uploads.
     """
 
@@ -116,9 +117,15 @@ def dataset() -> Dataset | None:
 
 
 def set_dataset(
-    name: str, raw: pd.DataFrame, *, source: str = "", origin: Mapping[str, Any] | None = None
+    name: str,
+    raw: pd.DataFrame,
+    *,
+    source: str = "",
+    origin: Mapping[str, Any] | None = None,
+    table_fingerprint: str | None = None,
 ) -> Dataset:
-    """Make ``raw`` the current dataset (schema inferred, nothing prepared); forget pending releases."""
+    """Make ``raw`` the current dataset (schema inferred, nothing prepared); forget pending releases.
+    ``table_fingerprint`` names a larger table of which ``raw`` is a sample (default: ``raw``'s own)."""
     if raw.empty:
         raise DataError(f"'{name}' has no rows; choose a file with at least one data row.")
     ds = Dataset(
@@ -126,7 +133,7 @@ def set_dataset(
         raw=raw,
         schema=infer_schema(raw),
         cleaned=raw,
-        fingerprint=fingerprint(raw),
+        fingerprint=table_fingerprint or fingerprint(raw),
         source=source,
         origin=origin,
     )

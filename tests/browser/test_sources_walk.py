@@ -1,0 +1,143 @@
+"""A curator picks a Parquet file from an operator's allow-listed folder on the Data page and releases
+DP-Lloyd from it in a real browser: the release and the ledger name the file and its fingerprint (the one an
+upload of the file gives). A file above the row limit loads as a labelled uniform sample that the page does
+not release from. The server gets the folder through ``DPCORE_DATA_FOLDERS``, the row limit through
+``DPCORE_MAX_ROWS``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from dpcore.data import fingerprint, load_table, make_blobs
+from dpcore.ledger import Ledger
+from tests.browser.conftest import Server, open_app, screenshot, start_server, stop_server, wait_for_app
+from tests.browser.e2e import (
+    assert_no_exception,
+    choose_radio,
+    click,
+    download,
+    go,
+    main,
+    multiselect,
+    select,
+    set_budget,
+    set_number,
+)
+
+pytestmark = pytest.mark.browser
+
+FOLDER = "File in a data folder"
+MAX_ROWS = 1500
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The allow-listed folder: a 1,200-row and a 4,000-row table of synthetic blobs; a file next to it."""
+    base = tmp_path_factory.mktemp("sources")
+    root = base / "tables"
+    root.mkdir()
+    make_blobs(1200, 2, 3, seed=11).to_parquet(root / "blobs.parquet")
+    make_blobs(4000, 2, 3, seed=12).to_parquet(root / "big.parquet")
+    make_blobs(10, 2, 1, seed=13).to_parquet(base / "outside.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def source_server(tables: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DPCORE_DATA_FOLDERS", str(tables))
+        env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
+        proc, running = start_server(tmp_path_factory.mktemp("e2e-sources"))
+    try:
+        yield running
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture
+def page(browser, source_server: Server, request: pytest.FixtureRequest) -> Iterator[Page]:
+    pg = open_app(browser, source_server)
+    try:
+        yield pg
+    finally:
+        try:
+            screenshot(pg, request.node.name)
+        finally:
+            pg.context.close()
+
+
+def _type_bound(page: Page, label: str, text: str) -> None:
+    box = main(page).get_by_label(label, exact=True)
+    box.fill(text)
+    box.press("Tab")
+    wait_for_app(page)
+
+
+def _load(page: Page, label: str) -> None:
+    go(page, "Data")
+    choose_radio(page, FOLDER)
+    select(page, "File", label)
+    click(page, "Load this file")
+
+
+def test_release_from_a_parquet_file_in_an_allow_listed_folder(
+    page: Page, source_server: Server, tables: Path
+) -> None:
+    digest = fingerprint(load_table((tables / "blobs.parquet").read_bytes(), filename="blobs.parquet"))
+    go(page, "Data")
+    choose_radio(page, FOLDER)
+    box = main(page).get_by_test_id("stSelectbox").filter(has_text="File")
+    box.locator("input").first.click()
+    options = page.get_by_role("option").all_inner_texts()
+    assert sorted(options) == ["tables/big.parquet", "tables/blobs.parquet"]  # nothing outside the folder
+    page.keyboard.press("Escape")
+    wait_for_app(page)
+    _load(page, "tables/blobs.parquet")
+    body = main(page)
+    expect(body.get_by_text("1,200 rows × 2 columns").first).to_be_visible()
+    expect(body.get_by_text(digest[:16]).first).to_be_visible()  # the fingerprint an upload would have
+    multiselect(page, "Features to cluster on", ["x1", "x2"])
+    for feature in ("x1", "x2"):
+        _type_bound(page, f"Lower bound of {feature}", "-15")
+        _type_bound(page, f"Upper bound of {feature}", "15")
+    click(page, "Prepare")
+    expect(body.get_by_text("1,200 rows × 2 features ready").first).to_be_visible()
+
+    set_budget(page, 2.0, 1e-5)
+    go(page, "K-means")
+    set_number(page, "K (number of clusters)", 3)
+    click(page, "Release (spends ε = 1)")
+    expect(body.get_by_text("Released DP-Lloyd (SuLQ) at ε = 1").first).to_be_visible()
+    buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
+    names = [n.replace("download", "").strip() for n in buttons]
+    (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
+    _, content = download(page, manifest_name)
+    manifest = json.loads(content)
+    assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "tables/blobs.parquet"
+    assert manifest["mechanism"] == "dp_lloyd" and manifest["sampling_mode"] == "secure"
+    ledger = Ledger(source_server.ledger_url)
+    records = ledger.releases(dataset_id=digest[:16])
+    ledger.close()
+    assert [(r.mechanism, r.epsilon) for r in records] == [("dp_lloyd", 1.0)]
+    assert_no_exception(page)
+
+    # above the row limit: a labelled sample, under the whole table's fingerprint, not released from
+    _load(page, "tables/big.parquet")
+    expect(body.get_by_text(f"uniform sample of {MAX_ROWS:,} of the 4,000 rows").first).to_be_visible()
+    big = fingerprint(load_table(tables / "big.parquet"))
+    expect(body.get_by_text(big[:16]).first).to_be_visible()
+    multiselect(page, "Features to cluster on", ["x1", "x2"])
+    for feature in ("x1", "x2"):
+        _type_bound(page, f"Lower bound of {feature}", "-15")
+        _type_bound(page, f"Upper bound of {feature}", "15")
+    click(page, "Prepare")
+    set_budget(page, 2.0, 1e-5)
+    go(page, "K-means")
+    expect(body.get_by_text("A release must use the whole table").first).to_be_visible()
+    expect(body.get_by_role("button", name="Release (spends ε = 1)")).to_be_disabled()
+    assert_no_exception(page)

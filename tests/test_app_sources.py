@@ -1,0 +1,155 @@
+"""The Data page's operator-configured sources (AppTest, configured through ``at.secrets``): a file from an
+allow-listed folder and a database table load as an upload does; a large one is a labelled uniform sample
+under the whole table's fingerprint and cannot be released from the page; a query that is not one SELECT is
+refused and changes nothing; a reload restores the source without uploading anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+from streamlit.testing.v1 import AppTest
+
+from dpcore import config
+from dpcore.data import fingerprint, load_table
+from dpcore.ledger import Ledger
+from dpcore.plan import policy_account
+from ui.state import DEFAULT_POLICY
+
+TIMEOUT = 60
+FOLDER, DATABASE = "File in a data folder", "Database"
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _people(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(n)
+    return pd.DataFrame(
+        {
+            "age": rng.integers(18, 90, n),
+            "income": rng.normal(50_000, 9_000, n),
+            "city": ["Oslo", "Bergen"] * (n // 2),
+        }
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "tables"
+    root.mkdir()
+    _people(60).to_parquet(root / "small.parquet")
+    _people(400).to_parquet(root / "large.parquet")
+    return root
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    engine = sa.create_engine(url)
+    _people(80).to_sql("people", engine, index=False)
+    pd.DataFrame({"x": [1]}).to_sql("x", engine, index=False)
+    engine.dispose()
+    return url
+
+
+def _open(secrets: dict[str, Any], token: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=TIMEOUT)
+    for key, value in secrets.items():
+        at.secrets[key] = value
+    if token is not None:
+        at.query_params["s"] = token
+    _ok(at.run())
+    at.switch_page("pages/data.py").run()
+    return _ok(at)
+
+
+def _folder_secrets(folder: Path, max_rows: int = 100) -> dict[str, Any]:
+    return {"dpcore": {"data_folders": [str(folder)], "max_rows": max_rows}}
+
+
+def _load_folder_file(at: AppTest, label: str) -> None:
+    at.radio(key="data_source").set_value(FOLDER).run()
+    at.selectbox(key="data_folder_file").set_value(label).run()
+    at.button(key="data_load_folder").click().run()
+    _ok(at)
+
+
+def test_sources_are_offered_only_when_the_operator_configures_them(folder: Path) -> None:
+    assert {FOLDER, DATABASE}.isdisjoint(_open({}).radio(key="data_source").options)
+    assert FOLDER in _open(_folder_secrets(folder)).radio(key="data_source").options
+
+
+def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> None:
+    at = _open(_folder_secrets(folder))
+    at.radio(key="data_source").set_value(FOLDER).run()
+    assert at.selectbox(key="data_folder_file").options == ["tables/large.parquet", "tables/small.parquet"]
+    assert any("up to 100 rows are loaded whole" in c.value for c in at.caption)
+    _load_folder_file(at, "tables/small.parquet")
+    ds = at.session_state["dp_dataset"]
+    assert ds.name == "tables/small.parquet" and ds.n_rows == 60
+    assert ds.fingerprint == fingerprint(load_table(folder / "small.parquet"))  # as if it were uploaded
+    assert not at.warning  # the whole table: no sample notice
+    assert at.radio(key="data_source").value == FOLDER
+
+
+def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it(folder: Path) -> None:
+    at = _open(_folder_secrets(folder))
+    _load_folder_file(at, "tables/large.parquet")
+    ds = at.session_state["dp_dataset"]
+    assert ds.n_rows == 100 and ds.name == "tables/large.parquet (uniform sample of 100 of 400 rows)"
+    assert ds.fingerprint == fingerprint(load_table(folder / "large.parquet"))  # the whole table's
+    assert any("uniform sample of 100 of the 400 rows" in w.value for w in at.warning)
+    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age"]).run()
+    at.text_input(key=f"data_lower_{ds.dataset_id}_age").input("18").run()
+    at.text_input(key=f"data_upper_{ds.dataset_id}_age").input("90").run()
+    at.button(key="data_prepare").click().run()
+    ledger = Ledger(config.ledger_url())  # a budget, so that the sample is the only reason to refuse
+    ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 5.0, 1e-5)
+    ledger.close()
+    at.switch_page("pages/kmeans.py").run()
+    _ok(at)
+    release = [b for b in at.button if str(b.label).startswith("Release (spends")]
+    assert len(release) == 1 and release[0].disabled
+    assert any("A release must use the whole table" in w.value for w in at.warning)
+
+
+def test_a_database_table_and_a_select_load_and_other_statements_are_refused(warehouse: str) -> None:
+    secrets = {"dpcore": {"databases": ["warehouse"]}, "connections": {"warehouse": {"url": warehouse}}}
+    at = _open(secrets)
+    at.radio(key="data_source").set_value(DATABASE).run()
+    assert at.selectbox(key="data_db_table_warehouse").options == ["people", "x"]
+    at.selectbox(key="data_db_table_warehouse").set_value("people").run()
+    at.button(key="data_load_db").click().run()
+    ds = _ok(at).session_state["dp_dataset"]
+    assert ds.name == "warehouse: people" and ds.n_rows == 80
+    assert list(ds.raw.columns) == ["age", "income", "city"]
+    at.radio(key="data_db_read").set_value("A SELECT query").run()
+    at.text_area(key="data_db_sql").input("SELECT age FROM people WHERE age < 40").run()
+    at.button(key="data_load_db").click().run()
+    assert list(_ok(at).session_state["dp_dataset"].raw.columns) == ["age"]
+    at.text_area(key="data_db_sql").input("SELECT 1; DROP TABLE x").run()
+    at.button(key="data_load_db").click().run()
+    assert any("exactly one SELECT" in e.value for e in _ok(at).error)
+    assert list(at.session_state["dp_dataset"].raw.columns) == ["age"]  # the dataset in use is kept
+    engine = sa.create_engine(warehouse)
+    assert "x" in sa.inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_a_reload_restores_a_folder_source_with_the_same_sample(folder: Path) -> None:
+    secrets = _folder_secrets(folder)
+    at = _open(secrets)
+    _load_folder_file(at, "tables/large.parquet")
+    first = at.session_state["dp_dataset"]
+    again = _open(secrets, token=at.query_params["s"])  # a new browser session with the URL's token
+    ds = again.session_state["dp_dataset"]
+    assert ds.name == first.name and ds.fingerprint == first.fingerprint
+    pd.testing.assert_frame_equal(ds.raw, first.raw)  # the same sample rows, through the saved seed
+    assert not again.error and again.radio(key="data_source").value == FOLDER
