@@ -4,19 +4,26 @@ names the problem and the fix; nothing else (no pandas/numpy/pyarrow/openpyxl ex
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import io
 import math
+import time
+import tracemalloc
 import warnings
 import zipfile
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import openpyxl
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from dpcore.data import infer_schema, load_table, prepare
+from dpcore.data import MAX_COLUMNS, column_encoding, infer_schema, load_table, prepare
 from dpcore.errors import DataError, DPCoreError, ParameterError, PolicyError
 from dpcore.kmeans import ColoredNoiseKMeans, WhiteNoiseKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans
@@ -49,6 +56,68 @@ def _junk(n: int = 2048) -> bytes:
     return np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
+MB = 2**20
+
+
+def _gzip_bomb(size: int) -> bytes:
+    """A gzip CSV of ``size`` bytes of "1,2" rows (64 MB compress to about 64 KB), built in 1 MB steps."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    rows = b"1,2\n" * (MB // 4)
+    return b"".join(
+        [packer.compress(b"a,b\n"), *(packer.compress(rows) for _ in range(size // MB)), packer.flush()]
+    )
+
+
+def _xlsx(rows: list[list[Any]]) -> bytes:
+    book = openpyxl.Workbook()
+    for row in rows:
+        book.active.append(row)
+    buf = io.BytesIO()
+    book.save(buf)
+    return buf.getvalue()
+
+
+def _xlsx_with_comment(size: int) -> bytes:
+    """A valid two-row workbook whose sheet XML holds an XML comment of ``size`` bytes (written in 1 MB
+    steps; 32 MB compress to about 37 KB)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(_xlsx([["a", "b"], [1, 2], [3, 4]]))) as src:
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in src.infolist():
+                body = src.read(info)
+                if info.filename != "xl/worksheets/sheet1.xml":
+                    dst.writestr(info.filename, body)
+                    continue
+                head, tail = body.split(b"<sheetData>", 1)
+                with dst.open(info.filename, "w", force_zip64=True) as part:
+                    part.write(head + b"<sheetData><!--")
+                    for _ in range(size // MB):
+                        part.write(b"x" * MB)
+                    part.write(b"-->" + tail)
+    return out.getvalue()
+
+
+def _parquet(table: pa.Table | pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table if isinstance(table, pa.Table) else pa.Table.from_pandas(table), buf)
+    return buf.getvalue()
+
+
+def _stamps(*years: int) -> pa.Table:
+    values = [dt.datetime(y, 12 if y > 2000 else 1, 31 if y > 2000 else 1) for y in years]
+    return pa.table({"t": pa.array(values, type=pa.timestamp("us")), "n": list(range(len(years)))})
+
+
+GZIP_BOMB = _gzip_bomb(64 * MB)
+XML_COMMENT = _xlsx_with_comment(32 * MB)
+XLSX_BOMB = _xlsx_with_comment(64 * MB)
+WIDE = 10_000
+WIDE_CSV = (",".join(f"c{i}" for i in range(WIDE)) + "\n" + ",".join(["1"] * WIDE) + "\n").encode()
+WIDE_PARQUET = _parquet(pa.table({f"c{i}": [1.0, 2.0] for i in range(WIDE)}))
+NESTED = "nested columns .*Flatten them into one column per value"
+OLD_DATES = r"1 timestamp\(s\) outside 1677-09-22 to 2262-04-11.*Replace them with empty cells"
+
+
 # (id, file bytes, file name, regex the message must match: the problem and the fix)
 BAD_FILES: list[tuple[str, bytes, str, str]] = [
     ("empty", b"", "t.csv", r"empty.*Upload a file with a header"),
@@ -70,6 +139,33 @@ BAD_FILES: list[tuple[str, bytes, str, str]] = [
     ("gzip of nothing", gzip.compress(b""), "t.csv.gz", r"decompresses to an empty file"),
     ("gzip twice", gzip.compress(gzip.compress(b"a,b\n1,2\n")), "t.csv.gz", r"compressed twice"),
     ("bad utf-16", b"\xff\xfea\x00,\x00b\x00\n\x00\x00\xd8", "t.csv", r"not valid UTF-16; save it as UTF-8"),
+    # issue 11: files that exhausted the server or crashed the readers
+    ("gzip bomb", GZIP_BOMB, "t.csv.gz", r"decompresses to more than 50 MB.*Upload a sample of the rows"),
+    (
+        "xlsx huge comment",
+        XML_COMMENT,
+        "t.xlsx",
+        r"sheet1.xml holds 32 MB between two elements.*limit is 1 MB",
+    ),
+    ("xlsx zip bomb", XLSX_BOMB, "t.xlsx", r"unzips to more than 50 MB"),
+    ("10,000 columns csv", WIDE_CSV, "t.csv", r"has 10,000 columns; at most 500 can be loaded"),
+    ("10,000 columns parquet", WIDE_PARQUET, "t.parquet", r"has 10,000 columns; at most 500"),
+    ("parquet list", _parquet(pa.table({"a": [[1, 2], [3]], "b": [1, 2]})), "t.parquet", NESTED),
+    ("parquet struct", _parquet(pa.table({"a": [{"x": 1}, {"x": 2}], "b": [1, 2]})), "t.parquet", NESTED),
+    (
+        "parquet map",
+        _parquet(pa.table({"a": pa.array([[("k", 1)], [("j", 2)]], type=pa.map_(pa.string(), pa.int64()))})),
+        "t.parquet",
+        r"nested columns.*'a' \(map<string, int64",
+    ),
+    ("parquet year 1", _parquet(_stamps(1, 2000)), "t.parquet", OLD_DATES),
+    ("parquet year 9999", _parquet(_stamps(2000, 9999)), "t.parquet", OLD_DATES),
+    (
+        "parquet index named like a column",
+        _parquet(pd.DataFrame({"a": [1, 2]}, index=pd.Index([5, 6], name="a"))),
+        "t.parquet",
+        r"stores a pandas index with the same name as a column.*reset_index\(drop=True\)",
+    ),
 ]
 
 
@@ -101,6 +197,86 @@ def test_other_encodings_are_read_not_refused(data: bytes, encoding: str) -> Non
     assert df["val"].tolist() == [1, 2]
     assert encoding in df.attrs["dpcore_source"]
     assert not df["name"].str.contains("\ufffd").any()
+
+
+def _refusal(data: bytes, name: str) -> tuple[str, float, float]:
+    """Load ``data``; return the DataError's message, the seconds taken and the peak traced memory (MB)."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(DataError) as refused:
+            load_table(data, filename=name)
+        return str(refused.value), time.perf_counter() - start, tracemalloc.get_traced_memory()[1] / MB
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "limit"),
+    [(GZIP_BOMB, "t.csv.gz", "50 MB"), (XML_COMMENT, "t.xlsx", "1 MB"), (XLSX_BOMB, "t.xlsx", "50 MB")],
+    ids=["gzip bomb", "xlsx huge comment", "xlsx zip bomb"],
+)
+def test_bombs_are_refused_within_seconds_in_bounded_memory(data: bytes, name: str, limit: str) -> None:
+    message, seconds, peak = _refusal(data, name)
+    assert len(data) < 100_000
+    assert f"limit is {limit}" in message or f"more than {limit}" in message
+    assert seconds < 10, seconds  # before: 77 s (gzip of 240 MB), 131 s (a 32 MB comment)
+    assert peak < 200, peak  # before: 4.1 GB for the gzip
+
+
+def test_the_issue_gzip_inflating_to_240_mb_is_refused() -> None:
+    message, seconds, peak = _refusal(_gzip_bomb(240 * MB), "t.csv.gz")
+    assert "decompresses to more than 50 MB" in message and seconds < 10 and peak < 200
+
+
+def test_limits_can_be_set_by_the_caller() -> None:
+    small = _gzip_bomb(2 * MB)
+    with pytest.raises(DataError, match=r"decompresses to more than 1 MB"):
+        load_table(small, filename="t.csv.gz", max_bytes=MB)
+    assert load_table(small, filename="t.csv.gz", max_bytes=3 * MB).shape == (MB // 2, 2)
+    assert load_table(WIDE_CSV, filename="t.csv", max_columns=WIDE).shape == (1, WIDE)
+
+
+def test_tables_at_the_limits_still_load() -> None:
+    """No false refusals: 500 columns, a 32,767-character cell (Excel's maximum), a two-member gzip."""
+    names = [f"c{i}" for i in range(MAX_COLUMNS)]
+    assert load_table(
+        pd.DataFrame([range(MAX_COLUMNS)] * 2, columns=names).to_csv(index=False).encode(), filename="w.csv"
+    ).shape == (2, MAX_COLUMNS)
+    long_text = "y" * 32_767
+    table = load_table(_xlsx([["a", "note"], [1, long_text], [2, "short"]]), filename="t.xlsx")
+    assert table["note"].tolist() == [long_text, "short"]
+    both = load_table(gzip.compress(b"a,b\n1,2\n") + gzip.compress(b"3,4\n"), filename="t.csv.gz")
+    assert both.to_dict("list") == {"a": [1, 3], "b": [2, 4]}
+
+
+def test_huge_numbers_load_exactly() -> None:
+    """Integers beyond int64 stay exact (text) from CSV; an Excel cell of 1e308 (a double) stays 1e308."""
+    csv_table = load_table(b"account,b\n99999999999999999999,1\n2,3\n", filename="t.csv")
+    assert csv_table["account"].tolist() == ["99999999999999999999", "2"]
+    assert infer_schema(csv_table).kinds["account"] == "numeric"
+    xlsx_table = load_table(_xlsx([["a", "b"], [1e308, 2**70], [1, 2]]), filename="t.xlsx")
+    assert xlsx_table["a"].dtype == np.float64 and xlsx_table["a"].tolist() == [1e308, 1.0]
+    assert xlsx_table["b"].dtype == np.float64 and xlsx_table["b"].iloc[0] == pytest.approx(2.0**70)
+    for table in (csv_table, xlsx_table):  # what the page and the session store need: an Arrow table
+        pa.Table.from_pandas(table)
+
+
+def test_float16_parquet_loads_as_float64_and_can_be_categorical() -> None:
+    half = pa.array([1.5, 2.5, 1.5], type=pa.float16())
+    for column in (half, half.dictionary_encode()):
+        table = load_table(_parquet(pa.table({"h": column, "n": [1, 2, 3]})), filename="t.parquet")
+        assert table["h"].dtype == np.float64 and table["h"].tolist() == [1.5, 2.5, 1.5]
+        schema = infer_schema(table).with_kind("h", "categorical")
+        assert column_encoding(table, schema, "h").categories == (1.5, 2.5)
+        prep = prepare(table, schema, ["h"])
+        assert prep.X[:, 0].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_parquet_timestamps_in_range_keep_their_unit() -> None:
+    table = load_table(_parquet(_stamps(1700, 2000, 2200)), filename="t.parquet")
+    assert table["t"].dt.year.tolist() == [1700, 2000, 2200]
+    assert infer_schema(table).kinds["t"] == "date"
 
 
 # -- preparing features --------------------------------------------------------------------------------

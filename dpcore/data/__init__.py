@@ -2,7 +2,7 @@
 
 from dpcore.data.encoding import CategoricalEncoding, DateEncoding
 from dpcore.data.fingerprint import fingerprint
-from dpcore.data.io import load_table
+from dpcore.data.io import MAX_COLUMNS, MAX_TABLE_BYTES, load_table
 from dpcore.data.missing import MISSING_STRATEGIES, handle_missing, missing_report
 from dpcore.data.prepare import SCALINGS, PreparedData, prepare
 from dpcore.data.samples import SAMPLES, load_sample, make_blobs
@@ -11,6 +11,8 @@ from dpcore.errors import DataError
 
 __all__ = [
     "KINDS",
+    "MAX_COLUMNS",
+    "MAX_TABLE_BYTES",
     "MISSING_STRATEGIES",
     "SAMPLES",
     "SCALINGS",

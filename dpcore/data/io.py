@@ -4,28 +4,42 @@ Parquet and Excel .xlsx.
 The format is decided by the file's magic bytes (gzip ``1f 8b``, Parquet ``PAR1``, zip ``PK``); the name only
 serves as a hint for error messages. Every failure raises :class:`~dpcore.errors.DataError` whose message
 names the problem and the fix; the readers' own exceptions never escape.
+
+Limits, so that a small hostile file cannot exhaust the server: a gzip stream is inflated in steps and
+refused once it exceeds ``max_bytes`` (default :data:`MAX_TABLE_BYTES`, 50 MB, the app's upload limit); a
+workbook is refused when its parts' uncompressed sizes add up to more than ``max_bytes``, or when one of its
+XML parts holds more than :data:`MAX_XML_RUN` bytes between two elements (a huge comment or attribute: the
+XML parser's cost grows with the square of such a run; Excel writes at most 32,767 characters in a cell); a
+table with more than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is refused before it is parsed.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
-import gzip
 import io
+import pyexpat
 import re
 import zipfile
 import zlib
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dpcore.errors import DataError
 
-__all__ = ["load_table"]
+__all__ = ["MAX_COLUMNS", "MAX_TABLE_BYTES", "MAX_XML_RUN", "load_table"]
+
+MAX_TABLE_BYTES = 50 * 2**20
+MAX_COLUMNS = 500
+MAX_XML_RUN = 2**20
 
 _DELIMITERS = (",", ";", "\t", "|")
 _DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
@@ -38,19 +52,35 @@ _FORMATS_HELP = (
     "Supported formats: CSV/TSV (comma, semicolon or tab), gzip-compressed CSV, Parquet, Excel .xlsx."
 )
 
+_INT64 = (-(2**63), 2**63 - 1)
+_XML_SUFFIXES = (".xml", ".rels", ".vml")
+
 Source = str | PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 
 
-def load_table(source: Source | Any, *, filename: str | None = None) -> pd.DataFrame:
+class _Limits(NamedTuple):
+    max_bytes: int
+    max_columns: int
+
+
+def load_table(
+    source: Source | Any,
+    *,
+    filename: str | None = None,
+    max_bytes: int = MAX_TABLE_BYTES,
+    max_columns: int = MAX_COLUMNS,
+) -> pd.DataFrame:
     """Read a table from a path, raw bytes or a binary file object (e.g. Streamlit's ``UploadedFile``).
 
     Returns a DataFrame with whitespace-stripped, unique column names and at least one row; raises
     ``DataError`` for empty files, header-only files, binary junk, ragged rows (naming the line), duplicate
-    column names and unreadable Parquet/Excel/gzip content. ``df.attrs["dpcore_source"]`` describes what was
+    column names, unreadable Parquet/Excel/gzip content, a gzip file or workbook that inflates beyond
+    ``max_bytes``, more than ``max_columns`` columns, and column types no mechanism can use (nested
+    Parquet columns, timestamps outside 1677-2262). ``df.attrs["dpcore_source"]`` describes what was
     detected (format, encoding, delimiter), for display.
     """
     data, name = _read_bytes(source, filename)
-    return _parse(data, name, depth=0)
+    return _parse(data, name, 0, _Limits(int(max_bytes), int(max_columns)))
 
 
 def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
@@ -81,7 +111,7 @@ def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
     )
 
 
-def _parse(data: bytes, name: str, depth: int) -> pd.DataFrame:
+def _parse(data: bytes, name: str, depth: int, limits: _Limits) -> pd.DataFrame:
     lower = name.lower()
     if not data.strip():
         raise DataError(f"'{name}' is empty. Upload a file with a header row and at least one data row.")
@@ -91,15 +121,15 @@ def _parse(data: bytes, name: str, depth: int) -> pd.DataFrame:
                 f"'{name}' is compressed twice with gzip; decompress it once and upload the result."
             )
         inner = lower[:-3] if lower.endswith(".gz") else lower
-        return _parse(_gunzip(data, name), inner, depth + 1)
+        return _parse(_gunzip(data, name, limits.max_bytes), inner, depth + 1, limits)
     if lower.endswith(".gz") and not depth:
         raise DataError(
             f"'{name}' is named .gz but is not gzip-compressed. Rename it or compress it with gzip."
         )
     if data[:4] == b"PAR1":
-        return _read_parquet(data, name)
+        return _read_parquet(data, name, limits)
     if data[:4] == b"PK\x03\x04":
-        return _read_xlsx(data, name)
+        return _read_xlsx(data, name, limits)
     if data[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
         raise DataError(
             f"'{name}' is a legacy Excel 97-2003 (.xls) or password-protected workbook. "
@@ -113,19 +143,44 @@ def _parse(data: bytes, name: str, depth: int) -> pd.DataFrame:
     ):
         if lower.endswith(ext):
             raise DataError(f"'{name}' is named {ext} but is not a valid {kind} file. Export it again.")
-    return _read_text(data, name)
+    return _read_text(data, name, limits)
 
 
-def _gunzip(data: bytes, name: str) -> bytes:
+def _megabytes(n: int) -> str:
+    return f"{n / 2**20:,.4g} MB"
+
+
+def _too_big(name: str, what: str, max_bytes: int) -> DataError:
+    return DataError(
+        f"'{name}' {what} more than {_megabytes(max_bytes)}, the limit on a table's uncompressed size (it "
+        "keeps a small compressed file from exhausting the server's memory). Upload a sample of the rows "
+        "or only the columns you need; an operator can raise the limit with load_table(max_bytes=...)."
+    )
+
+
+def _gunzip(data: bytes, name: str, max_bytes: int) -> bytes:
+    """Inflate every gzip member in steps of at most ``max_bytes + 1`` output bytes; refuse beyond."""
+    out = bytearray()
+    rest = data
     try:
-        out = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as err:
+        while rest:
+            inflater = zlib.decompressobj(wbits=31)
+            pending = rest
+            while not inflater.eof:
+                if not pending:
+                    raise EOFError("the compressed stream ends before its end marker")
+                out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                if len(out) > max_bytes:
+                    raise _too_big(name, "decompresses to", max_bytes)
+                pending = inflater.unconsumed_tail
+            rest = inflater.unused_data.lstrip(b"\x00")  # gzip tolerates zero padding after a member
+    except (EOFError, zlib.error) as err:
         raise DataError(
             f"'{name}' looks gzip-compressed but is damaged or truncated ({err}). Upload it again."
         ) from err
     if not out.strip():
         raise DataError(f"'{name}' decompresses to an empty file. Upload a file with a header and data rows.")
-    return out
+    return bytes(out)
 
 
 def _decode(data: bytes, name: str) -> tuple[str, str]:
@@ -247,7 +302,25 @@ def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
     return header
 
 
-def _read_text(data: bytes, name: str) -> pd.DataFrame:
+def _check_width(n_columns: int, name: str, max_columns: int) -> None:
+    if n_columns > max_columns:
+        raise DataError(
+            f"'{name}' has {n_columns:,} columns; at most {max_columns:,} can be loaded (with more, every "
+            "step of the Data page becomes slow). Keep only the columns you need (features, the user "
+            "column) and upload that table."
+        )
+
+
+def _big_ints(s: pd.Series) -> bool:
+    """True when an object column holds whole numbers outside int64 (Arrow, and so the page, cannot hold
+    them; the check runs only where pandas reports integers)."""
+    if s.dtype != object or "integer" not in pd.api.types.infer_dtype(s, skipna=True):
+        return False
+    low, high = _INT64
+    return any(isinstance(v, int) and not isinstance(v, bool) and not low <= v <= high for v in s)
+
+
+def _read_text(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
     text, encoding = _decode(data, name)
     head = text[:_SNIFF_CHARS]
     if len(_CONTROL.findall(head)) > max(_MIN_CONTROL, _MAX_CONTROL_SHARE * len(head)):
@@ -257,6 +330,7 @@ def _read_text(data: bytes, name: str) -> pd.DataFrame:
     delim = _sniff_delimiter(text, name)
     raw = text.encode("utf-8")
     header = _check_rows(text, raw, delim, name)
+    _check_width(len(header), name, limits.max_columns)
     try:
         df = pd.read_csv(
             io.BytesIO(raw), encoding="utf-8", sep=delim, header=0, skip_blank_lines=True, low_memory=False
@@ -270,31 +344,146 @@ def _read_text(data: bytes, name: str) -> pd.DataFrame:
             f"'{name}': the header has {len(header)} fields but {df.shape[1]} columns were read. "
             "Check the quoting of the header row."
         )
+    for column in [c for c in df.columns if _big_ints(df[c])]:
+        # digits beyond int64 (an account number, say): kept exactly, as text
+        df[column] = df[column].astype(str).where(df[column].notna())
     source = f"CSV ({encoding}, {_DELIMITER_NAMES[delim]}-separated)"
     return _finish(df, header, name, source)
 
 
-def _read_parquet(data: bytes, name: str) -> pd.DataFrame:
+def _nested(kind: pa.DataType) -> bool:
+    return pa.types.is_nested(kind) or (pa.types.is_dictionary(kind) and pa.types.is_nested(kind.value_type))
+
+
+def _half_float(kind: pa.DataType) -> bool:
+    return pa.types.is_float16(kind) or (
+        pa.types.is_dictionary(kind) and pa.types.is_float16(kind.value_type)
+    )
+
+
+def _outside_ns(column: pa.ChunkedArray) -> int:
+    """How many timestamps of a column pandas cannot hold in nanoseconds (outside about 1677-2262)."""
+    unit = column.type.unit
+    if unit == "ns":
+        return 0
+    per = {"s": 10**9, "ms": 10**6, "us": 10**3}[unit]
+    ticks = pc.cast(column, pa.timestamp(unit)).cast(pa.int64())
+    limit = (2**63 - 1) // per
+    return int(pc.sum(pc.or_(pc.less(ticks, -limit), pc.greater(ticks, limit))).as_py() or 0)
+
+
+def _arrow_table(data: bytes, name: str, max_columns: int) -> pa.Table:
+    """The Parquet file as an Arrow table of flat columns pandas and the mechanisms can hold."""
     try:
-        df = pd.read_parquet(io.BytesIO(data))
+        file = pq.ParquetFile(io.BytesIO(data))
+        schema = file.schema_arrow
     # pyarrow raises many types (ArrowInvalid, OSError, ...) for damaged files
     except Exception as err:
         raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
+    _check_width(len(schema), name, max_columns)
+    nested = [f"'{field.name}' ({field.type})" for field in schema if _nested(field.type)]
+    if nested:
+        raise DataError(
+            f"'{name}' has nested columns (lists, maps or structs), which hold several values per cell: "
+            f"{', '.join(nested[:5])}. Flatten them into one column per value, or leave them out, and "
+            "export the file again."
+        )
+    try:
+        table = file.read()
+    except Exception as err:
+        raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
+    for i, field in enumerate(table.schema):
+        if _half_float(field.type):  # pandas has no float16 index (category codes): exact as float64
+            table = table.set_column(
+                i, pa.field(field.name, pa.float64()), table.column(i).cast(pa.float64())
+            )
+        elif pa.types.is_timestamp(field.type) and (count := _outside_ns(table.column(i))):
+            raise DataError(
+                f"'{name}': column '{field.name}' has {count:,} timestamp(s) outside 1677-09-22 to "
+                "2262-04-11 (such as 0001-01-01 or 9999-12-31, often placeholders for an unknown date), "
+                "which pandas cannot hold. Replace them with empty cells (or real dates) and export the "
+                "file again."
+            )
+    return table
+
+
+def _read_parquet(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
+    table = _arrow_table(data, name, limits.max_columns)
+    try:
+        df = table.to_pandas()
+    except Exception as err:
+        raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
     if not isinstance(df.index, pd.RangeIndex):
-        df = df.reset_index()
+        try:
+            df = df.reset_index()
+        except ValueError as err:  # an index named like a column: "cannot insert a, already exists"
+            raise DataError(
+                f"'{name}' stores a pandas index with the same name as a column ({err}). Rename the index "
+                "or drop it (df.reset_index(drop=True)) before saving, and export the file again."
+            ) from err
     return _finish(df, [str(c) for c in df.columns], name, "Parquet")
 
 
-def _read_xlsx(data: bytes, name: str) -> pd.DataFrame:
+def _longest_xml_run(xml: bytes) -> int:
+    """Largest number of bytes between the starts of two consecutive elements (or the part's ends): any
+    comment, processing instruction, tag or text lies within one such run. One pass of expat over the
+    whole part, so the check itself is linear."""
+    parser = pyexpat.ParserCreate()
+    last, longest = 0, 0
+
+    def start(_name: str, _attrs: Any) -> None:
+        nonlocal last, longest
+        here = parser.CurrentByteIndex
+        longest, last = max(longest, here - last), here
+
+    parser.StartElementHandler = start
+    parser.Parse(xml, True)
+    return max(longest, len(xml) - last)
+
+
+def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
+    """Refuse a zip that is not a workbook, that unzips to more than ``max_bytes``, or whose XML parts are
+    damaged or hold a run of more than ``MAX_XML_RUN`` bytes between two elements."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = set(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError) as err:
+            infos = archive.infolist()
+            if "xl/workbook.xml" not in {info.filename for info in infos}:
+                raise DataError(
+                    f"'{name}' is a zip archive but not an Excel .xlsx workbook. Unzip it and upload "
+                    "the table."
+                )
+            # zipfile never inflates a member beyond the size its directory declares (a CRC error instead)
+            if sum(info.file_size for info in infos) > max_bytes:
+                raise _too_big(name, "unzips to", max_bytes)
+            for info in infos:
+                if not info.filename.lower().endswith(_XML_SUFFIXES):
+                    continue
+                run = _longest_xml_run(archive.read(info))
+                if run > MAX_XML_RUN:
+                    raise DataError(
+                        f"'{name}': the part {info.filename} holds {_megabytes(run)} between two elements "
+                        f"(a huge comment, tag or cell; the limit is {_megabytes(MAX_XML_RUN)}, and Excel "
+                        "writes at most 32,767 characters in a cell). Save the workbook again from Excel, "
+                        "or export the sheet as CSV, and upload that."
+                    )
+    except DataError:
+        raise
+    # damaged archive, encrypted or unknown compression, bad XML (ExpatError), CRC/size mismatch
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        EOFError,
+        zlib.error,
+        RuntimeError,
+        NotImplementedError,
+        pyexpat.ExpatError,
+    ) as err:
         raise DataError(f"'{name}' is a damaged zip/Excel file ({err}). Save the workbook again.") from err
-    if "xl/workbook.xml" not in members:
-        raise DataError(
-            f"'{name}' is a zip archive but not an Excel .xlsx workbook. Unzip it and upload the table."
-        )
+
+
+def _read_xlsx(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
+    _check_workbook(data, name, limits.max_bytes)
     try:
         sheets = pd.read_excel(io.BytesIO(data), sheet_name=None, header=None, engine="openpyxl")
     # openpyxl raises KeyError, InvalidFileException, ValueError, ... on bad workbooks
@@ -310,9 +499,13 @@ def _read_xlsx(data: bytes, name: str) -> pd.DataFrame:
         raise DataError(
             f"The first sheet ('{sheet}') of '{name}' is empty. Put the table on the first sheet."
         )
+    _check_width(raw.shape[1], name, limits.max_columns)
     header = ["" if pd.isna(v) else str(v) for v in raw.iloc[0]]
     body = raw.iloc[1:].reset_index(drop=True).infer_objects()
     body.columns = range(body.shape[1])
+    for column in [c for c in body.columns if _big_ints(body[c])]:
+        # Excel stores numbers as doubles; the reader turns whole ones such as 1e308 into exact ints
+        body[column] = body[column].map(lambda v: float(v) if isinstance(v, int) else v).infer_objects()
     more = f" of {len(sheets)}" if len(sheets) > 1 else ""
     return _finish(body, header, name, f"Excel .xlsx (first sheet '{sheet}'{more})")
 
