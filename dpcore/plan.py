@@ -96,12 +96,13 @@ class PrepStep:
 
 
 def public_bounds(prepared: PreparedData) -> dict[str, list[float] | str]:
-    """Per feature: the curator's public bounds (encoded units), or a note for data-derived ones, which are
-    the data's extremes and are never written into a release."""
+    """Per feature: the curator's public bounds (encoded units), or what the release shows instead of
+    data-derived ones, the data's extremes, which are never written into a release."""
+    from dpcore.kmeans.registry import DATA_BOUNDS, data_bounded
+
+    hidden = data_bounded(prepared)
     return {
-        name: "data-derived (not published)"
-        if "leaks" in prepared.bound_sources.get(name, "leaks")
-        else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
+        name: DATA_BOUNDS if name in hidden else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
         for j, name in enumerate(prepared.feature_names)
     }
 

@@ -145,11 +145,9 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
         f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
     )
     table = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
-    assert len(table) == 4 and {"Income [scaled]", "Income [original units]"} <= set(table.columns)
-    assert table["Income [scaled]"].between(-1, 1).all()  # min-max scaling of the public bounds
-    assert table["Income [original units]"].to_numpy() == pytest.approx(
-        (table["Income [scaled]"].to_numpy() + 1) * 100000
-    )
+    assert len(table) == 4 and "Income [original units]" in table.columns  # public bounds: original units
+    assert not [c for c in table.columns if "[scaled]" in c or "fraction" in c]  # and nothing else
+    assert table["Income [original units]"].between(0, 200_000).all()  # clipped to the public bounds
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
     assert manifest["definition"] == "pure_dp" and manifest["guarantee"].startswith("Differential privacy")
     assert "one row added or removed" in manifest["guarantee"]
@@ -158,6 +156,8 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
     assert manifest["details"]["budget_spent"] == pytest.approx(0.5)
     bounds_step = next(p["step"] for p in manifest["preparation"] if p["step"].startswith("features"))
     assert "Income [0.0, 200000.0]" in bounds_step
+    income = manifest["details"]["columns"]["Income [original units]"]
+    assert "clip it to the curator's public bounds" in income
     assert not any(p["data_derived"] for p in manifest["preparation"])
     report = downloads[f"{stem}-report.html"].decode()
     assert "Diagnostic:" not in report  # no raw-data chart leaves
@@ -218,7 +218,9 @@ def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
     at.number_input(key="km_k").set_value(2).run()
     # bounds taken from the data: a secure DP release is refused, with the fix
     assert [e for e in _errors(at) if "read values from the data" in e and "public bounds" in e]
-    assert public_bounds(tiny.prepared) == dict.fromkeys(["x", "y"], "data-derived (not published)")
+    assert public_bounds(tiny.prepared) == dict.fromkeys(
+        ["x", "y"], "read from the data, not published (centroids are released as fractions of this range)"
+    )
     at.number_input(key="km_k").set_value(7).run()
     assert not at.exception and any("exceeds the number of rows (6)" in e for e in _errors(at))
 

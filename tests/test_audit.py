@@ -117,19 +117,16 @@ def test_standardize_marks_the_scaled_bounds_as_data_derived():
 def test_release_table_does_not_reveal_the_data_mean_and_std():
     from ui.kmeans_view import release_table
 
-    _, prep = _standardized()
-    centers = np.random.default_rng(1).standard_normal((3, 2))  # any released (noisy) centres
+    df, prep = _standardized()
+    centers = np.vstack([prep.lower, prep.upper])  # DP-Lloyd's clip points, (bound - mean) / std
     table = release_table(prep, centers)
-    # both coordinate systems together would give the data's exact mean and std per feature
-    assert "a [scaled]" in table and "a [original units]" not in table
-    minmax = prepare(
-        _standardized()[0],
-        infer_schema(_standardized()[0]),
-        ["a", "b"],
-        scaling="minmax",
-        bounds={"a": (0, 100), "b": (0, 10)},
-    )
-    assert "a [original units]" in release_table(minmax, centers)  # public scaling: both are fine
+    # one coordinate system per feature, the public one: the clip points show the public bounds only
+    assert list(table.columns) == ["cluster", "a [original units]", "b [original units]"]
+    np.testing.assert_allclose(table["a [original units]"], [0, 100])
+    data = prepare(df, infer_schema(df), ["a", "b"], scaling="standardize", data_bounds_ok=True)
+    table = release_table(data, np.vstack([data.lower, data.upper]))
+    assert list(table.columns) == ["cluster", "a [fraction of data range]", "b [fraction of data range]"]
+    np.testing.assert_allclose(table.iloc[:, 1:], [[0, 0], [1, 1]])  # not the data's min and max
 
 
 # ------------------------------------------------------------------ data: io and fingerprint

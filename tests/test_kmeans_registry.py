@@ -146,15 +146,9 @@ def test_each_release_holds_only_released_centroids(key: str, inputs: KMeansInpu
     out = _release(key, inputs, Sampler(seed=3))
     true_centers = inputs.true_centers()
     table = out.table
-    assert list(table.columns) == [
-        "cluster",
-        "a [scaled]",
-        "b [scaled]",
-        "a [original units]",
-        "b [original units]",
-    ]
+    assert list(table.columns) == ["cluster", "a [original units]", "b [original units]"]  # public bounds
     assert table["cluster"].tolist() == [0, 1, 2]
-    centers = released_centers(table)
+    centers = released_centers(out)
     assert centers.shape == (3, 2) and np.isfinite(centers).all()
     np.testing.assert_allclose(table[["a [original units]", "b [original units]"]].to_numpy(), centers * 10)
     # no released value is a true one: every column differs from every true-centre coordinate vector
@@ -163,10 +157,11 @@ def test_each_release_holds_only_released_centroids(key: str, inputs: KMeansInpu
         for true in (*true_centers.T, *(true_centers.T * 10)):
             assert not np.allclose(np.sort(values), np.sort(true), rtol=0, atol=1e-9), column
     (figure,) = out.figures  # the chart that leaves with the release plots the released values only
-    np.testing.assert_allclose([trace.y for trace in figure.data if trace.type == "bar"], centers)
+    np.testing.assert_allclose([trace.y for trace in figure.data if trace.type == "bar"], (centers + 4) / 8)
     assert figure.layout.title.text.startswith(f"Released centroids ({KMEANS[key].label})")
     json.dumps(out.details)  # manifest details are plain JSON ...
     assert not set(out.details) & {"true_centers", "noise_trace", "optimality_gap", "covariance"}
+    assert set(out.details["columns"]) == {"a [original units]", "b [original units]"}
     if not KMEANS[key].is_dp:  # ... and the data-dependent values stay in the diagnostics
         np.testing.assert_allclose(out.diagnostics["true_centers"], true_centers)
         assert out.details["calibration"] == "analytic"
@@ -225,19 +220,25 @@ def test_dp_lloyd_release_is_calibrated_for_the_neighbour_parameter(inputs: KMea
     assert all(g >= 1.0 - 1e-12 for g in blow.details["sensitivity_gain"])
 
 
-def test_centroid_table_from_prepared_data_hides_data_derived_scaling() -> None:
+def test_centroid_table_from_prepared_data_publishes_only_public_coordinates() -> None:
     raw = pd.DataFrame({"x": [0.0, 1.0, 2.0, 9.0, 10.0], "y": [5.0, 6.0, 5.5, 1.0, 2.0]})
     bounds = {"x": (0, 10), "y": (0, 10)}
     centers = np.array([[0.1, -0.2], [0.5, 0.3]])
     minmax = prepare(raw, infer_schema(raw), ["x", "y"], scaling="minmax", bounds=bounds)
     table = centroid_table(KMeansInputs.from_prepared(minmax), centers)
+    assert list(table.columns) == ["cluster", "x [original units]", "y [original units]"]
     np.testing.assert_allclose(table["x [original units]"], (centers[:, 0] + 1) * 5)
     std = prepare(raw, infer_schema(raw), ["x", "y"], scaling="standardize", bounds=bounds)
-    assert list(centroid_table(KMeansInputs.from_prepared(std), centers).columns) == [
-        "cluster",
-        "x [scaled]",
-        "y [scaled]",
-    ]
+    table = centroid_table(KMeansInputs.from_prepared(std), centers)  # public bounds: original units
+    np.testing.assert_allclose(table["y [original units]"], centers[:, 1] * std.scale[1] + std.center[1])
+    assert list(table.columns) == ["cluster", "x [original units]", "y [original units]"]
+    data = prepare(
+        raw, infer_schema(raw), ["x", "y"], scaling="standardize", bounds={"y": (0, 10)}, data_bounds_ok=True
+    )
+    table = centroid_table(KMeansInputs.from_prepared(data), centers)  # x's bounds are the data's 0 and 10
+    assert list(table.columns) == ["cluster", "x [fraction of data range]", "y [original units]"]
+    x = centers[:, 0] * data.scale[0] + data.center[0]  # in original units
+    np.testing.assert_allclose(table["x [fraction of data range]"], (x - 0) / (10 - 0))
 
 
 # ---------------------------------------------------------------- no library warnings

@@ -177,24 +177,28 @@ def test_elbow() -> None:
 def test_released_centers_figure_bars_per_centre_without_diagnostic_stamp() -> None:
     from dpcore.plots.kmeans import released_centers_figure
 
+    fractions = [[0.55, 0.0], [0.25, 0.5], [0.95, 1.0]]
     table = pd.DataFrame(
         {
             "cluster": [0, 1, 2],
-            "a [scaled]": [0.1, -0.5, 0.9],
-            "a [original units]": [55.0, 25.0, 95.0],
-            "b [scaled]": [-1.0, 0.0, 0.3],
+            "a [fraction of data range]": [0.55, 0.25, 0.95],
+            "b [fraction of data range]": [0.0, 0.5, 1.0],
         }
     )
-    fig = released_centers_figure(table, ("a", "b"), "DP-Lloyd (SuLQ)")
+    fig = released_centers_figure(table, ("a", "b"), "DP-Lloyd (SuLQ)", np.array(fractions))
     assert [t.type for t in fig.data] == ["bar"] * 3
     assert [t.name for t in fig.data] == ["centre 0", "centre 1", "centre 2"]
-    assert list(fig.data[1].x) == ["a", "b"] and list(fig.data[1].y) == [-0.5, 0.0]  # scaled values only
+    assert list(fig.data[1].x) == ["a", "b"] and list(fig.data[1].y) == [0.25, 0.5]  # released values only
     assert fig.layout.title.text == "Released centroids (DP-Lloyd (SuLQ))"
-    assert not [t for t in fig.data if t.type == "table"]  # no original units for every feature: no table
-    assert fig.layout.barmode == "group" and fig.layout.yaxis.title.text == "released value (scaled)"
+    assert not [t for t in fig.data if t.type == "table"]  # the bars are the released values: no table
+    assert fig.layout.barmode == "group"
+    assert fig.layout.yaxis.title.text == "place within its bounds (0 = lower, 1 = upper)"
     assert DIAGNOSTIC_TEXT not in _annotations(fig)  # released values only: it may leave with the release
-    with pytest.raises(ParameterError, match="c \\[scaled\\]"):
+    with pytest.raises(ParameterError, match="do not name the features"):
         released_centers_figure(table, ("a", "c"), "DP-Lloyd (SuLQ)")
+    plain = table.set_axis(["cluster", "a [scaled]", "b [scaled]"], axis=1)
+    fig = released_centers_figure(plain, ("a", "b"), "DP-Lloyd (SuLQ)")  # no bounds: the values themselves
+    assert list(fig.data[2].y) == [0.95, 1.0] and fig.layout.yaxis.title.text == "released value"
 
 
 # ---------------------------------------------------------------- charts a stakeholder can read
@@ -291,15 +295,17 @@ def test_released_centers_figure_also_in_original_units() -> None:
     table = pd.DataFrame(
         {
             "cluster": [0, 1],
-            "Income [scaled]": [0.1, -0.5],
             "Income [original units]": [55_000.0, 25_000.0],
-            "Dt_Customer [scaled]": [-1.0, 0.3],
             "Dt_Customer [original units]": ["2013-01-02", "2014-05-06"],
         }
     )
-    fig = released_centers_figure(table, ("Income", "Dt_Customer"), "DP-Lloyd (SuLQ)")
-    (tab,) = [t for t in fig.data if t.type == "table"]
-    assert list(tab.header.values) == ["centre", "Income", "Dt_Customer"]
+    positions = np.array([[0.55, 0.1], [0.25, 0.6]])  # within the public bounds
+    fig = released_centers_figure(table, ("Income", "Dt_Customer"), "DP-Lloyd (SuLQ)", positions)
+    assert [list(t.y) for t in fig.data if t.type == "bar"] == positions.tolist()
+    (tab,) = [t for t in fig.data if t.type == "table"]  # the published values, with their units
+    assert list(tab.header.values) == ["centre", "Income [original units]", "Dt_Customer [original units]"]
     assert list(tab.cells.values[1]) == ["55,000", "25,000"]
     assert list(tab.cells.values[2]) == ["2013-01-02", "2014-05-06"]
+    with pytest.raises(ParameterError, match="needs the centres' positions"):
+        released_centers_figure(table, ("Income", "Dt_Customer"), "DP-Lloyd (SuLQ)")
     assert fig.layout.xaxis.automargin and fig.layout.xaxis.tickangle == -30

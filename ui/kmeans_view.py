@@ -445,9 +445,7 @@ def diagnostic_draw(
 
 
 def release_table(prep: PreparedData, centers: np.ndarray) -> pd.DataFrame:
-    """Released centroids: one row per cluster, columns '<f> [scaled]' and '<f> [original units]'.
-
-    With standardisation the scaling comes from the data's mean and standard deviation: the table then
-    holds the scaled columns only, since both coordinate systems together would reveal them exactly.
-    """
+    """Released centroids: one row per cluster, one column per feature in the one coordinate system where
+    its clip bounds are public (``dpcore.kmeans.registry.centroid_table``): '<f> [original units]' for
+    the curator's bounds, '<f> [fraction of data range]' for bounds read from the data."""
     return centroid_table(KMeansInputs.from_prepared(prep), centers)

@@ -129,7 +129,7 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         )
     df = pd.concat([fast, slow], ignore_index=True)
     df.to_csv(out / "fig2_sweep.csv", index=False)
-    table1 = released_centers(released.table)
+    table1 = released_centers(released)
     pop = metrics.population_table(data.X, data.true_centers, table1)
     pop.to_csv(out / "table1_populations.csv")
     at1 = df[df["epsilon"] == 1.0].groupby("mechanism")["fractional_loss"].median()

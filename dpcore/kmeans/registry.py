@@ -6,6 +6,12 @@ sampler)`` runs it once on :class:`KMeansInputs` and returns a ``MechanismOutput
 released centroids (:func:`centroid_table`); its ``trial(inputs, eps_grid, trials, *, delta, params,
 sampler, progress)`` is the sweep's diagnostic: noisy centres (E, trials, K, d) drawn with
 ``Sampler.diagnostic``, row k matched to true cluster k of ``inputs.labels``, never released.
+
+A release publishes each feature's centroids in one coordinate system, the one in which its clip box (the
+bounds the DP mechanisms clip centres to) is public, so a clipped centre shows only public numbers:
+original units when the curator gave the bounds; (x - lo) / (hi - lo), a fraction of the data range,
+when they were read from the data (then neither the range nor, with standardising, the data's mean and
+standard deviation can be recovered from the release).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ __all__ = [
     "KMEANS",
     "N_CLUSTERS",
     "KMeansInputs",
+    "box_position",
     "centroid_output",
     "centroid_table",
     "check_release_sampler",
+    "data_bounded",
     "release_centroids",
     "released_centers",
     "takes",
@@ -40,13 +48,24 @@ __all__ = [
 
 KMEANS = Registry("kmeans")
 N_CLUSTERS = Param(
-    "n_clusters", "Number of clusters K", int, 4, low=1, help="Choose K with the elbow chart, e.g. K = 4."
+    "n_clusters",
+    "Number of clusters K",
+    int,
+    4,
+    low=1,
+    high=100,
+    help="Choose K with the elbow chart, e.g. K = 4.",
 )
-SCALED, ORIGINAL = " [scaled]", " [original units]"
-COLUMNS = (
-    "'<feature> [scaled]': the prepared feature space; '<feature> [original units]': after undoing the "
-    "scaling and decoding categories and dates (absent when the scaling was derived from the data)"
-)
+ORIGINAL, FRACTION, SCALED = " [original units]", " [fraction of data range]", " [scaled]"
+REVEALS = {
+    ORIGINAL: "centroid in original units (dates as YYYY-MM-DD, categories as the nearest category); the "
+    "DP mechanisms clip it to the curator's public bounds",
+    FRACTION: "(centroid - data minimum) / (data maximum - data minimum), a fraction of the data range (the "
+    "DP mechanisms clip it to [0, 1]); the range itself is not published",
+    SCALED: "centroid in the units of the input matrix (the DP mechanisms clip it to the public bounds given "
+    "with it)",
+}
+DATA_BOUNDS = "read from the data, not published (centroids are released as fractions of this range)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,9 +74,10 @@ class KMeansInputs:
 
     ``X`` (n, d) in the scaled feature space; ``labels`` the curator's clustering (one index 0..K-1 per
     row; used by the local mechanisms, which add noise to its centroids, and by the sweep as the
-    reference); ``lower``/``upper`` the public bounds in the scaled space (the DP mechanisms clip to them);
-    ``inverse_transform(centres) -> DataFrame`` maps released centres to original units (None when that
-    would reveal data-derived scaling, e.g. the data's mean and standard deviation).
+    reference); ``lower``/``upper`` the bounds in the scaled space (the DP mechanisms clip to them);
+    ``inverse_transform(centres) -> DataFrame`` maps centres to original units; ``data_bounds`` names the
+    features whose bounds were read from the data (released as fractions of their range, never in
+    original or scaled units). Bounds of the other features are public.
     """
 
     X: np.ndarray
@@ -66,6 +86,7 @@ class KMeansInputs:
     upper: np.ndarray | None = None
     feature_names: tuple[str, ...] = ()
     inverse_transform: Callable[[np.ndarray], pd.DataFrame] | None = None
+    data_bounds: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -94,19 +115,33 @@ class KMeansInputs:
         if len(names) != data.shape[1] or len(set(names)) != len(names):
             raise ParameterError(f"feature_names must name the {data.shape[1]} columns of X once each.")
         object.__setattr__(self, "feature_names", names)
+        hidden = tuple(self.data_bounds)
+        if not set(hidden) <= set(names) or (hidden and self.lower is None):
+            raise ParameterError(
+                "data_bounds must name features of X that have bounds (lower, upper); "
+                f"got {list(hidden)} for features {list(names)}."
+            )
+        object.__setattr__(self, "data_bounds", hidden)
 
     @classmethod
     def from_prepared(cls, prep: PreparedData, labels: np.ndarray | None = None) -> KMeansInputs:
-        """Inputs from ``dpcore.data.prepare``'s result; standardised data gets no original-units columns
-        (the data's mean and standard deviation would be readable from the two coordinate systems)."""
+        """Inputs from ``dpcore.data.prepare``'s result, with its bounds' sources (:func:`data_bounded`)."""
         return cls(
             prep.X,
             labels,
             prep.lower,
             prep.upper,
             tuple(prep.feature_names),
-            None if prep.scaling == "standardize" else prep.decode,
+            prep.decode,
+            data_bounded(prep),
         )
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        """The column suffix of each feature in a release: FRACTION for data-derived bounds, else
+        ORIGINAL with an inverse transform, else SCALED (the input matrix's own units)."""
+        public = ORIGINAL if self.inverse_transform is not None else SCALED
+        return tuple(FRACTION if name in self.data_bounds else public for name in self.feature_names)
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -152,20 +187,44 @@ def check_release_sampler(sampler: Sampler) -> Sampler:
     return sampler
 
 
+def data_bounded(prep: PreparedData) -> tuple[str, ...]:
+    """The features of ``prep`` whose bounds were read from the data (not the curator's, the latitude or
+    longitude domain, or a public category list)."""
+    return tuple(n for n in prep.feature_names if "leaks" in prep.bound_sources.get(n, "leaks"))
+
+
+def box_position(inputs: KMeansInputs, centers: np.ndarray) -> np.ndarray | None:
+    """(c - lower) / (upper - lower) per feature (None without bounds): each centre's place in its clip
+    box, 0 at the lower bound and 1 at the upper. A function of a release's published values and public
+    bounds, and for data-derived bounds the published fraction itself, so it reveals nothing more."""
+    if inputs.bounds is None:
+        return None
+    lower, upper = inputs.bounds
+    return (np.asarray(centers, dtype=float) - lower) / (upper - lower)
+
+
 def centroid_table(inputs: KMeansInputs, centers: np.ndarray) -> pd.DataFrame:
-    """Released centroids: one row per cluster, '<f> [scaled]' columns, then '<f> [original units]' ones
-    through ``inputs.inverse_transform`` (dates as YYYY-MM-DD) when it is given. Nothing else."""
+    """Released centroids: one row per cluster, then one column '<f> [<units>]' per feature in the
+    coordinates of :attr:`KMeansInputs.units` (``REVEALS`` says what each shows). Nothing else.
+
+    Fractions are (c - lower) / (upper - lower) in the scaled space, which equals (x - lo) / (hi - lo)
+    in original units for any affine scaling (standardising included)."""
     c = np.asarray(centers, dtype=float)
+    units = inputs.units
+    original = inputs.inverse_transform(c) if ORIGINAL in units and inputs.inverse_transform else None
+    position = box_position(inputs, c)
     out: dict[str, Any] = {"cluster": np.arange(c.shape[0])}
-    for j, name in enumerate(inputs.feature_names):
-        out[name + SCALED] = c[:, j]
-    if inputs.inverse_transform is not None:
-        original = inputs.inverse_transform(c)
-        for name in inputs.feature_names:
+    for j, (name, unit) in enumerate(zip(inputs.feature_names, units, strict=True)):
+        if unit == FRACTION:
+            column = position[:, j]
+        elif original is not None:
             column = original[name]
             if pd.api.types.is_datetime64_any_dtype(column):
                 column = column.dt.strftime("%Y-%m-%d")
-            out[name + ORIGINAL] = column.to_numpy()
+            column = column.to_numpy()
+        else:
+            column = c[:, j]
+        out[name + unit] = column
     return pd.DataFrame(out)
 
 
@@ -176,18 +235,25 @@ def centroid_output(
     details: dict[str, Any],
     diagnostics: dict[str, Any] | None = None,
 ) -> MechanismOutput:
-    """A release of mechanism ``key``: the :func:`centroid_table` of ``centers``, its bar chart (released
-    values only), the manifest ``details`` (plus what the columns mean) and the curator's diagnostics."""
+    """A release of mechanism ``key``: the :func:`centroid_table` of ``centers``, its chart (released
+    values only), the manifest ``details`` plus what each column reveals, and the curator's diagnostics
+    (with the centres in the scaled space, for :func:`released_centers`)."""
     from dpcore.plots.kmeans import released_centers_figure
 
-    table = centroid_table(inputs, centers)
-    figure = released_centers_figure(table, inputs.feature_names, KMEANS[key].label)
-    return MechanismOutput(table, (figure,), {**details, "columns": COLUMNS}, diagnostics or {})
+    c = np.asarray(centers, dtype=float)
+    table = centroid_table(inputs, c)
+    figure = released_centers_figure(table, inputs.feature_names, KMEANS[key].label, box_position(inputs, c))
+    names = zip(inputs.feature_names, inputs.units, strict=True)
+    columns = {f"{name}{unit}": REVEALS[unit] for name, unit in names}
+    return MechanismOutput(
+        table, (figure,), {**details, "columns": columns}, {**(diagnostics or {}), "released_centers": c}
+    )
 
 
-def released_centers(table: pd.DataFrame) -> np.ndarray:
-    """The scaled centres (K, d) of a :func:`centroid_table`, in column order."""
-    return table[[c for c in table.columns if c.endswith(SCALED)]].to_numpy(dtype=float)
+def released_centers(output: MechanismOutput) -> np.ndarray:
+    """The released centres (K, d) of a k-means release in the scaled space, for the curator (its
+    diagnostics; the table publishes them in :attr:`KMeansInputs.units`)."""
+    return np.asarray(output.diagnostics["released_centers"], dtype=float)
 
 
 def release_centroids(

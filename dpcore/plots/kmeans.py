@@ -10,8 +10,8 @@ they are curator diagnostics: ``diagnostic=True`` (the default) stamps them "Dia
 - :func:`population_table_figure`: true vs noisy cluster populations.
 - :func:`violins`: per-cluster distributions of a column, true vs noisy labels.
 - :func:`elbow`: non-private WCSS against K.
-- :func:`released_centers_figure`: the released centroids, scaled and in original units (release
-  values only, no stamp).
+- :func:`released_centers_figure`: the released centroids, each as its place within its clip bounds,
+  with the released table (release values only, no stamp).
 """
 
 from __future__ import annotations
@@ -514,53 +514,57 @@ def elbow(
     return _finish(fig, "Elbow: WCSS vs K (non-private diagnostic, costs no budget)", diagnostic)
 
 
-def released_centers_figure(table: pd.DataFrame, features: Sequence[str], mechanism: str) -> go.Figure:
-    """Released centroids: grouped bars in the scaled space, and a table in original units.
+def released_centers_figure(
+    table: pd.DataFrame, features: Sequence[str], mechanism: str, positions: np.ndarray | None = None
+) -> go.Figure:
+    """Released centroids: grouped bars per feature, and the released values when they differ from the bars.
 
-    ``table`` has one row per centre and columns '<feature> [scaled]' and, unless the scaling came from
-    the data (standardisation), '<feature> [original units]' (the release table of the K-means page,
-    built with ``PreparedData.decode``). The figure reads released values only, so it carries no
-    diagnostic stamp and may leave with the release.
+    ``table`` is a release's centroid table (``dpcore.kmeans.registry.centroid_table``): 'cluster', then
+    one column per feature in the units that release publishes. ``positions`` (K, d) are the centres'
+    places within their clip bounds (0 = lower, 1 = upper; ``box_position``), drawn as the bars so that
+    features of any units share one axis; without bounds the bars are the table's values. The figure
+    reads released values and public bounds only, so it carries no diagnostic stamp and may leave with
+    the release.
     """
-    columns = [f"{f} [scaled]" for f in features]
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise ParameterError(f"the release table lacks the columns {missing}; build it with one per feature.")
-    original = [f"{f} [original units]" for f in features]
-    has_original = all(c in table.columns for c in original)
-    values = table[columns].to_numpy(dtype=float)
-    rows = 2 if has_original else 1
+    columns = [c for c in table.columns if c != "cluster"]
+    if len(columns) != len(features) or not all(
+        str(c).startswith(f"{f} [") for c, f in zip(columns, features, strict=True)
+    ):
+        raise ParameterError(
+            f"the release table's columns {columns} do not name the features {list(features)} in order; "
+            "build it with centroid_table."
+        )
+    published = table[columns]
+    numeric = all(pd.api.types.is_numeric_dtype(t) for t in published.dtypes)
+    if positions is None:
+        if not numeric:
+            raise ParameterError("a release table with dates or categories needs the centres' positions.")
+        values, axis = published.to_numpy(dtype=float), "released value"
+    else:
+        values, axis = np.asarray(positions, dtype=float), "place within its bounds (0 = lower, 1 = upper)"
+    show_table = not (numeric and np.array_equal(published.to_numpy(dtype=float), values))
+    rows = 2 if show_table else 1
     fig = make_subplots(
         rows=rows,
         cols=1,
-        specs=[[{"type": "xy"}]] + ([[{"type": "table"}]] if has_original else []),
-        row_heights=[0.6, 0.4] if has_original else None,
-        vertical_spacing=0.25 if has_original else None,
-        subplot_titles=("Scaled feature space", "Original units") if has_original else None,
+        specs=[[{"type": "xy"}]] + ([[{"type": "table"}]] if show_table else []),
+        row_heights=[0.6, 0.4] if show_table else None,
+        vertical_spacing=0.25 if show_table else None,
+        subplot_titles=("Place of each centre within its bounds", "Released values") if show_table else None,
     )
     for i, row in enumerate(values):
         fig.add_trace(go.Bar(x=[plot_text(f) for f in features], y=row, name=f"centre {i}"), row=1, col=1)
-    if has_original:
+    if show_table:
         cells = [[str(i) for i in range(len(table))]]
-        for c in original:
-            cells.append([plot_text(_plain(v)) for v in table[c]])
-        header = {"values": ["centre", *map(plot_text, features)]}
-        fig.add_trace(go.Table(header=header, cells={"values": cells}), row=2, col=1)
-    else:
-        fig.add_annotation(
-            text="Original units are not in the release table (with standardisation they would reveal the "
-            "data's mean and standard deviation).",
-            xref="paper",
-            yref="paper",
-            x=0.0,
-            y=-0.3,
-            showarrow=False,
-            xanchor="left",
-            font={"size": 11},
+        cells += [[plot_text(_plain(v)) for v in published[c]] for c in columns]
+        fig.add_trace(
+            go.Table(header={"values": ["centre", *map(plot_text, columns)]}, cells={"values": cells}),
+            row=2,
+            col=1,
         )
-    fig.update_layout(barmode="group", height=420 + 45 * len(values) if has_original else 450)
+    fig.update_layout(barmode="group", height=420 + 45 * len(values) if show_table else 450)
     fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
-    fig.update_yaxes(title={"text": "released value (scaled)"}, automargin=True, row=1, col=1)
+    fig.update_yaxes(title={"text": axis}, automargin=True, row=1, col=1)
     return _finish(fig, f"Released centroids ({plot_text(mechanism)})", diagnostic=False)
 
 
