@@ -5,6 +5,7 @@ refused and changes nothing; a reload restores the source without uploading anyt
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, load_table
 from dpcore.ledger import Ledger
-from dpcore.plan import policy_account
+from dpcore.plan import ReleasePlan, policy_account
 from ui.state import DEFAULT_POLICY
 
 TIMEOUT = 60
@@ -99,7 +100,9 @@ def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> 
     assert at.radio(key="data_source").value == FOLDER
 
 
-def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it(folder: Path) -> None:
+def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it(
+    folder: Path, downloads: dict[str, bytes]
+) -> None:
     at = _open(_folder_secrets(folder))
     _load_folder_file(at, "tables/large.parquet")
     ds = at.session_state["dp_dataset"]
@@ -118,6 +121,11 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
     release = [b for b in at.button if str(b.label).startswith("Release (spends")]
     assert len(release) == 1 and release[0].disabled
     assert any("A release must use the whole table" in w.value for w in at.warning)
+    # the plan for a batch job on the whole table: its name and fingerprint, not the sample's
+    (name,) = [n for n in downloads if n.startswith("plan-")]
+    plan = ReleasePlan.from_manifest(json.loads(downloads[name]))
+    assert plan.dataset_name == "tables/large.parquet" and plan.fingerprint == ds.fingerprint
+    assert plan.mechanism == "dp_lloyd" and plan.mode == "secure"
 
 
 def test_a_database_table_and_a_select_load_and_other_statements_are_refused(warehouse: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -26,6 +27,7 @@ from dpcore.data.sources import (
     source_from_dict,
 )
 from dpcore.errors import DataError
+from dpcore.plan import ReleasePlan, to_json
 from dpcore.sessions import store_table
 from ui import state
 
@@ -156,8 +158,27 @@ def release_refusal(ds: state.Dataset | None) -> str | None:
     if sample is None:
         return None
     return (
-        f"{sample} A release must use the whole table: load a table within the row limit here, or run the "
-        "release as a batch job on the whole table."
+        f"{sample} A release must use the whole table: download the plan below and run it as a batch job "
+        "on the whole table (`python -m dpcore run-plan PLAN.json --source <the table>`), or load a table "
+        "within the row limit here."
+    )
+
+
+def offer_whole_table_plan(plan: ReleasePlan, key: str) -> None:
+    """On a sample of a larger table: a download of ``plan`` named after the whole table (its fingerprint
+    already is the whole table's), for ``python -m dpcore run-plan`` on the whole table."""
+    ds = state.dataset()
+    if sample_of(ds) is None:
+        return
+    whole = replace(plan, dataset_name=source_from_dict(ds.origin["source"]).label)
+    st.download_button(
+        "Download the plan for the whole table",
+        data=to_json(whole.to_manifest()),
+        file_name=f"plan-{whole.dataset_id}-{whole.mechanism}.json",
+        mime="application/json",
+        key=f"{key}_whole_table_plan",
+        on_click="ignore",
+        icon=":material/download:",
     )
 
 

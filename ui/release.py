@@ -213,6 +213,7 @@ def release_panel(
     panel = _panel(key, plan.key)
     if blocked:
         st.warning(blocked)
+    datasets.offer_whole_table_plan(plan, key)  # a sample's plan, for the batch job on the whole table
     if panel.result is not None:
         shown = st.empty()  # the previous release, cleared below if a new request is made in this run
         with shown.container():
