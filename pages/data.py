@@ -3,7 +3,15 @@
 import pandas as pd
 import streamlit as st
 
-from dpcore.data import KINDS, MISSING_STRATEGIES, column_encoding, missing_report, prepare
+from dpcore.data import (
+    KINDS,
+    MAX_COLUMNS,
+    MAX_TABLE_BYTES,
+    MISSING_STRATEGIES,
+    column_encoding,
+    missing_report,
+    prepare,
+)
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
 from ui import datasets, state
 from ui.errors import user_errors
@@ -181,7 +189,9 @@ def _upload() -> None:
     # No extension filter: dpcore.data.load_table decides by content and explains what it cannot read
     # (e.g. an old .xls), where the uploader would only say "file type not allowed".
     uploaded = st.file_uploader(
-        f"Upload a table (CSV/TSV/TXT, gzip CSV, Parquet or Excel .xlsx; up to {limit} MB)", key="data_upload"
+        f"Upload a table (CSV/TSV/TXT, gzip CSV, Parquet or Excel .xlsx; up to {limit} MB, at most "
+        f"{MAX_COLUMNS:,} columns; compressed files up to {MAX_TABLE_BYTES // 2**20} MB unpacked)",
+        key="data_upload",
     )
     if uploaded is None:
         return
@@ -220,7 +230,8 @@ def _overview(ds: state.Dataset) -> None:
     st.markdown(f"**{md(ds.name)}** · {_rows(ds)} · fingerprint `{ds.fingerprint[:16]}`")
     if ds.source:
         st.caption(md(ds.source))
-    st.dataframe(ds.raw.head(20), hide_index=True)
+    with user_errors("showing the first rows"):
+        st.dataframe(ds.raw.head(20), hide_index=True)
     st.subheader("Column kinds")
     st.dataframe(ds.schema.to_frame(), hide_index=True)
     a, b, c = st.columns([2, 2, 1])

@@ -6,14 +6,22 @@ after each of them.
 
 from __future__ import annotations
 
+import logging
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
 import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from dpcore.data import load_table
+from dpcore.data import MAX_COLUMNS, load_table
 from dpcore.errors import DataError
 from dpcore.policy import ApproxDP
-from tests.test_hostile_engine import BAD_FILES
+from tests.test_hostile_engine import BAD_FILES, WIDE_CSV, _xlsx
+from ui.text import md
 
 TIMEOUT = 60
 MARKETING = "Sample: Marketing Campaign"
@@ -57,7 +65,7 @@ def test_bad_uploads_show_the_engine_message_and_keep_the_dataset(app_path: str)
             load_table(data, filename=name)
         _upload(at, name, data)
         _clean(at)
-        assert _errors(at) == [str(expected.value)], case
+        assert _errors(at) == [md(str(expected.value))], case  # shown literally (Markdown-escaped)
         assert at.session_state["dp_dataset"].fingerprint == before, case
         assert any(f"still {MARKETING}" in c.value for c in at.caption), case
     assert len(UPLOAD_CASES) >= 15
@@ -76,6 +84,79 @@ def test_upload_over_the_limit_is_refused_on_the_page(app_path: str) -> None:
     assert len(at.error) == 1 and "above the 1 MB upload limit" in at.error[0].value
     assert "raise server.maxUploadSize" in at.error[0].value
     assert at.session_state["dp_dataset"].name == MARKETING
+
+
+def test_users_never_see_error_details() -> None:
+    """An exception no page catches shows a generic note: no message, type or stack (paths, values)."""
+    config = tomllib.loads(
+        (Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text()
+    )
+    value = config["client"]["showErrorDetails"]
+    assert value == st_config.ShowErrorDetailsConfigOptions.NONE.value == "none"
+
+
+def test_unexpected_errors_are_logged_without_their_message(caplog: pytest.LogCaptureFixture) -> None:
+    """Library messages quote cell values; the log gets the type and the stack, never the message."""
+    from ui.errors import user_errors
+
+    cell = "0001-01-01 (Alice)"  # the stack shows code lines, where only the variable's name appears
+    with caplog.at_level(logging.ERROR, logger="dpcore.app"):
+        with user_errors("reading t.parquet") as outcome:
+            try:
+                raise KeyError(cell)
+            except KeyError as inner:
+                raise ValueError(f"Out of bounds nanosecond timestamp: {cell}") from inner
+    assert outcome.failed and outcome.message.endswith("the details were logged.")
+    assert "ValueError" in caplog.text and "KeyError" in caplog.text and "test_hostile_app.py" in caplog.text
+    assert "Alice" not in caplog.text and "0001-01-01" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "column", "shown"),
+    [
+        ("accounts.csv", b"account,b\n99999999999999999999,1\n2,3\n", "account", "99999999999999999999"),
+        ("huge.xlsx", _xlsx([["a", "b"], [1e308, 1], [2, 3]]), "a", 1e308),
+    ],
+    ids=["integer beyond int64", "1e308 Excel cell"],
+)
+def test_huge_numbers_are_shown_on_the_data_page(
+    app_path: str, name: str, data: bytes, column: str, shown
+) -> None:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    _upload(at, name, data)
+    _clean(at)
+    assert not _errors(at), _errors(at)
+    assert at.session_state["dp_dataset"].name == name
+    assert at.dataframe[0].value[column].iloc[0] == shown
+
+
+def test_wide_tables_are_refused_within_seconds_and_500_columns_stay_fast(app_path: str) -> None:
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    start = time.perf_counter()
+    _upload(at, "wide.csv", WIDE_CSV)
+    assert time.perf_counter() - start < 10
+    _clean(at)
+    assert len(at.error) == 1 and "has 10,000 columns; at most 500 can be loaded" in at.error[0].value
+    assert "dp_dataset" not in at.session_state
+    names = [f"c{i}" for i in range(MAX_COLUMNS)]
+    table = pd.DataFrame(np.random.default_rng(0).normal(size=(50, MAX_COLUMNS)).round(3), columns=names)
+    _upload(at, "500.csv", table.to_csv(index=False).encode())
+    ds = at.session_state["dp_dataset"]
+    assert ds.raw.shape == (50, MAX_COLUMNS)
+    steps = [
+        lambda: at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value(names[-1]).run(),
+        lambda: at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(names[:5]).run(),
+        lambda: at.radio(key="data_scaling").set_value("minmax").run(),
+    ]
+    for step in steps:
+        start = time.perf_counter()
+        step()
+        assert time.perf_counter() - start < 10  # measured 0.2-0.7 s; 10,000 columns took 5-15 s
+        _clean(at)
 
 
 def _prepare(at: AppTest, features: list[str], *, scaling: str = "none", data_bounds: bool = True) -> None:
@@ -130,7 +211,7 @@ def test_bad_tables_are_refused_at_prepare(
         assert at.session_state["dp_dataset"].schema.kinds[column] == kind
     _prepare(at, features, scaling=scaling)
     _clean(at)
-    assert len(at.error) == 1 and message in at.error[0].value, _errors(at)
+    assert len(at.error) == 1 and md(message) in at.error[0].value, _errors(at)
     assert at.session_state["dp_dataset"].prepared is None
     # the app keeps working: a valid choice on the same table prepares (or explains the missing values)
     _prepare(at, features[:1] if name != "one.csv" else ["a"], scaling="none")
@@ -193,8 +274,8 @@ def test_bad_budgets_are_refused_and_the_budget_kept(app_path: str) -> None:
     for eps, delta, message in [
         (0.0, 1e-5, "must be > 0"),
         (-3.0, 1e-5, "must be > 0"),
-        (2.0, 1.0, "delta must be in [0, 1)"),
-        (2.0, -1e-3, "delta must be in [0, 1)"),
+        (2.0, 1.0, md("delta must be in [0, 1)")),
+        (2.0, -1e-3, md("delta must be in [0, 1)")),
     ]:
         at.number_input(key="pol_budget_eps").set_value(eps).run()
         at.number_input(key="pol_budget_delta").set_value(delta).run()
@@ -254,7 +335,7 @@ def test_out_of_range_coordinates_and_bad_region_on_the_locations_page(app_path:
     at.button(key="data_set_kind").click().run()
     at.switch_page("pages/locations.py").run()
     _clean(at)
-    assert any("latitude must be in [-90, 90]" in e for e in _errors(at)), _errors(at)
+    assert any(md("latitude must be in [-90, 90]") in e for e in _errors(at)), _errors(at)
 
     at = _uploaded(app_path, "ok.csv", b"lat,lon\n45,1\n10,2\n12,3\n")
     suffix = at.session_state["dp_dataset"].dataset_id
@@ -265,7 +346,7 @@ def test_out_of_range_coordinates_and_bad_region_on_the_locations_page(app_path:
     for i, edge in enumerate((60.0, 50.0, -10.0, 10.0)):  # south edge above the north edge
         at.number_input(key=f"loc_box_{i}_{suffix}").set_value(edge).run()
     _clean(at)
-    assert any("lat_min < lat_max" in e for e in _errors(at)), _errors(at)
+    assert any(md("lat_min < lat_max") in e for e in _errors(at)), _errors(at)
     at.number_input(key=f"loc_box_0_{suffix}").set_value(0.0).run()
     _clean(at)
     assert not _errors(at)

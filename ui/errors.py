@@ -1,12 +1,15 @@
 """Showing errors on the page: user mistakes get their message, anything else a generic note and a log entry.
 
-No stack trace ever reaches the page (PRODUCT.md, "Quality bar"); Streamlit's own control flow
-(``st.stop``, ``st.rerun``) derives from ``BaseException`` and passes through untouched.
+No stack trace ever reaches the page; Streamlit's own control flow (``st.stop``, ``st.rerun``) derives from
+``BaseException`` and passes through untouched. The log entry names the exception type and the code
+locations, never the exception's message: library messages quote cell values (``Out of bounds nanosecond
+timestamp: 1-01-01``), and the data must not reach the server log.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +35,8 @@ def user_errors(action: str = "running this step") -> Iterator[Outcome]:
     """Run a block; show a ``DPCoreError`` (incl. ``BudgetExceeded``) with ``st.error(str(err))``.
 
     Any other exception shows "Something went wrong while <action>; the details were logged." and its
-    traceback goes to the ``dpcore.app`` logger. The yielded :class:`Outcome` tells the page what happened.
+    type and stack (not its message, see :func:`log_unexpected`) go to the ``dpcore.app`` logger. The
+    yielded :class:`Outcome` tells the page what happened.
     """
     outcome = Outcome()
     try:
@@ -40,8 +44,25 @@ def user_errors(action: str = "running this step") -> Iterator[Outcome]:
     except DPCoreError as err:
         outcome.failed, outcome.message = True, str(err)
         st.error(md(outcome.message))  # messages quote file and column names
-    except Exception:
-        logger.exception("Unexpected error while %s", action)
+    except Exception as err:
+        log_unexpected(err, action)
         outcome.failed = True
         outcome.message = f"Something went wrong while {action}; the details were logged."
         st.error(md(outcome.message))
+
+
+def log_unexpected(err: BaseException, action: str) -> None:
+    """Log ``err``'s type and the stack of each exception in its chain, without any message."""
+    stack: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        stack = [f"{type(current).__name__} at\n", *traceback.format_tb(current.__traceback__), *stack]
+        current = current.__cause__ or current.__context__
+    logger.error(
+        "Unexpected %s while %s (message withheld: it may quote data)\n%s",
+        type(err).__name__,
+        action,
+        "".join(stack),
+    )
