@@ -5,6 +5,8 @@ in-memory one (and an upload's of the same file), and a large source keeps a uni
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from dpcore.data.sources import (
     validate_select,
 )
 from dpcore.errors import DataError
+from tests.postgres_server import BACKENDS, PostgresServer
 
 
 def _mixed(n: int = 600, seed: int = 0) -> pd.DataFrame:
@@ -222,9 +225,18 @@ def test_the_sample_is_uniform_and_repeatable(tmp_path: Path) -> None:
 # -- databases ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> sa.Engine:
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'warehouse.db'}")
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
+    """A database with a table ``people`` (numbers, missing values, text) and a table ``x``: a SQLite file
+    or a fresh database on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        engine = sa.create_engine(f"sqlite:///{tmp_path / 'warehouse.db'}")
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        name = f"w_{uuid.uuid4().hex}"
+        server.admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        request.addfinalizer(lambda: server.admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        engine = sa.create_engine(server.url(name))
     rng = np.random.default_rng(2)
     people = pd.DataFrame(
         {
@@ -282,12 +294,24 @@ def test_selects_are_accepted(database: sa.Engine, sql: str) -> None:
     assert len(load_source(DatabaseQuery("warehouse", sql), engine=database).table) > 0
 
 
-def test_the_sqlite_read_is_read_only(database: sa.Engine) -> None:
+def test_the_read_is_read_only(database: sa.Engine) -> None:
     with database.connect() as conn, conn.begin():
         _read_only(conn)
-        with pytest.raises(sa.exc.OperationalError, match="readonly"):
+        with pytest.raises(sa.exc.DBAPIError, match=r"read-?only"):
             conn.execute(sa.text("INSERT INTO x VALUES (2)"))
-        conn.exec_driver_sql("PRAGMA query_only = OFF")
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("PRAGMA query_only = OFF")
+
+
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)  # sequences: a PostgreSQL feature
+def test_a_select_with_a_side_effect_fails_in_the_read_only_transaction(database: sa.Engine) -> None:
+    """nextval() passes as a SELECT but writes; PostgreSQL's read-only transaction refuses it."""
+    with database.begin() as conn:
+        conn.exec_driver_sql("CREATE SEQUENCE s")
+    with pytest.raises(DataError, match="read-only transaction"):
+        load_source(DatabaseQuery("warehouse", "SELECT nextval('s') AS n"), engine=database)
+    with database.connect() as conn:
+        assert conn.exec_driver_sql("SELECT last_value, is_called FROM s").one() == (1, False)
 
 
 def test_a_table_is_read_in_one_pass_with_the_same_fingerprint_whole_or_sampled(database: sa.Engine) -> None:
