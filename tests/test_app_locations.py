@@ -23,6 +23,7 @@ from dpcore.location.contribution import PER_LOCATION
 from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
 from ui.state import DEFAULT_POLICY, POLICY_KEY, Dataset
+from ui.text import md
 
 TIMEOUT = 120
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -234,7 +235,7 @@ def test_bad_inputs_show_messages():
     assert south.value == 24.0  # the custom box starts from the region chosen before
     south.set_value(60.0).run()
     assert not at.exception
-    assert any("lat_min < lat_max" in e for e in _errors(at))
+    assert any(md("lat_min < lat_max") in e for e in _errors(at))  # shown literally (Markdown-escaped)
     assert "loc_run" not in [b.key for b in at.button]  # the rest of the page waits for a valid region
     at.number_input(key=f"loc_box_0_{suffix}").set_value(24.0).run()
     assert not _errors(at)
@@ -250,7 +251,7 @@ def test_out_of_range_coordinates_show_a_message():
     ds = Dataset(name="bad", raw=raw, schema=schema, cleaned=raw, fingerprint=fingerprint(raw))
     at = _page(ds)
     assert not at.exception
-    assert any("latitude must be in [-90, 90]" in e for e in _errors(at))
+    assert any(md("latitude must be in [-90, 90]") in e for e in _errors(at))
     assert "loc_run" not in [b.key for b in at.button]
 
 

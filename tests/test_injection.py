@@ -139,6 +139,7 @@ def test_md_makes_markdown_literal() -> None:
     assert md("block_width") == "block_width" and md("_x_") == "\\_x\\_"  # only emphasis underscores
     assert md("# title\nnext") == "\\# title next" and md("$x$ *y* `z`") == "\\$x\\$ \\*y\\* \\`z\\`"
     assert md("www.evil.example") == "www\u2060.evil.example"  # no autolink
+    assert [md(t) for t in ("0.5", "-3.2", "- x", "1. x")] == ["0.5", "-3.2", "\\- x", "1\\. x"]
 
 
 # ---------------------------------------------------------------- HTML in chart text

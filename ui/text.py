@@ -19,8 +19,9 @@ _UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 # GitHub's literal autolinks (http://..., www....) are found in the text after escapes are removed, so a
 # backslash cannot stop them: a word joiner (U+2060, invisible) breaks the pattern instead.
 _AUTOLINK = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)")
-# A block marker at the start (heading, quote, list item, setext underline) is escaped.
-_BLOCK_START = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")
+# A block marker at the start (heading, quote, list item, rule, setext underline) is escaped; "-3.2" and
+# "0.5" are not markers and stay as they are.
+_BLOCK_START = re.compile(r"^(\s*)(#{1,6}(?=\s|$)|>|[-+=](?=[-+=\s]|$)|\d{1,9}[.)](?=\s|$))")
 
 
 def md(text: object) -> str:
@@ -28,4 +29,11 @@ def md(text: object) -> str:
     line = " ".join(str(text).splitlines())
     line = _UNDERSCORE.sub(r"\\_", _ALWAYS.sub(r"\\\1", line))
     line = _AUTOLINK.sub("\u2060", line)
-    return _BLOCK_START.sub(lambda m: f"{m.group(1)}{m.group(2)[:-1]}\\{m.group(2)[-1]}", line)
+    return _BLOCK_START.sub(_escape_marker, line)
+
+
+def _escape_marker(match: re.Match[str]) -> str:
+    indent, marker = match.groups()
+    if marker[0].isdigit():  # "1." or "1)": escape the delimiter
+        return f"{indent}{marker[:-1]}\\{marker[-1]}"
+    return f"{indent}\\{marker}"
