@@ -169,7 +169,7 @@ def _database_source(settings: SourceSettings) -> None:
         if outcome.failed:
             return
         if not tables:
-            st.info(f"The database '{name}' has no tables.")
+            st.info(f"The database '{md(name)}' has no tables.")
             return
         table = st.selectbox(
             "Table", tables, key=state.persist(f"data_db_table_{name}", tables[0], tables.__contains__)
