@@ -19,6 +19,7 @@ from dpcore import config
 from dpcore.data import fingerprint, load_table
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan, policy_account
+from dpcore.sessions import SessionStore
 from ui.state import DEFAULT_POLICY
 
 TIMEOUT = 60
@@ -60,14 +61,16 @@ def warehouse(tmp_path: Path) -> str:
     return url
 
 
-def _open(secrets: dict[str, Any], token: str | None = None) -> AppTest:
+def _open(secrets: dict[str, Any], token: str | None = None, *, data_page: bool = True) -> AppTest:
+    """A new browser session (with the URL's ``token``), on the Data page unless ``data_page`` is False."""
     at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=TIMEOUT)
     for key, value in secrets.items():
         at.secrets[key] = value
     if token is not None:
         at.query_params["s"] = token
     _ok(at.run())
-    at.switch_page("pages/data.py").run()
+    if data_page:
+        at.switch_page("pages/data.py").run()
     return _ok(at)
 
 
@@ -161,3 +164,21 @@ def test_a_reload_restores_a_folder_source_with_the_same_sample(folder: Path) ->
     assert ds.name == first.name and ds.fingerprint == first.fingerprint
     pd.testing.assert_frame_equal(ds.raw, first.raw)  # the same sample rows, through the saved seed
     assert not again.error and again.radio(key="data_source").value == FOLDER
+
+
+def test_a_tampered_session_plan_cannot_read_outside_the_folders(folder: Path) -> None:
+    """The source in a saved plan is checked again on restore: a path edited to lead out of the
+    allow-listed folder is refused and nothing is loaded."""
+    _people(10).to_parquet(folder.parent / "secret.parquet")
+    secrets = _folder_secrets(folder)
+    at = _open(secrets)
+    _load_folder_file(at, "tables/small.parquet")
+    token = at.query_params["s"]
+    store = SessionStore(config.ledger_url())
+    saved = store.load(token)
+    saved["dataset"]["origin"]["source"]["path"] = "../secret.parquet"
+    store.update(token, {"dataset": saved["dataset"]})
+    store.close()
+    again = _open(secrets, token=token, data_page=False)
+    assert "dp_dataset" not in again.session_state
+    assert any("not a path inside the folder" in w.value for w in again.warning)
