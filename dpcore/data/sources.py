@@ -23,6 +23,7 @@ import io
 import os
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -52,6 +53,7 @@ __all__ = [
     "load_source",
     "resolve_folder_file",
     "source_from_dict",
+    "sql_chunks",
     "validate_select",
 ]
 
@@ -460,10 +462,14 @@ def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> L
     return LoadedSource(table.iloc[rows].reset_index(drop=True), digest, len(table), True, seed, note)
 
 
-def _load_sql(
-    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int
-) -> LoadedSource:
-    what = f"database '{spec.connection}', read in a read-only transaction"
+@contextmanager
+def sql_chunks(
+    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, chunk_rows: int = BATCH_ROWS
+) -> Iterator[tuple[int, Iterator[pd.DataFrame]]]:
+    """(number of rows, the rows in chunks) of a database table or SELECT, in the order of all their
+    columns, read in one read-only transaction (rolled back on leaving the ``with`` block). Database
+    errors raise ``DataError``. The chunks' types vary as ``pandas.read_sql`` infers them per chunk;
+    :class:`~dpcore.data.fingerprint.FingerprintStream` resolves them as a whole read would."""
     try:
         with engine.connect() as conn:
             conn.begin()
@@ -471,12 +477,20 @@ def _load_sql(
                 _read_only(conn)
                 count, rows = _sql_selects(spec, conn)
                 total = int(conn.execute(count).scalar_one())
-                chunks = pd.read_sql(rows, conn.execution_options(stream_results=True), chunksize=BATCH_ROWS)
-                result = _pass(spec.label, iter(chunks), total, max_rows, seed)
+                streamed = conn.execution_options(stream_results=True)
+                yield total, iter(pd.read_sql(rows, streamed, chunksize=chunk_rows))
             finally:
                 conn.rollback()
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
     except sa.exc.SQLAlchemyError as err:
         raise DataError(f"The database refused the read of '{spec.label}' ({_first_line(err)}).") from err
+
+
+def _load_sql(
+    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int
+) -> LoadedSource:
+    with sql_chunks(spec, engine) as (total, chunks):
+        result = _pass(spec.label, chunks, total, max_rows, seed)
+    what = f"database '{spec.connection}', read in a read-only transaction"
     return _result(spec.label, *result, seed, what)
