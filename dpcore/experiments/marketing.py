@@ -42,6 +42,7 @@ from dpcore.kmeans import KMEANS, KMeansInputs, noise_shape, release_centroids, 
 from dpcore.kmeans.covariance import RankDeficientWarning
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
+from dpcore.safe_text import csv_bytes
 
 EDUCATION = {"Basic": 0, "2n Cycle": 1, "Graduation": 2, "Master": 3, "PhD": 4}
 EPS_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 10.0)
@@ -128,10 +129,10 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
             params={"n_clusters": K},
         )
     df = pd.concat([fast, slow], ignore_index=True)
-    df.to_csv(out / "fig2_sweep.csv", index=False)
+    (out / "fig2_sweep.csv").write_bytes(csv_bytes(df))
     table1 = released_centers(released)
     pop = metrics.population_table(data.X, data.true_centers, table1)
-    pop.to_csv(out / "table1_populations.csv")
+    (out / "table1_populations.csv").write_bytes(csv_bytes(pop.reset_index()))
     at1 = df[df["epsilon"] == 1.0].groupby("mechanism")["fractional_loss"].median()
     headline = {
         "n_rows": float(len(data.X)),
@@ -147,7 +148,8 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         "mcmc_sweep_seconds": mcmc_s,
         **{f"median_fractional_loss_eps=1_{m}": float(v) for m, v in at1.items()},
     }
-    pd.Series(headline).to_csv(out / "headline.csv", header=["value"])
+    headline_table = pd.Series(headline, name="value").rename_axis("figure").reset_index()
+    (out / "headline.csv").write_bytes(csv_bytes(headline_table))
 
     noisy_labels = metrics.assign(data.X, table1)
     frame = data.frame.assign(Promotions_accepted=data.frame[PROMOTIONS].sum(axis=1))
