@@ -46,7 +46,7 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
     """
     safe = pd.DataFrame({i: _text_column(frame.iloc[:, i]) for i in range(frame.shape[1])}, index=frame.index)
     safe.columns = [neutralise_cell(c) for c in frame.columns]
-    return safe.to_csv(index=False, lineterminator="\r\n").encode()  # RFC 4180: quotes a cell holding CR
+    return safe.to_csv(index=False, lineterminator="\r\n").encode()
 
 
 def plot_text(text: object) -> str:
