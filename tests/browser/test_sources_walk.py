@@ -1,8 +1,9 @@
-"""A curator picks a Parquet file from an operator's allow-listed folder on the Data page and releases
-DP-Lloyd from it in a real browser: the release and the ledger name the file and its fingerprint (the one an
-upload of the file gives). A file above the row limit loads as a labelled uniform sample that the page does
-not release from. The server gets the folder through ``DPCORE_DATA_FOLDERS``, the row limit through
-``DPCORE_MAX_ROWS``."""
+"""A curator picks a Parquet file from an operator's allow-listed folder, or a database table, on the Data
+page and releases DP-Lloyd from it in a real browser: the release and the ledger name the source and its
+fingerprint (for the file, the one an upload of it gives). A file above the row limit loads as a labelled
+uniform sample that the page does not release from. The server gets the folder through
+``DPCORE_DATA_FOLDERS``, the row limit through ``DPCORE_MAX_ROWS``, and the database through a secrets file
+(``STREAMLIT_SECRETS_FILES``) with ``[dpcore] databases`` and ``[connections.warehouse]``."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from playwright.sync_api import Page, expect
 
 from dpcore.data import fingerprint, load_table, make_blobs
-from dpcore.ledger import Ledger
+from dpcore.data.sources import DatabaseTable, load_source
+from dpcore.ledger import Ledger, ReleaseRecord
 from tests.browser.conftest import Server, open_app, screenshot, start_server, stop_server, wait_for_app
 from tests.browser.e2e import (
     assert_no_exception,
@@ -48,10 +51,24 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def source_server(tables: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def warehouse(tables: Path) -> str:
+    """A SQLite database with a 900-row table of synthetic blobs, and the secrets file naming it."""
+    url = f"sqlite:///{tables.parent / 'warehouse.db'}"
+    engine = sa.create_engine(url)
+    make_blobs(900, 2, 3, seed=14).to_sql("blobs", engine, index=False)
+    engine.dispose()
+    (tables.parent / "secrets.toml").write_text(
+        f'[dpcore]\ndatabases = ["warehouse"]\n\n[connections.warehouse]\nurl = "{url}"\n'
+    )
+    return url
+
+
+@pytest.fixture(scope="module")
+def source_server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DPCORE_DATA_FOLDERS", str(tables))
         env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
+        env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
         proc, running = start_server(tmp_path_factory.mktemp("e2e-sources"))
     try:
         yield running
@@ -85,6 +102,35 @@ def _load(page: Page, label: str) -> None:
     click(page, "Load this file")
 
 
+def _recorded(server: Server, digest: str) -> list[ReleaseRecord]:
+    """The ledger's releases of the table with fingerprint ``digest``."""
+    ledger = Ledger(server.ledger_url)
+    try:
+        return [r for r in ledger.releases() if r.dataset_fingerprint == digest]
+    finally:
+        ledger.close()
+
+
+def _prepare_and_release(page: Page, rows: int) -> dict:
+    """Features x1, x2 with public bounds [-15, 15], a budget, DP-Lloyd with K = 3 at ε = 1; the manifest."""
+    body = main(page)
+    multiselect(page, "Features to cluster on", ["x1", "x2"])
+    for feature in ("x1", "x2"):
+        _type_bound(page, f"Lower bound of {feature}", "-15")
+        _type_bound(page, f"Upper bound of {feature}", "15")
+    click(page, "Prepare")
+    expect(body.get_by_text(f"{rows:,} rows × 2 features ready").first).to_be_visible()
+    set_budget(page, 2.0, 1e-5)
+    go(page, "K-means")
+    set_number(page, "K (number of clusters)", 3)
+    click(page, "Release (spends ε = 1)")
+    expect(body.get_by_text("Released DP-Lloyd (SuLQ) at ε = 1").first).to_be_visible()
+    buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
+    names = [n.replace("download", "").strip() for n in buttons]
+    (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
+    return json.loads(download(page, manifest_name)[1])
+
+
 def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     page: Page, source_server: Server, tables: Path
 ) -> None:
@@ -101,29 +147,10 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     body = main(page)
     expect(body.get_by_text("1,200 rows × 2 columns").first).to_be_visible()
     expect(body.get_by_text(digest[:16]).first).to_be_visible()  # the fingerprint an upload would have
-    multiselect(page, "Features to cluster on", ["x1", "x2"])
-    for feature in ("x1", "x2"):
-        _type_bound(page, f"Lower bound of {feature}", "-15")
-        _type_bound(page, f"Upper bound of {feature}", "15")
-    click(page, "Prepare")
-    expect(body.get_by_text("1,200 rows × 2 features ready").first).to_be_visible()
-
-    set_budget(page, 2.0, 1e-5)
-    go(page, "K-means")
-    set_number(page, "K (number of clusters)", 3)
-    click(page, "Release (spends ε = 1)")
-    expect(body.get_by_text("Released DP-Lloyd (SuLQ) at ε = 1").first).to_be_visible()
-    buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
-    names = [n.replace("download", "").strip() for n in buttons]
-    (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
-    _, content = download(page, manifest_name)
-    manifest = json.loads(content)
+    manifest = _prepare_and_release(page, 1200)
     assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "tables/blobs.parquet"
     assert manifest["mechanism"] == "dp_lloyd" and manifest["sampling_mode"] == "secure"
-    ledger = Ledger(source_server.ledger_url)
-    records = ledger.releases(dataset_id=digest[:16])
-    ledger.close()
-    assert [(r.mechanism, r.epsilon) for r in records] == [("dp_lloyd", 1.0)]
+    assert [(r.mechanism, r.epsilon) for r in _recorded(source_server, digest)] == [("dp_lloyd", 1.0)]
     assert_no_exception(page)
 
     # above the row limit: a labelled sample, under the whole table's fingerprint, not released from
@@ -140,4 +167,21 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     go(page, "K-means")
     expect(body.get_by_text("A release must use the whole table").first).to_be_visible()
     expect(body.get_by_role("button", name="Release (spends ε = 1)")).to_be_disabled()
+    assert_no_exception(page)
+
+
+def test_release_from_a_database_table(page: Page, source_server: Server, warehouse: str) -> None:
+    engine = sa.create_engine(warehouse)
+    digest = load_source(DatabaseTable("warehouse", "blobs"), engine=engine).fingerprint
+    engine.dispose()
+    go(page, "Data")
+    choose_radio(page, "Database")
+    select(page, "Table", "blobs")
+    click(page, "Load from the database")
+    body = main(page)
+    expect(body.get_by_text("900 rows × 2 columns").first).to_be_visible()
+    expect(body.get_by_text(digest[:16]).first).to_be_visible()
+    manifest = _prepare_and_release(page, 900)
+    assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "warehouse: blobs"
+    assert [r.mechanism for r in _recorded(source_server, digest)] == ["dp_lloyd"]
     assert_no_exception(page)
