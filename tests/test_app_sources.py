@@ -17,9 +17,11 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, load_table
+from dpcore.data.sources import load_source
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.sessions import SessionStore
+from ui import datasets
 from ui.state import DEFAULT_POLICY
 
 TIMEOUT = 60
@@ -154,7 +156,16 @@ def test_a_database_table_and_a_select_load_and_other_statements_are_refused(war
     engine.dispose()
 
 
-def test_a_reload_restores_a_folder_source_with_the_same_sample(folder: Path) -> None:
+def test_a_reload_restores_a_folder_source_with_the_same_sample(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+
+    def counted(spec, **kwargs):
+        reads.append(spec.path)
+        return load_source(spec, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_source", counted)
     secrets = _folder_secrets(folder)
     at = _open(secrets)
     _load_folder_file(at, "tables/large.parquet")
@@ -164,6 +175,11 @@ def test_a_reload_restores_a_folder_source_with_the_same_sample(folder: Path) ->
     assert ds.name == first.name and ds.fingerprint == first.fingerprint
     pd.testing.assert_frame_equal(ds.raw, first.raw)  # the same sample rows, through the saved seed
     assert not again.error and again.radio(key="data_source").value == FOLDER
+    assert reads == ["large.parquet"]  # the unchanged file is read once per server, not per session
+    _people(500).to_parquet(folder / "large.parquet")  # changed on disk: read again, and no longer the same
+    third = _open(secrets, token=at.query_params["s"], data_page=False)
+    assert reads == ["large.parquet"] * 2
+    assert any("not the table this session used" in w.value for w in third.warning)
 
 
 def test_a_tampered_session_plan_cannot_read_outside_the_folders(folder: Path) -> None:

@@ -8,6 +8,7 @@ and leaves the previous dataset in place.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -19,11 +20,13 @@ import streamlit as st
 from dpcore.data import SAMPLES, Schema
 from dpcore.data.sources import (
     FolderFile,
+    LoadedSource,
     SourceSettings,
     SourceSpec,
     list_folder_files,
     list_tables,
     load_source,
+    resolve_folder_file,
     source_from_dict,
 )
 from dpcore.errors import DataError
@@ -117,19 +120,43 @@ def _plain(section: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): _plain(v) if isinstance(v, Mapping) else v for k, v in section.items()}
 
 
+@st.cache_data(show_spinner=False, max_entries=2)
+def _folder_table(
+    folder: str,
+    path: str,
+    folders: tuple[str, ...],
+    max_rows: int,
+    sample_seed: int,
+    stamp: tuple[tuple[str, int, int], ...],
+) -> LoadedSource:
+    """A folder file read once per server while its files (``stamp``: path, modification time, size)
+    are unchanged: a reload or a second tab does not read a large table again."""
+    return load_source(FolderFile(folder, path), folders=folders, max_rows=max_rows, sample_seed=sample_seed)
+
+
 def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> state.Dataset:
     """Read a folder file or a database table/SELECT (``dpcore.data.sources``) and make it the current
-    dataset. Above the row limit the dataset is a uniform sample for the diagnostics, named so, under
-    the whole table's fingerprint (its ledger account is the whole table's)."""
+    dataset. Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
+    ``sample_seed`` (a new one from the OS entropy source when None, kept in the session plan), named
+    so, under the whole table's fingerprint (its ledger account is the whole table's)."""
     settings = source_settings()
-    engine = None if isinstance(spec, FolderFile) else database_engine(spec.connection)
-    loaded = load_source(
-        spec, folders=settings.folders, engine=engine, max_rows=settings.max_rows, sample_seed=sample_seed
-    )
+    sample_seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
+    if isinstance(spec, FolderFile):
+        files = resolve_folder_file(spec, settings.folders)
+        stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        limits = (settings.folders, settings.max_rows, sample_seed)
+        loaded = _folder_table(spec.folder, spec.path, *limits, stamp)
+    else:
+        loaded = load_source(
+            spec,
+            engine=database_engine(spec.connection),
+            max_rows=settings.max_rows,
+            sample_seed=sample_seed,
+        )
     name = spec.label
     if loaded.sampled:
         name += f" (uniform sample of {len(loaded.table):,} of {loaded.n_rows:,} rows)"
-    origin = {"source": spec.to_dict(), "sample_seed": loaded.sample_seed, "rows": loaded.n_rows}
+    origin = {"source": spec.to_dict(), "seed": sample_seed, "sampled": loaded.sampled, "rows": loaded.n_rows}
     return state.set_dataset(
         name, loaded.table, source=loaded.description, origin=origin, table_fingerprint=loaded.fingerprint
     )
@@ -137,13 +164,13 @@ def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> sta
 
 def restore_source_dataset(origin: Mapping[str, Any]) -> state.Dataset:
     """Load again the source a saved session used (the same sample rows, through its seed)."""
-    return load_source_dataset(source_from_dict(origin["source"]), origin.get("sample_seed"))
+    return load_source_dataset(source_from_dict(origin["source"]), origin.get("seed"))
 
 
 def sample_of(ds: state.Dataset | None) -> str | None:
     """For a dataset that is a uniform sample of a larger table, a sentence saying so, else None."""
     origin = (ds.origin or {}) if ds is not None else {}
-    if origin.get("sample_seed") is None:
+    if not origin.get("sampled"):
         return None
     return (
         f"This table is a uniform sample of {ds.n_rows:,} of the {origin['rows']:,} rows of the source: "
