@@ -172,9 +172,10 @@ def _gunzip(data: bytes, name: str, max_bytes: int) -> bytes:
             inflater = zlib.decompressobj(wbits=31)
             pending = rest
             while not inflater.eof:
-                if not pending:
+                chunk = inflater.decompress(pending, max_bytes + 1 - len(out))
+                if not chunk and not pending:  # all input used, no output left, no end marker
                     raise EOFError("the compressed stream ends before its end marker")
-                out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                out += chunk
                 if len(out) > max_bytes:
                     raise _too_big(name, "decompresses to", max_bytes)
                 pending = inflater.unconsumed_tail
