@@ -134,7 +134,8 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
 
 
 def test_a_database_table_and_a_select_load_and_other_statements_are_refused(warehouse: str) -> None:
-    secrets = {"dpcore": {"databases": ["warehouse"]}, "connections": {"warehouse": {"url": warehouse}}}
+    connection = {"type": "sql", "url": warehouse}  # "type" as Streamlit's docs write it
+    secrets = {"dpcore": {"databases": ["warehouse"]}, "connections": {"warehouse": connection}}
     at = _open(secrets)
     at.radio(key="data_source").set_value(DATABASE).run()
     assert at.selectbox(key="data_db_table_warehouse").options == ["people", "x"]

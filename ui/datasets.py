@@ -95,7 +95,7 @@ def database_engine(name: str) -> sa.Engine:
             "operator must add its SQLAlchemy URL there."
         )
     try:  # the section passed explicitly: the same settings whichever secrets object the run uses
-        return st.connection(name, type="sql", **_plain(section)).engine
+        return st.connection(name, type="sql", **_connection_kwargs(section)).engine
     except Exception as err:  # Streamlit's secret errors, SQLAlchemy's URL and driver errors
         raise DataError(
             f"The database connection '{name}' could not be opened ({type(err).__name__}); check its "
@@ -118,6 +118,11 @@ def database_tables(name: str) -> list[str]:
 
 def _plain(section: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): _plain(v) if isinstance(v, Mapping) else v for k, v in section.items()}
+
+
+def _connection_kwargs(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``[connections.<name>]`` section as ``st.connection`` keyword arguments (its ``type`` is given)."""
+    return {k: v for k, v in _plain(section).items() if k != "type"}
 
 
 @st.cache_data(show_spinner=False, max_entries=2)
