@@ -18,12 +18,13 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans import KMeansInputs
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.cells import cluster_statistics
+from dpcore.kmeans.covariance import colored_noise_covariance
 from dpcore.kmeans.lloyd import DPLloydKMeans
 from dpcore.kmeans.mcmc import LeeKiferKMeans
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
-from dpcore.outofcore import TableFeatures
+from dpcore.outofcore import TableFeatures, colored
 from dpcore.outofcore.source import open_source
 from dpcore.policy import DistanceThresholdGraph, FullDomainGraph
 
@@ -221,3 +222,44 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
     c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, sampler=Sampler(2), params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     pd.testing.assert_frame_equal(a.table, c.table, check_exact=True)
+
+
+def colored_case(tmp_path: Path, constant: bool = False) -> tuple[TableFeatures, KMeansInputs]:
+    df = table(6000, seed=5).drop(columns="note")
+    if constant:
+        df["c"] = 40  # one feature constant in every cluster: released without noise along it
+    path = tmp_path / "colored.parquet"
+    df.to_parquet(path, index=False)
+    return duckdb_features(path), in_memory(df)
+
+
+@pytest.mark.parametrize("candidates", [colored.CANDIDATES, 2])
+def test_colored_out_of_core_holds_every_row_s_constraint_and_is_the_optimum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidates: int
+) -> None:
+    # with 2 candidates per cluster the certificate passes must find the binding rows themselves
+    monkeypatch.setattr(colored, "CANDIDATES", candidates)
+    feat, inputs = colored_case(tmp_path)
+    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4), sample_rows=1500)
+    labels = nearest_sets(inputs.X, run.centres[None])[0][0]
+    assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
+    mem = colored_noise_covariance(inputs.X, labels, 1.0, 1e-6)
+    np.testing.assert_allclose(run.covariance.centers, mem.centers, rtol=0, atol=1e-12)
+    assert run.covariance.gap <= 1e-5 and abs(run.covariance.trace / mem.trace - 1) <= 1e-5
+    assert run.passes <= 4 if candidates > 2 else run.passes >= 4  # certificates added the rows
+    assert list(run.output.table.columns) == ["cluster", "a [original units]", "b [original units]",
+                                              "c [original units]"]
+
+
+def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path) -> None:
+    feat, inputs = colored_case(tmp_path, constant=True)
+    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4))
+    labels = nearest_sets(inputs.X, run.centres[None])[0][0]
+    assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
+    assert run.covariance.caveats and all(b.shape[1] == 2 for b in run.covariance.bases)
+    assert all(np.all(block[2] == 0.0) for block in run.covariance.blocks)  # no noise along c
+    np.testing.assert_allclose(run.output.table["c [original units]"], 40.0, rtol=1e-12)
+    with pytest.raises(ParameterError, match="δ > 0"):
+        colored.colored_release(feat, 3, epsilon=1.0, delta=0.0, sampler=Sampler(4))
+    with pytest.raises(ParameterError, match="secure sampling"):
+        colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler.diagnostic(1))

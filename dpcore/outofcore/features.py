@@ -43,6 +43,23 @@ def const(value: float) -> ir.FloatingValue:
     return ibis.literal(repr(float(value))).cast("float64")
 
 
+def nearest_label(t: ir.Table, centres: NDArray) -> ir.Table:
+    """``t`` (columns x0..x{d-1}) with ``label``, the index of the nearest of the K centres (K, d) (ties to
+    the lowest index): squared distances d_k = sum_j (x_j - c_kj)^2 as columns, then the first k at
+    their minimum (c wins if d_c <= d_o for every o > c, the first such c); each stage is its own SELECT.
+    Products, not POWER (several times slower in DuckDB)."""
+    k, d = centres.shape
+    if k == 1:
+        return t.mutate(label=ibis.literal(0))
+    diff = {(c, j): t[f"x{j}"] - const(centres[c, j]) for c in range(k) for j in range(d)}
+    dist = {f"d{c}": total([diff[c, j] * diff[c, j] for j in range(d)]) for c in range(k)}
+    t = t.mutate(**dist)
+    dk = [t[name] for name in dist]
+    wins = [functools.reduce(operator.and_, [dk[c] <= dk[o] for o in range(c + 1, k)]) for c in range(k - 1)]
+    first = [(won, c) for c, won in enumerate(wins)]
+    return t.mutate(label=ibis.cases(*first, else_=k - 1)).drop(*dist)
+
+
 @dataclass(frozen=True, eq=False)
 class TableFeatures:
     """Numeric features of an Ibis table with public bounds and a data-independent scaling.
@@ -169,7 +186,8 @@ class TableFeatures:
         out = []
         for j, name in enumerate(self.feature_names):
             x = t[name].cast("float64")
-            clipped = ibis.greatest(ibis.least(x, const(self.raw_upper[j])), const(self.raw_lower[j]))
+            lo, hi = const(self.raw_lower[j]), const(self.raw_upper[j])
+            clipped = ibis.cases((x < lo, lo), (x > hi, hi), else_=x)  # as np.clip (CASE: faster than LEAST)
             out.append((clipped - const(self.center[j])) / const(self.scale[j]))
         return out
 
@@ -189,11 +207,10 @@ class TableFeatures:
         centre m = (lower + upper) / 2, exactly as the noisy-Lloyd estimators centre their rows."""
         lower, upper = self.bounds
         mid = (lower + upper) / 2.0
+        # The scaled rows already lie in [lower, upper] bit for bit (rounding is monotone and lower, upper
+        # are the bounds put through the same operations), so np.clip to them changes nothing.
         return self.rows.select(
-            **{
-                f"x{j}": ibis.greatest(ibis.least(x, const(upper[j])), const(lower[j])) - const(mid[j])
-                for j, x in enumerate(self.scaled())
-            }
+            **{f"x{j}": x - const(mid[j]) if mid[j] else x for j, x in enumerate(self.scaled())}
         )
 
     def nearest_statistics(self, centres: NDArray) -> tuple[NDArray, NDArray]:
@@ -205,14 +222,7 @@ class TableFeatures:
         counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
         base = self.centred()
         for r in range(b):
-            dist = {
-                f"d{c}": total([(base[f"x{j}"] - const(centres[r, c, j])) ** 2 for j in range(d)])
-                for c in range(k)
-            }
-            t = base.mutate(**dist)
-            low = ibis.least(*[t[f"d{c}"] for c in range(k)]) if k > 1 else t["d0"]
-            label = ibis.cases(*[(t[f"d{c}"] == low, c) for c in range(k - 1)], else_=k - 1)
-            t = t.mutate(label=label)
+            t = nearest_label(base, centres[r])
             agg = t.group_by("label").aggregate(
                 n=t.count(), **{f"s{j}": t[f"x{j}"].sum() for j in range(d)}
             )

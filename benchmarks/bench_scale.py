@@ -1,0 +1,107 @@
+"""Out-of-core scale: DP-Lloyd and colored releases on a large Parquet table, in units of one DuckDB scan.
+
+Run: .venv/bin/python benchmarks/bench_scale.py [--rows 20000000] [--rounds 5] [--dir DIR] [--keep]
+
+Generates an n x 10 Parquet table (K = 4 Gaussian blobs in [0, 1]^10, row groups of 1M rows; in a
+temporary folder unless --dir), then measures in one process:
+
+* one full DuckDB scan: SUM of every column (the unit; the best of three runs);
+* a DP-Lloyd release with T rounds (bounded neighbours, n public): one COUNT from the Parquet metadata and T
+  passes of per-cluster counts and clipped sums (``dpcore.outofcore.TableFeatures``), noise in Python;
+* a colored release (``dpcore.outofcore.colored``): the clustering (k-means on a uniform sample of the
+  rows), then its passes (assignment with per-cluster moments, candidate rows, certificate passes).
+
+Scans = time / one scan; "colored" counts the passes beyond the clustering. Peak = the process's maximum
+resident set size (numpy generation included). Targets: lloyd <= T + 2 scans, colored <= 4, peak < 2 GB.
+The last line reads ``lloyd <x> scans T=<t>, colored <y> scans, peak <z> GB``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import ibis
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpcore.kmeans.registry import release_centroids
+from dpcore.mechanisms import Sampler
+from dpcore.outofcore import TableFeatures
+from dpcore.outofcore.colored import colored_release
+
+D, K, GROUP = 10, 4, 1_000_000
+SEED = 2026  # demo seed: a benchmark, not a privacy release
+
+
+def generate(path: Path, rows: int, seed: int = SEED) -> None:
+    """n x D rows: K Gaussian blobs (sd 0.08), centres uniform in [0.2, 0.8]^D, written by row groups."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0.2, 0.8, (K, D))
+    names = [f"x{j}" for j in range(D)]
+    with pq.ParquetWriter(path, pa.schema([(n, pa.float64()) for n in names])) as writer:
+        for start in range(0, rows, GROUP):
+            m = min(GROUP, rows - start)
+            block = centres[rng.integers(0, K, m)] + rng.normal(0.0, 0.08, (m, D))
+            writer.write_table(pa.table({n: block[:, j] for j, n in enumerate(names)}))
+
+
+def timed(fn, *args, **kw) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn(*args, **kw)
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--rounds", type=int, default=5, help="DP-Lloyd rounds T")
+    ap.add_argument("--dir", type=Path, help="folder for the table (default: a temporary folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated table")
+    args = ap.parse_args()
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="dpcore-bench-scale-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"scale-{args.rows}x{D}.parquet"
+    try:
+        if not path.exists():
+            t_gen, _ = timed(generate, path, args.rows)
+            size = path.stat().st_size / 2**30
+            print(f"generated {args.rows:,} x {D} in {t_gen:.1f} s: {path} ({size:.2f} GB)")
+        table = ibis.duckdb.connect().read_parquet(str(path))
+        scan_expr = table.aggregate(**{f"s{j}": table[f"x{j}"].sum() for j in range(D)})
+        scan = min(timed(scan_expr.execute)[0] for _ in range(3))
+        print(f"one full DuckDB scan (SUM of every column): {scan:.2f} s")
+
+        bounds = {f"x{j}": (0.0, 1.0) for j in range(D)}
+        feat = TableFeatures.from_bounds(table, bounds)
+        params = {"n_clusters": K, "n_iter": args.rounds, "neighbours": "bounded"}
+        t_lloyd, _ = timed(
+            release_centroids, "dp_lloyd", feat, epsilon=1.0, sampler=Sampler(SEED), params=params
+        )
+        print(f"DP-Lloyd release, T = {args.rounds}: {t_lloyd:.2f} s = {t_lloyd / scan:.2f} scans")
+
+        t_colored, out = timed(colored_release, feat, K, epsilon=1.0, delta=1e-6, sampler=Sampler(SEED))
+        t_cluster = out.timings["clustering"]
+        passes = t_colored - t_cluster
+        print(
+            f"colored release: clustering {t_cluster:.2f} s ({t_cluster / scan:.2f} scans), then "
+            f"{passes:.2f} s = {passes / scan:.2f} scans in {out.passes} passes; gap {out.covariance.gap:.2e}"
+        )
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        lloyd, colored = t_lloyd / scan, passes / scan
+        print(f"lloyd {lloyd:.2f} scans T={args.rounds}, colored {colored:.2f} scans, peak {peak:.2f} GB")
+    finally:
+        if not args.keep:
+            if args.dir is None:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

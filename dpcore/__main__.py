@@ -1,0 +1,97 @@
+"""Command line: ``python -m dpcore <command>``; each subcommand is one function under one argparse parser.
+
+``run-plan PLAN.json --source PATH_OR_URL [--table NAME] [--engine duckdb|spark]``: re-run a release plan
+saved from the dashboard on the full table as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the
+ledger of ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files
+to ``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2.
+
+``init-ledger [URL]``: create the ledger at URL (default ``DPCORE_LEDGER_URL`` or the data folder's SQLite
+file) explicitly (:meth:`dpcore.ledger.Ledger.initialise`); on an existing ledger it changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from dpcore import config
+from dpcore.errors import DPCoreError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Release the plan in ``args.plan`` on ``args.source``; print where the files are."""
+    from dpcore.ledger import Ledger
+    from dpcore.outofcore.run_plan import load_manifest
+    from dpcore.outofcore.run_plan import run_plan as run
+
+    manifest = load_manifest(args.plan)
+    release = run(
+        manifest,
+        args.source,
+        ledger=Ledger(args.ledger or config.ledger_url()),
+        artifacts_dir=args.artifacts or config.data_dir() / "artifacts",
+        user=args.user or config.local_user(),
+        engine=args.engine,
+        table=args.table,
+        request_id=args.request_id,
+    )
+    record = release.record
+    verb = "already released (nothing spent)" if release.replayed else "released"
+    print(f"{verb}: request {record.request_id}, account {record.account}, eps {record.epsilon:g}")
+    print(f"files: {record.artifact_path}")
+    return 0
+
+
+def _add_run_plan(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("run-plan", help="re-run a saved release plan on the full table (batch job)")
+    p.add_argument("plan", help="the release's manifest JSON (or its .json bundle) saved from the dashboard")
+    p.add_argument("--source", required=True, help="Parquet file or folder, CSV file, or SQLAlchemy URL")
+    p.add_argument("--table", help="table name, for a SQLAlchemy URL source")
+    p.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb", help="default: duckdb")
+    p.add_argument("--ledger", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's SQLite)")
+    p.add_argument("--artifacts", help="folder for the release files (default: <data folder>/artifacts)")
+    p.add_argument("--user", help="user recorded with the release (default: DPCORE_USER or 'local')")
+    p.add_argument("--request-id", help="request id (default: the manifest's, else one from the plan)")
+    p.set_defaults(command=run_plan)
+
+
+def init_ledger(args: argparse.Namespace) -> int:
+    """Create (or confirm) the ledger at ``args.url``; print its instance id."""
+    from dpcore.ledger import Ledger
+
+    ledger = Ledger.initialise(args.url or config.ledger_url())
+    print(f"ledger ready: instance {ledger.instance_id}, {len(ledger.budgets())} account(s)")
+    ledger.close()
+    return 0
+
+
+def _add_init_ledger(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("init-ledger", help="create the budget ledger (the only way a ledger is created)")
+    p.add_argument("url", nargs="?", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's)")
+    p.set_defaults(command=init_ledger)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser with every subcommand."""
+    top = argparse.ArgumentParser(prog="python -m dpcore", description="dpcore command line")
+    commands = top.add_subparsers(title="commands", required=True)
+    _add_run_plan(commands)
+    _add_init_ledger(commands)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    command: Command = args.command
+    try:
+        return command(args)
+    except DPCoreError as err:  # bad input, policy or ledger refusals: one line, no stack trace
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Re-run a saved release plan on a full table as a batch job (``python -m dpcore run-plan``).
+
+The plan comes from a release manifest (``<stem>-manifest.json`` or the ``.json`` bundle written by
+:func:`dpcore.report.make_release`, or :meth:`dpcore.plan.ReleasePlan.to_manifest`) and is rebuilt and
+re-validated by :meth:`~dpcore.plan.ReleasePlan.from_manifest`. The job refuses a source whose fingerprint
+is not the plan's, rebuilds the feature space from the plan's preparation steps (public bounds, scaling,
+rows dropped for missing values), runs the mechanism's passes out of core, then releases through
+:func:`dpcore.report.make_release`: same ledger account, same artifacts, and the request id decides
+whether anything is spent (an id already in the ledger returns the first release and spends nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dpcore.errors import DataError, ParameterError
+from dpcore.ledger import Ledger
+from dpcore.outofcore.features import SCALINGS, TableFeatures
+from dpcore.outofcore.source import Engine, open_source
+from dpcore.plan import ReleasePlan
+from dpcore.report import Release, make_release
+
+#: Mechanisms whose passes run out of core, by domain.
+OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish")}
+_FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
+_BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
+_DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")
+
+
+def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest in a manifest file or a release's JSON bundle (``{"manifest": ..., "data": ...}``)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DataError(f"Cannot read the plan {path}: {err}. Give a release's manifest JSON file.") from err
+    manifest = data.get("manifest", data) if isinstance(data, dict) else None
+    if not isinstance(manifest, dict) or "mechanism" not in manifest.get("plan", manifest):
+        raise DataError(f"{path} is not a release manifest (no mechanism); give a *-manifest.json file.")
+    return manifest
+
+
+def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]], str, list[str]]:
+    """(public bounds per feature in order, scaling, columns whose missing rows are dropped) from the
+    plan's preparation steps, as :func:`dpcore.plan.preparation_steps` wrote them; anything that cannot
+    be recomputed out of core (data-derived steps, imputation, unparseable text) is refused."""
+    derived = plan.data_derived_steps
+    if derived:
+        raise ParameterError(
+            f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
+            "recompute it. Make the plan with dropped rows, public bounds and min-max or no scaling."
+        )
+    bounds: dict[str, tuple[float, float]] | None = None
+    scaling, dropped = "", []
+    for step in (s.step for s in plan.preparation):
+        if (m := _DROP.fullmatch(step)) is not None:
+            dropped += m["columns"].split(", ")
+            continue
+        m = _FEATURES.fullmatch(step)
+        if m is None or bounds is not None:
+            raise ParameterError(f"The batch job cannot replay the preparation step {step!r}.")
+        text, bounds = m["bounds"], {}
+        while text:
+            b = _BOUND.match(text)
+            if b is None:
+                raise ParameterError(f"Cannot read the public bounds in {step!r} (a name with '; ' or '[').")
+            bounds[b["name"]] = (float(b["lo"]), float(b["hi"]))
+            text = text[b.end() :]
+        scaling = m["scaling"]
+    if not bounds:
+        raise ParameterError("The plan records no features with public bounds; prepare features first.")
+    if scaling not in SCALINGS:
+        raise ParameterError(f"The plan's scaling {scaling!r} cannot run out of core; use min-max or none.")
+    return bounds, scaling, dropped
+
+
+def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
+    """The plan's feature space over ``table``: its drop steps applied, then its bounds and scaling."""
+    bounds, scaling, dropped = parse_preparation(plan)
+    absent = [c for c in dropped if c not in table.columns]
+    if absent:
+        raise DataError(f"The plan drops rows missing {', '.join(map(repr, absent))}; the source lacks it.")
+    if dropped:
+        table = table.filter([table[c].notnull() for c in dropped])
+    return TableFeatures.from_bounds(table, bounds, scaling)  # type: ignore[arg-type]
+
+
+def check_supported(plan: ReleasePlan) -> None:
+    """Refuse a mechanism that has no out-of-core passes (before any data is read)."""
+    supported = OUT_OF_CORE.get(plan.domain, ())
+    if plan.mechanism not in supported:
+        raise ParameterError(
+            f"{plan.spec.label} does not run out of core yet; batch jobs run "
+            f"{', '.join(supported) or 'no mechanism'} for {plan.domain}. Release it from the dashboard."
+        )
+
+
+def run_plan(
+    manifest: Mapping[str, Any],
+    source: str | os.PathLike[str],
+    *,
+    ledger: Ledger,
+    artifacts_dir: str | os.PathLike[str],
+    user: str,
+    engine: Engine = "duckdb",
+    table: str | None = None,
+    request_id: str | None = None,
+    name: str | None = None,
+    spark: Any = None,
+) -> Release:
+    """Release ``manifest``'s plan on ``source`` (see the module docstring) and return the release.
+
+    ``request_id``: default the manifest's own (a plan already released under it is returned, not
+    spent again), else ``plan-`` and the first 32 hex digits of the plan's key, so re-running one plan
+    never spends twice. Raises ``DataError`` when the source is not the plan's table.
+    """
+    plan = ReleasePlan.from_manifest(manifest)
+    check_supported(plan)
+    rid = request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"
+    with open_source(source, engine, table=table, spark=spark) as src:
+        if src.fingerprint != plan.fingerprint:
+            raise DataError(
+                f"The source's fingerprint {src.fingerprint[:16]} is not the plan's {plan.fingerprint[:16]} "
+                f"(dataset {plan.dataset_name!r}): it is not the table the plan was made on. Point --source "
+                "at that table, or make a new plan on this one."
+            )
+        features = plan_features(plan, src.table)
+        return make_release(
+            ledger,
+            plan,
+            features,
+            request_id=str(rid),
+            user=user,
+            artifacts_dir=artifacts_dir,
+            name=name or plan.domain,
+        )

@@ -1,0 +1,175 @@
+"""``python -m dpcore run-plan``: a saved plan re-run on the full table as a batch job, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.data import infer_schema, prepare
+from dpcore.errors import DataError, ParameterError
+from dpcore.kmeans import KMeansInputs
+from dpcore.ledger import Ledger
+from dpcore.outofcore.run_plan import parse_preparation, run_plan
+from dpcore.plan import ReleasePlan, preparation_steps
+from dpcore.policy import ApproxDP, PureDP
+from dpcore.report import make_release
+from tests.test_outofcore import BOUNDS, spark, table  # noqa: F401  (spark: the session fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dashboard_release(tmp_path: Path, df: pd.DataFrame, mode: str = "demo", **changes) -> tuple[dict, object]:
+    """A release made as the dashboard makes it (in memory) on a ledger of its own; its manifest."""
+    cleaning = [f"drop on a ({int(df['a'].isna().sum())} rows removed)"]
+    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
+    plan = ReleasePlan(
+        domain="kmeans",
+        mechanism="dp_lloyd",
+        epsilon=1.0,
+        policy=PureDP(1.0),
+        dataset_name="people",
+        fingerprint=prep.fingerprint,
+        params={"n_clusters": 3},
+        preparation=preparation_steps(cleaning, prep),
+        mode=mode,  # type: ignore[arg-type]
+        seed=7 if mode == "demo" else None,
+        **changes,
+    )
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'dashboard.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    rel = make_release(
+        ledger, plan, KMeansInputs.from_prepared(prep), request_id="dash-1", user="u",
+        artifacts_dir=tmp_path / "dash-artifacts", name="kmeans",
+    )
+    return rel.manifest, rel
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "dpcore", "run-plan", *map(str, args)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
+    df = table(2000)
+    df.loc[[4, 9], "a"] = np.nan  # dropped by the plan's drop step
+    path = tmp_path / "people.parquet"
+    df.to_parquet(path, index=False)
+    return df, path
+
+
+def test_run_plan_releases_the_dashboard_s_release_once_with_the_same_files(source, tmp_path: Path) -> None:
+    df, path = source
+    manifest, dash = dashboard_release(tmp_path, df)
+    plan_file = tmp_path / "plan-manifest.json"
+    plan_file.write_text(json.dumps(manifest))
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    plan = ReleasePlan.from_manifest(manifest)
+    Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out", "--user", "batch")
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("released: request dash-1")
+    ledger = Ledger(url)
+    status = ledger.budget(plan.account)
+    assert status is not None and status.epsilon_spent == 1.0
+    record = ledger.release_by_request("dash-1")
+    assert record is not None and record.user == "batch" and record.dataset_fingerprint == plan.fingerprint
+    # the same files, with the same released numbers (demo seed): only time and user differ
+    from dpcore.report import load_artifacts
+
+    batch_files = load_artifacts(record.artifact_path)
+    assert sorted(batch_files) == sorted(dash.files)
+    csv = next(k for k in batch_files if k.endswith(".csv"))
+    assert batch_files[csv] == dash.files[csv]
+    batch_manifest = json.loads(batch_files[csv.replace(".csv", "-manifest.json")])
+    for key in ("time", "user"):
+        batch_manifest.pop(key), manifest.pop(key)
+    assert batch_manifest == json.loads(json.dumps(manifest))
+    # the same request again spends nothing
+    again = cli(*args)
+    assert again.returncode == 0 and again.stdout.startswith("already released (nothing spent)")
+    assert Ledger(url).budget(plan.account).epsilon_spent == 1.0
+
+
+def test_run_plan_refuses_another_table_and_spends_nothing(source, tmp_path: Path) -> None:
+    df, path = source
+    manifest, _ = dashboard_release(tmp_path, df)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"manifest": manifest, "data": []}))  # the .json bundle works too
+    other = tmp_path / "other.parquet"
+    df.assign(b=df["b"] + 1e-9).to_parquet(other, index=False)
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    plan = ReleasePlan.from_manifest(manifest)
+    Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
+    out = cli(plan_file, "--source", other, "--ledger", url, "--artifacts", tmp_path / "batch")
+    assert out.returncode == 2
+    assert "fingerprint" in out.stderr and "not the table the plan was made on" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert Ledger(url).budget(plan.account).epsilon_spent == 0.0
+    missing = cli(tmp_path / "nope.json", "--source", path, "--ledger", url)
+    assert missing.returncode == 2 and "Cannot read the plan" in missing.stderr
+
+
+def test_a_plan_without_request_id_gets_one_from_its_key(source, tmp_path: Path) -> None:
+    df, path = source
+    manifest, _ = dashboard_release(tmp_path, df, mode="secure")
+    plan = ReleasePlan.from_manifest(manifest)
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    kw = {"ledger": ledger, "artifacts_dir": tmp_path / "batch", "user": "batch"}
+    first = run_plan(plan.to_manifest(), path, **kw)
+    again = run_plan(plan.to_manifest(), path, **kw)
+    assert first.record.request_id == f"plan-{plan.key[:32]}" and again.replayed
+    assert first.manifest["sampling_mode"] == "secure"
+    assert ledger.budget(plan.account).epsilon_spent == 1.0
+
+
+def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) -> None:
+    df, path = source
+    manifest, _ = dashboard_release(tmp_path, df)
+    plan = ReleasePlan.from_manifest(manifest)
+    assert parse_preparation(plan) == (BOUNDS, "minmax", ["a"])
+    colored = ReleasePlan(
+        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
+        dataset_name="people", fingerprint=plan.fingerprint, params={"n_clusters": 3},
+        preparation=plan.preparation,
+    )
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    with pytest.raises(ParameterError, match="does not run out of core"):
+        run_plan(colored.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
+    demo = ReleasePlan(
+        domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",
+        fingerprint=plan.fingerprint, params={"n_clusters": 3}, preparation=preparation_steps([], imputed),
+        mode="demo", seed=1,
+    )
+    with pytest.raises(ParameterError, match="read values from the data"):
+        run_plan(demo.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    with pytest.raises(DataError, match="No file or folder"):
+        run_plan(manifest, tmp_path / "x.parquet", ledger=ledger, artifacts_dir=tmp_path, user="u")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_run_plan_on_spark_gives_the_dashboard_s_release(source, tmp_path: Path, spark) -> None:  # noqa: F811
+    df, path = source
+    manifest, dash = dashboard_release(tmp_path, df)
+    plan = ReleasePlan.from_manifest(manifest)
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    rel = run_plan(
+        manifest, path, ledger=ledger, artifacts_dir=tmp_path / "batch", user="u", engine="spark", spark=spark
+    )
+    pd.testing.assert_frame_equal(rel.table, dash.table, check_exact=True)
+    assert ledger.budget(plan.account).epsilon_spent == 1.0
