@@ -197,6 +197,26 @@ def test_a_folder_of_parquet_parts_is_one_table(folder: Path) -> None:
     assert load_source(spec, folders=[str(folder)], max_rows=7).fingerprint == whole.fingerprint
 
 
+def test_a_partitioned_folder_is_one_table_in_path_order(tmp_path: Path) -> None:
+    root = tmp_path / "allowed"
+    frames = [_mixed(50, seed) for seed in range(3)]
+    for year, frame in zip((2021, 2020, 2022), frames, strict=True):
+        (root / "events" / f"year={year}").mkdir(parents=True)
+        _parquet(frame, root / "events" / f"year={year}" / "part-0.parquet")
+    listed = [spec.path for spec in list_folder_files([str(root)])]
+    assert listed == [
+        "events",  # two or more Parquet files below it: one table
+        "events/year=2020/part-0.parquet",
+        "events/year=2021/part-0.parquet",
+        "events/year=2022/part-0.parquet",
+    ]
+    spec, folders = FolderFile(str(root), "events"), [str(root)]
+    whole = load_source(spec, folders=folders)
+    in_order = _parquet(pd.concat([frames[1], frames[0], frames[2]]), tmp_path / "all.parquet")
+    assert whole.n_rows == 150 and whole.fingerprint == fingerprint(load_table(in_order))
+    assert load_source(spec, folders=folders, max_rows=9).fingerprint == whole.fingerprint
+
+
 def test_a_csv_file_from_a_folder_reads_as_an_upload(folder: Path) -> None:
     spec = FolderFile(str(folder), "people.csv")
     upload = load_table((folder / "people.csv").read_bytes(), filename="people.csv")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ __all__ = [
 DEFAULT_MAX_ROWS = 200_000
 MAX_TEXT_MB = 200  # a CSV file is read into memory whole (as an upload is)
 MAX_LISTED = 500
+MAX_WALKED = 10_000
 BATCH_ROWS = 65_536
 FOLDERS_ENV = "DPCORE_DATA_FOLDERS"
 MAX_ROWS_ENV = "DPCORE_MAX_ROWS"
@@ -242,29 +244,31 @@ def resolve_folder_file(spec: FolderFile, folders: Sequence[str]) -> list[Path]:
 
 def list_folder_files(folders: Sequence[str]) -> list[FolderFile]:
     """Parquet and CSV files below the allow-listed folders (hidden ones and symbolic links leading out
-    excluded), plus each sub-folder holding two or more Parquet files directly (one table: every
-    ``.parquet`` file below it); at most ``MAX_LISTED``."""
+    excluded), and each sub-folder with two or more Parquet files below it (one table: all of them, as
+    in a partitioned data set), in path order; at most ``MAX_LISTED`` of the first ``MAX_WALKED`` files."""
     found: list[FolderFile] = []
     for folder in folders:
         root = Path(folder).resolve()
         if not root.is_dir():
             continue
+        files: list[PurePosixPath] = []
         for dirpath, dirnames, filenames in os.walk(root):  # symbolic links to folders are not entered
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            here = Path(dirpath).relative_to(root)
-            names = sorted(f for f in filenames if _is_table_file(f))
-            candidates = [(here / f).as_posix() for f in names]
-            if here.parts and sum(f.lower().endswith(PARQUET_SUFFIXES) for f in names) > 1:
-                candidates.insert(0, here.as_posix())
-            for rel in candidates:
-                spec = FolderFile(folder, rel)
-                try:
-                    resolve_folder_file(spec, folders)
-                except DataError:
-                    continue
-                found.append(spec)
-                if len(found) >= MAX_LISTED:
-                    return found
+            here = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
+            files += [here / f for f in sorted(filenames) if _is_table_file(f)]
+            if len(files) >= MAX_WALKED:
+                break
+        below = Counter(d for f in files if f.name.lower().endswith(".parquet") for d in f.parents if d.parts)
+        candidates = sorted([*files, *(d for d, n in below.items() if n > 1)], key=lambda p: p.parts)
+        for rel in candidates:
+            spec = FolderFile(folder, rel.as_posix())
+            try:
+                resolve_folder_file(spec, folders)
+            except DataError:
+                continue
+            found.append(spec)
+            if len(found) >= MAX_LISTED:
+                return found
     return found
 
 
@@ -300,10 +304,10 @@ def validate_select(sql: str, dialect: str = "") -> str:
     return text.rstrip(";").rstrip()
 
 
-def list_tables(engine: sa.Engine) -> list[str]:
+def list_tables(bind: sa.Engine | sa.Connection) -> list[str]:
     """Tables and views of the database's default schema, by name."""
     try:
-        found = sa.inspect(engine)
+        found = sa.inspect(bind)
         return sorted({*found.get_table_names(), *found.get_view_names()})
     except sa.exc.SQLAlchemyError as err:
         raise DataError(f"Could not list the tables ({_first_line(err)}); check the connection.") from err
@@ -325,7 +329,7 @@ def _read_only(conn: sa.Connection) -> None:
 def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tuple[Any, Any]:
     """(count query, ordered rows query) of the spec, as SQLAlchemy selectables."""
     if isinstance(spec, DatabaseTable):
-        if spec.table not in list_tables(conn.engine):
+        if spec.table not in list_tables(conn):
             raise DataError(f"The database has no table '{spec.table}'; choose one from the list.")
         table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
         return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
