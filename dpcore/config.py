@@ -12,11 +12,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dpcore.errors import ParameterError
+
 
 def data_dir() -> Path:
-    """Absolute data folder from ``DPCORE_DATA_DIR`` (default ``./data``), created if missing."""
+    """Absolute data folder from ``DPCORE_DATA_DIR`` (default ``./data``), created if missing; a path that
+    cannot be a folder raises ``ParameterError``."""
     path = Path(os.environ.get("DPCORE_DATA_DIR") or "data").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ParameterError(
+            f"The data folder DPCORE_DATA_DIR (…/{path.name}) cannot be used: {err.strerror or err}. Point "
+            "DPCORE_DATA_DIR at a folder the app may write to."
+        ) from None
     return path
 
 

@@ -18,17 +18,36 @@ an exact decimal, so ten spends of 0.1 use a budget of 1.0 exactly and 0.1 + 0.2
 A spend is admitted only when ``cost_after <= total`` exactly (no slack); ``remaining()`` rounds toward
 zero, so a remaining value fed back into ``spend`` always fits.
 
-Concurrency: the budget check and the debit are one transaction. On SQLite it starts with
-``BEGIN IMMEDIATE`` (the database write lock, waited for up to 30 s); on other databases the budget
-row is locked with ``SELECT ... FOR UPDATE``. ``request_id`` is unique: a rerun of a request returns
-the first record and debits nothing.
+Concurrency: the budget check and the debit are one transaction. On SQLite (write-ahead log, so
+readers never wait for a writer) it starts with ``BEGIN IMMEDIATE``, the database write lock; on other
+databases the budget row is locked with ``SELECT ... FOR UPDATE``. A lock held elsewhere is waited for
+at most :data:`LOCK_WAIT_S` seconds, then :class:`LedgerBusy` says to retry (nothing was debited).
+``request_id`` is unique: a rerun of a request returns the first record and debits nothing.
+
+Faults never look like a fresh budget. A ledger is created only by :meth:`Ledger.initialise` (the
+operator's ``python -m dpcore init-ledger``), which records a random instance id; only the default
+embedded SQLite file of the data folder (``<data folder>/ledger.db``) is initialised on first use, and
+the folder then keeps its instance id in :data:`INSTANCE_FILE`, so a missing or replaced file is refused.
+``Ledger(url)`` opens an initialised ledger and refuses (:class:`LedgerUnavailable`) a missing
+database, one without the instance id, a SQLite file deleted or replaced while open, an unreadable
+file, a malformed URL or a missing driver. Rows read back are checked (finite, non-negative numbers,
+releases of known accounts); a ledger holding a row that fails is refused, never summed.
+
+Dataset identity: an account's dataset is the curator's dataset *name* (:func:`dataset_id_for_name`),
+so the budget follows the name whatever the file's row order or column names; every release records
+the data's fingerprint. Releasing data whose fingerprint already has spends under another name is
+refused (:meth:`Ledger.spend`): the same table cannot get a second budget by being renamed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
@@ -49,17 +68,27 @@ __all__ = [
     "BudgetNotSet",
     "BudgetStatus",
     "Ledger",
+    "LedgerBusy",
     "LedgerError",
+    "LedgerUnavailable",
     "ReleaseRecord",
+    "dataset_id_for_name",
 ]
 
-SQLITE_BUSY_TIMEOUT_S = 30.0
+LOCK_WAIT_S = 3.0  # longest wait for a lock held elsewhere (SQLite busy timeout, PostgreSQL lock_timeout)
+INSTANCE_FILE = "ledger.instance"  # the data folder's record of its embedded ledger's instance id
 SAMPLING_MODES = ("secure", "demo")
 _MAX_ID = 255
 _ZERO = Decimal(0)
 _SEP = "|"
 
 _metadata = sa.MetaData()
+_instance = sa.Table(
+    "ledger_instance",
+    _metadata,
+    sa.Column("instance_id", sa.String(64), primary_key=True),
+    sa.Column("created", sa.String(40), nullable=False),
+)
 _datasets = sa.Table(
     "datasets",
     _metadata,
@@ -152,8 +181,27 @@ class Account:
         return cls(key)
 
 
+def dataset_id_for_name(name: str) -> str:
+    """The ledger id of the dataset the curator calls ``name``: 16 hex digits of the SHA-256 of the name with
+    case and runs of spaces ignored, so "Customers 2024" and "customers  2024" share one budget."""
+    text = _text(name, "The dataset name")
+    normal = re.sub(r"\s+", " ", text).strip().casefold()
+    if not normal:
+        raise ParameterError("The dataset name is empty; give the dataset a name (it carries its budget).")
+    return hashlib.sha256(normal.encode("utf-8")).hexdigest()[:16]
+
+
 class LedgerError(DPCoreError):
     """A ledger operation is not allowed (request id reused, budget lowered below what is spent, ...)."""
+
+
+class LedgerBusy(LedgerError):
+    """Another connection held the ledger's lock longer than :data:`LOCK_WAIT_S`; nothing was changed."""
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger cannot be used as it is (missing, not initialised, replaced, unreadable, invalid rows,
+    bad URL or driver); it is never silently replaced by an empty one."""
 
 
 class BudgetNotSet(LedgerError):
@@ -228,26 +276,118 @@ class BudgetStatus:
 
 
 class Ledger:
-    """Budgets and releases per :class:`Account` in the database at ``url`` (default
+    """Budgets and releases per :class:`Account` in the initialised ledger at ``url`` (default
     :func:`config.ledger_url`), plus the names of the datasets they belong to.
 
-    Tables ``datasets``, ``accounts`` and ``account_releases`` are created if missing. Safe to share between
-    threads, and any number of ``Ledger`` objects (threads, processes, app sessions) may use one database.
-    Every method taking ``account`` accepts an :class:`Account` or its key.
+    Opening creates nothing, except the data folder's own ``ledger.db`` on its first use: a database
+    that :meth:`initialise` did not create raises :class:`LedgerUnavailable`. Safe to share between
+    threads, and any number of ``Ledger`` objects (threads, processes, app sessions) may use one
+    database. Every method taking ``account`` accepts an :class:`Account` or its key.
     """
 
-    def __init__(self, url: str | sa.URL | None = None) -> None:
-        self.url = sa.make_url(config.ledger_url() if url is None else url)
-        self._engine = _make_engine(self.url)
-        self._writer = self._engine.execution_options(dpcore_write=True)
-        try:
-            self._create_tables()
-        except sa.exc.DBAPIError:  # a concurrent creator won the race on a server database; retry sees it
-            self._create_tables()
+    url: sa.URL
+    instance_id: str
 
-    def _create_tables(self) -> None:
-        with self._writer.begin() as conn:
-            _metadata.create_all(conn)
+    def __init__(self, url: str | sa.URL | None = None) -> None:
+        self._open(url, create=False)
+
+    @classmethod
+    def initialise(cls, url: str | sa.URL | None = None) -> Ledger:
+        """Create the ledger at ``url`` (tables and a random instance id; a SQLite file and its folder too)
+        and open it. The operator's explicit step (``python -m dpcore init-ledger``); on an initialised
+        ledger it changes nothing and opens it."""
+        ledger = cls.__new__(cls)
+        ledger._open(url, create=True)
+        return ledger
+
+    def _open(self, url: str | sa.URL | None, *, create: bool) -> None:
+        self.url = _parse_url(url)
+        self._file = _sqlite_file(self.url)
+        marker = _instance_marker(self._file)
+        create = create or (marker is not None and not marker.is_file())  # the data folder's first use
+        if self._file is not None and not create and not self._file.is_file():
+            raise LedgerUnavailable(
+                f"There is no ledger database file {self._file.name!r} in {_folder_words(self._file)}. "
+                "A ledger is never started over silently: restore the file from a backup, or create a new "
+                "ledger explicitly with `python -m dpcore init-ledger`."
+            )
+        self._engine = _make_engine(self.url, create_folder=create)
+        self._writer = self._engine.execution_options(dpcore_write=True)
+        self._identity = None
+        try:
+            self.instance_id = self._create() if create else self._read_instance()
+            if marker is not None and create:
+                marker.write_text(self.instance_id + "\n")
+            elif marker is not None and marker.read_text().strip() != self.instance_id:
+                raise LedgerUnavailable(
+                    f"The ledger database {self._file.name!r} is not the one this data folder started with "
+                    f"(instance {self.instance_id[:8]}, {INSTANCE_FILE} says "
+                    f"{marker.read_text().strip()[:8]}): it was replaced. Restore the original from a "
+                    "backup; to start a new ledger on purpose, run `python -m dpcore init-ledger`."
+                )
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._identity = _file_identity(self._file)
+
+    def _create(self) -> str:
+        for attempt in (1, 2):
+            try:
+                with self._writer.begin() as conn:
+                    _metadata.create_all(conn)
+                    found = conn.execute(sa.select(_instance.c.instance_id)).scalars().all()
+                    if found:
+                        return found[0]
+                    instance_id = uuid.uuid4().hex
+                    conn.execute(_instance.insert().values(instance_id=instance_id, created=_now()))
+                    return instance_id
+            except sa.exc.DBAPIError as err:  # a concurrent initialiser may win the race on a server database
+                if attempt == 2 or _is_busy(err):
+                    raise _database_fault(err, self.url) from None
+        raise AssertionError("unreachable")
+
+    def _read_instance(self) -> str:
+        with self._tx(check=False) as conn:
+            if not sa.inspect(conn).has_table(_instance.name):
+                raise LedgerUnavailable(
+                    f"The database {_url_words(self.url)} is not an initialised ledger (it has no instance "
+                    "id). A ledger is never started over silently: point DPCORE_LEDGER_URL at the existing "
+                    "ledger, or create one explicitly with `python -m dpcore init-ledger`."
+                )
+            found = conn.execute(sa.select(_instance.c.instance_id)).scalars().all()
+        if len(found) != 1:
+            raise LedgerUnavailable(
+                f"The ledger {_url_words(self.url)} has {len(found)} instance ids instead of one: it was "
+                "edited outside dpcore. Restore it from a backup."
+            )
+        return found[0]
+
+    @contextmanager
+    def _tx(self, *, write: bool = False, check: bool = True) -> Iterator[sa.Connection]:
+        """One transaction (a write one takes the write lock first) on this ledger and no other: a SQLite
+        file deleted or replaced since it was opened, or a database with another instance id, is refused.
+        Lock timeouts raise :class:`LedgerBusy`; other database faults :class:`LedgerUnavailable`."""
+        if check and self._file is not None and _file_identity(self._file) != self._identity:
+            raise LedgerUnavailable(
+                f"The ledger database file {self._file.name!r} was deleted or replaced while in use, so its "
+                "budgets and releases cannot be trusted. Nothing was changed. Restore the file from a backup "
+                "and restart the app; a new ledger is made only with `python -m dpcore init-ledger`."
+            )
+        try:
+            with (self._writer if write else self._engine).begin() as conn:
+                if check:
+                    found = conn.execute(sa.select(_instance.c.instance_id)).scalars().all()
+                    if found != [self.instance_id]:
+                        raise LedgerUnavailable(
+                            f"The ledger {_url_words(self.url)} is no longer the one opened (instance id "
+                            f"{self.instance_id[:8]} is gone): it was replaced or edited. Nothing was "
+                            "changed; restore it from a backup."
+                        )
+                yield conn
+        except (sa.exc.IntegrityError, LedgerError):
+            raise
+        except sa.exc.DBAPIError as err:
+            raise _database_fault(err, self.url) from None
 
     def close(self) -> None:
         """Close the pooled database connections."""
@@ -262,7 +402,7 @@ class Ledger:
             "fingerprint": _text(fingerprint, "fingerprint", optional=True),
         }
         dataset_id = _text(dataset_id, "dataset_id")
-        with self._writer.begin() as conn:
+        with self._tx(write=True) as conn:
             query = sa.select(_datasets.c.name).where(_datasets.c.dataset_id == dataset_id)
             if conn.execute(query).first() is None:
                 conn.execute(_datasets.insert().values(dataset_id=dataset_id, first_seen=_now(), **values))
@@ -281,7 +421,7 @@ class Ledger:
 
     def _set_budget_once(self, acc: Account, eps_total: float, delta_total: float) -> BudgetStatus:
         now, key = _now(), acc.key
-        with self._writer.begin() as conn:
+        with self._tx(write=True) as conn:
             row = _lock_budget(conn, key)
             rows = _cost_rows(conn, key)
             eps_spent, delta_spent = _cost(rows)
@@ -333,8 +473,10 @@ class Ledger:
         parts named by distinct ``partition_key`` values and cost the group's maximum (eps and delta).
         ``sampling_mode`` defaults to the account's mode and must equal it (demo releases only debit
         demo accounts). ``definition`` defaults to the account's. ``user`` defaults to
-        :func:`config.local_user`. Raises :class:`BudgetExceeded` (nothing recorded),
-        :class:`BudgetNotSet`, :class:`LedgerError` or ``PolicyError``/``ParameterError``.
+        :func:`config.local_user`. A ``fingerprint`` that already has releases of this mode under another
+        dataset is refused (a renamed table gets no second budget). Raises :class:`BudgetExceeded`
+        (nothing recorded), :class:`BudgetNotSet`, :class:`LedgerBusy`, :class:`LedgerUnavailable`,
+        :class:`LedgerError` or ``PolicyError``/``ParameterError``.
         """
         acc = Account.parse(account)
         if (parallel_group is None) != (partition_key is None):
@@ -380,7 +522,7 @@ class Ledger:
 
     def _spend_once(self, row: dict[str, Any], acc: Account) -> ReleaseRecord:
         key, request_id = row["account"], row["request_id"]
-        with self._writer.begin() as conn:
+        with self._tx(write=True) as conn:
             budget = _lock_budget(conn, key)
             query = sa.select(_releases).where(_releases.c.request_id == request_id)
             first = conn.execute(query).mappings().first()
@@ -396,13 +538,15 @@ class Ledger:
                     f"{_name(acc)} has no privacy budget. Set one on the Privacy policy page "
                     "(Ledger.set_budget) before releasing."
                 )
+            _check_same_data_same_name(conn, row, acc)
             group = row["parallel_group"]
             if group is not None:
                 _check_partition_free(conn, key, group, row["partition_key"])
             rows = _cost_rows(conn, key)
             eps_spent, delta_spent = _cost(rows)
             eps_after, delta_after = _cost([*rows, (row["epsilon"], row["delta"], group)])
-            eps_total, delta_total = budget["epsilon_total"], budget["delta_total"]
+            status = _status(budget, rows)
+            eps_total, delta_total = status.epsilon_total, status.delta_total
             eps_ok, delta_ok = _fits(eps_after, eps_total), _fits(delta_after, delta_total)
             if not (eps_ok and delta_ok):
                 left = _left(eps_total, eps_spent), _left(delta_total, delta_spent)
@@ -426,26 +570,29 @@ class Ledger:
     def budget(self, account: Account | str) -> BudgetStatus | None:
         """The account's budget status, or None when no budget was set."""
         key = Account.parse(account).key
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(sa.select(_budgets).where(_budgets.c.account == key)).mappings().first()
             return None if row is None else _status(row, _cost_rows(conn, key))
 
     def budgets(self, dataset_id: str | None = None) -> list[BudgetStatus]:
         """Every account with a budget (of one dataset, or all), sorted by dataset and account."""
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             query = sa.select(_budgets).order_by(_budgets.c.dataset_id, _budgets.c.account)
             if dataset_id is not None:
                 query = query.where(_budgets.c.dataset_id == dataset_id)
             rows = conn.execute(query).mappings().all()
-            cost = sa.select(_releases.c.account, *_COST_COLS).order_by(_releases.c.id)
+            known = set(conn.execute(sa.select(_budgets.c.account)).scalars())
+            cost = sa.select(_releases.c.account, _releases.c.id, *_COST_COLS).order_by(_releases.c.id)
             spends: dict[str, list[tuple[float, float, str | None]]] = {}
-            for key, eps, delta, group in conn.execute(cost):
-                spends.setdefault(key, []).append((eps, delta, group))
+            for key, *spend in conn.execute(cost):
+                if key not in known:
+                    raise _invalid(f"release #{spend[0]} debits account {key!r}, which has no budget")
+                spends.setdefault(key, []).append(_checked_spend(*spend))
         return [_status(row, spends.get(row["account"], [])) for row in rows]
 
     def dataset_names(self) -> dict[str, str]:
         """Dataset id -> the name it was last registered under."""
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             rows = conn.execute(sa.select(_datasets.c.dataset_id, _datasets.c.name))
             return {dataset_id: name for dataset_id, name in rows}
 
@@ -484,28 +631,55 @@ class Ledger:
         return frame
 
     def _select(self, query: sa.Select[Any]) -> list[ReleaseRecord]:
-        with self._engine.begin() as conn:
-            return [_record(row) for row in conn.execute(query.order_by(_releases.c.id)).mappings()]
+        with self._tx() as conn:
+            records = [_record(row) for row in conn.execute(query.order_by(_releases.c.id)).mappings()]
+            known = set(conn.execute(sa.select(_budgets.c.account)).scalars()) if records else set()
+        for r in records:
+            if r.account not in known:
+                raise _invalid(f"release #{r.id} debits account {r.account!r}, which has no budget")
+        return records
 
 
 # -- engine ----------------------------------------------------------------------------------------
 
 
-def _make_engine(url: sa.URL) -> sa.Engine:
-    """Engine for ``url``; on SQLite, our own BEGIN (IMMEDIATE for writes) and a 30 s busy timeout.
+def _make_engine(url: sa.URL, *, create_folder: bool = True) -> sa.Engine:
+    try:
+        return _engine_for(url, create_folder)
+    except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as err:
+        raise LedgerUnavailable(
+            f"The ledger URL {_url_words(url)} needs a database driver that is not installed ({err}). "
+            "Install it (for PostgreSQL: pip install 'psycopg[binary]') or fix DPCORE_LEDGER_URL."
+        ) from None
+
+
+def _engine_for(url: sa.URL, create_folder: bool) -> sa.Engine:
+    """Engine for ``url`` that waits at most :data:`LOCK_WAIT_S` for a lock; on SQLite, a write-ahead log
+    (readers do not wait for the writer) and our own BEGIN (IMMEDIATE for writes).
 
     pysqlite recipe from the SQLAlchemy SQLite docs ("Transactions with SQLite and the sqlite3 driver").
+    ``create_folder``: create a SQLite file's missing folder (the session store's tables; never a ledger's
+    unless it is being initialised).
     """
+    if url.get_backend_name() == "postgresql":
+        lock_ms = int(LOCK_WAIT_S * 1000)
+        args = {"options": f"-c lock_timeout={lock_ms}"}
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
     if url.get_backend_name() != "sqlite":
         return sa.create_engine(url, pool_pre_ping=True)
-    database = url.database
-    if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    file = _sqlite_file(url)
+    if file is not None and create_folder:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"timeout": LOCK_WAIT_S})
 
     @sa.event.listens_for(engine, "connect")
     def _no_driver_begin(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # sqlite3 stops emitting BEGIN; we emit it below
+        if file is not None:
+            try:  # persistent once set; a lock held by a rollback-journal writer surfaces at BEGIN instead
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            except dbapi_connection.OperationalError:
+                pass
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
@@ -518,6 +692,88 @@ def _make_engine(url: sa.URL) -> sa.Engine:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
+def _parse_url(url: str | sa.URL | None) -> sa.URL:
+    """``url`` (default :func:`config.ledger_url`) as a SQLAlchemy URL, or :class:`LedgerUnavailable`."""
+    text = config.ledger_url() if url is None else url
+    try:
+        return sa.make_url(text)
+    except (sa.exc.ArgumentError, ValueError, TypeError):
+        raise LedgerUnavailable(
+            "The ledger URL is malformed. Set DPCORE_LEDGER_URL to an SQLAlchemy URL such as "
+            "sqlite:////srv/dpcore/ledger.db or postgresql+psycopg://user@host/db, or unset it to use the "
+            "data folder's ledger."
+        ) from None
+
+
+def _sqlite_file(url: sa.URL) -> Path | None:
+    """The file of a SQLite URL (None for other databases, in-memory and ``file:`` URIs)."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    return None if database.startswith("file:") else Path(database).expanduser().absolute()
+
+
+def _instance_marker(file: Path | None) -> Path | None:
+    """The data folder's :data:`INSTANCE_FILE` when ``file`` is its default ``ledger.db``, else None."""
+    if file is None or file.name != "ledger.db":
+        return None
+    try:
+        folder = config.data_dir()
+    except OSError:
+        return None
+    return folder / INSTANCE_FILE if file.resolve() == (folder / "ledger.db").resolve() else None
+
+
+def _file_identity(file: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of ``file``: changes when the file is deleted or replaced; None if absent."""
+    if file is None:
+        return None
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _folder_words(file: Path) -> str:
+    """Where a file is, without publishing server paths beyond the folder's own name."""
+    return f"the folder {file.parent.name!r}" if file.parent.name else "its folder"
+
+
+def _url_words(url: sa.URL) -> str:
+    """A ledger URL in messages: a SQLite file by name, a server database without its password."""
+    file = _sqlite_file(url)
+    if file is not None:
+        return f"file {file.name!r}"
+    if url.get_backend_name() == "sqlite":
+        return "(in-memory SQLite)"
+    return repr(url.render_as_string(hide_password=True))
+
+
+def _is_busy(err: sa.exc.DBAPIError) -> bool:
+    """A lock wait that timed out: SQLite "database is locked/busy", PostgreSQL lock_not_available."""
+    text = str(err.orig).lower()
+    code = getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", None)
+    return code == "55P03" or "database is locked" in text or "database is busy" in text
+
+
+def _database_fault(err: sa.exc.DBAPIError, url: sa.URL) -> LedgerError:
+    """A driver error as a ledger error saying what is wrong and what to do."""
+    if _is_busy(err):
+        return LedgerBusy(
+            f"The ledger is busy: another program held its lock for more than {LOCK_WAIT_S:g} s. Nothing was "
+            "changed or debited; retry in a moment."
+        )
+    first = str(err.orig).strip().splitlines()[0][:200] if str(err.orig).strip() else type(err.orig).__name__
+    return LedgerUnavailable(
+        f"The ledger database {_url_words(url)} cannot be used ({first}). Nothing was changed. Check that "
+        "it is a dpcore ledger that the app can reach and write (restore it from a backup if it is damaged); "
+        "a new ledger is made only with `python -m dpcore init-ledger`."
+    )
+
+
+
+
 def _lock_budget_query(account: str) -> sa.Select[Any]:
     """The budget row, locked until commit (FOR UPDATE; SQLite holds the database lock instead)."""
     return sa.select(_budgets).where(_budgets.c.account == account).with_for_update()
@@ -528,8 +784,34 @@ def _lock_budget(conn: sa.Connection, account: str) -> sa.RowMapping | None:
 
 
 def _cost_rows(conn: sa.Connection, account: str) -> list[tuple[float, float, str | None]]:
-    query = sa.select(*_COST_COLS).where(_releases.c.account == account).order_by(_releases.c.id)
-    return [(eps, delta, group) for eps, delta, group in conn.execute(query)]
+    query = sa.select(_releases.c.id, *_COST_COLS).where(_releases.c.account == account)
+    return [_checked_spend(*row) for row in conn.execute(query.order_by(_releases.c.id))]
+
+
+def _invalid(what: str) -> LedgerUnavailable:
+    return LedgerUnavailable(
+        f"The ledger holds an invalid entry: {what}. dpcore never writes such a row, so the database was "
+        "edited by another tool and its budgets cannot be trusted; nothing was released or changed. Restore "
+        "the ledger from a backup (or delete that row after checking it), then retry."
+    )
+
+
+def _checked_number(value: Any, what: str, *, upper: float = math.inf) -> float:
+    """A stored epsilon or delta: a finite number in [0, upper), else :class:`LedgerUnavailable`."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise _invalid(f"{what} is {value!r}, not a number")
+    if not (math.isfinite(value) and 0 <= value < upper):
+        bound = "" if upper == math.inf else f" below {upper:g}"
+        raise _invalid(f"{what} is {value!r}, not a finite non-negative number{bound}")
+    return float(value)
+
+
+def _checked_spend(row_id: int, eps: Any, delta: Any, group: str | None) -> tuple[float, float, str | None]:
+    """A release's stored (eps, delta, parallel group), checked: eps > 0 finite, delta in [0, 1)."""
+    eps = _checked_number(eps, f"release #{row_id} has epsilon")
+    if eps == 0:
+        raise _invalid(f"release #{row_id} has epsilon 0 (a release always spends eps > 0)")
+    return eps, _checked_number(delta, f"release #{row_id} has delta", upper=1.0), group
 
 
 def _name(acc: Account) -> str:
@@ -552,6 +834,28 @@ def _check_partition_free(conn: sa.Connection, account: str, group: str, key: st
             f"Partition {key!r} of parallel group {group!r} on account {account} was already released "
             f"(request {taken!r}); a second release of the same part composes sequentially. Use a new "
             "parallel group, or release without parallel_group."
+        )
+
+
+def _check_same_data_same_name(conn: sa.Connection, row: Mapping[str, Any], acc: Account) -> None:
+    """Refuse a release of a table (by fingerprint) that already has releases of the same mode under
+    another dataset: renaming a dataset must not give it a second budget."""
+    if row["dataset_fingerprint"] is None:
+        return
+    query = sa.select(_releases.c.dataset_id, _datasets.c.name).outerjoin(
+        _datasets, _datasets.c.dataset_id == _releases.c.dataset_id
+    ).where(
+        _releases.c.dataset_fingerprint == row["dataset_fingerprint"],
+        _releases.c.sampling_mode == row["sampling_mode"],
+        _releases.c.dataset_id != row["dataset_id"],
+    )
+    other = conn.execute(query.limit(1)).first()
+    if other is not None:
+        raise LedgerError(
+            f"This table (fingerprint {row['dataset_fingerprint'][:12]}) was already released as dataset "
+            f"{other[1] or other[0]!r}; releasing it under another name would start a second budget for the "
+            f"same data. Nothing was debited. Release it under the name {other[1] or other[0]!r} (its budget "
+            "carries on), or change the data."
         )
 
 
@@ -595,6 +899,9 @@ def _left(total: float, cost: Decimal) -> float:
 
 
 def _status(budget: sa.RowMapping, rows: list[tuple[float, float, str | None]]) -> BudgetStatus:
+    where = f"the budget of account {budget['account']!r} has"
+    eps_total = _checked_number(budget["epsilon_total"], f"{where} epsilon")
+    delta_total = _checked_number(budget["delta_total"], f"{where} delta", upper=1.0)
     eps_spent, delta_spent = _cost(rows)
     return BudgetStatus(
         account=budget["account"],
@@ -602,12 +909,12 @@ def _status(budget: sa.RowMapping, rows: list[tuple[float, float, str | None]]) 
         definition=budget["definition"],
         relation=budget["relation"],
         mode=budget["mode"],
-        epsilon_total=budget["epsilon_total"],
-        delta_total=budget["delta_total"],
+        epsilon_total=eps_total,
+        delta_total=delta_total,
         epsilon_spent=float(eps_spent),
         delta_spent=float(delta_spent),
-        epsilon_left=_left(budget["epsilon_total"], eps_spent),
-        delta_left=_left(budget["delta_total"], delta_spent),
+        epsilon_left=_left(eps_total, eps_spent),
+        delta_left=_left(delta_total, delta_spent),
         n_releases=len(rows),
         created=budget["created"],
         updated=budget["updated"],
@@ -634,7 +941,11 @@ def _exceeded(
 
 def _record(row: Mapping[str, Any]) -> ReleaseRecord:
     values = {f.name: row[f.name] for f in fields(ReleaseRecord)}
-    values["parameters"] = json.loads(values["parameters"])
+    values["epsilon"], values["delta"], _ = _checked_spend(row["id"], row["epsilon"], row["delta"], None)
+    try:
+        values["parameters"] = json.loads(values["parameters"])
+    except (TypeError, ValueError):
+        raise _invalid(f"release #{row['id']} has parameters that are not JSON") from None
     return ReleaseRecord(**values)
 
 

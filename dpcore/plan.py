@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpcore.errors import ParameterError, PolicyError
-from dpcore.ledger import Account
+from dpcore.ledger import Account, dataset_id_for_name
 from dpcore.policy import (
     DEFINITIONS,
     NEIGHBOURS,
@@ -183,8 +183,9 @@ class ReleasePlan:
 
     @property
     def dataset_id(self) -> str:
-        """The ledger's id of the dataset: the first 16 hex digits of its fingerprint."""
-        return self.fingerprint[:16]
+        """The ledger's id of the dataset: from its name, which carries the budget (``dataset_id_for_name``);
+        the fingerprint is recorded with each release."""
+        return dataset_id_for_name(self.dataset_name)
 
     @property
     def definition(self) -> str:

@@ -15,9 +15,12 @@ dataset-dependent ("local") guarantees carry a notice that they are not differen
 ``save_artifacts`` stores the files as one deterministic zip whose SHA-256 goes into the ledger.
 
 :func:`make_release` is the whole release in the order that never shows an unpaid result and never
-debits twice: run the mechanism once, build and store the files, then ``Ledger.spend`` (the atomic
-budget check and debit, recording the artifact hash). The caller shows outputs only after it returns.
-If the spend is refused, the stored files are deleted and nothing is returned. A request id already
+debits twice: run the mechanism once, build the files and store them in the staging folder
+(``<artifacts>/.staging``, never listed as a release), ``Ledger.spend`` (the atomic budget check and debit,
+recording the artifact hash and its published path), then publish the zip by an atomic rename. A process
+killed before the debit commits leaves only staging junk; one killed between the debit and the rename
+is completed by the next call with the same request id. The caller shows outputs only after it returns.
+If the spend is refused, the staged files are deleted and nothing is returned. A request id already
 in the ledger (a rerun or a double click) debits nothing: the first release's stored files are returned.
 """
 
@@ -73,6 +76,7 @@ LOCAL_NOTICE = (
 RELEASE_MODES = ("secure", "demo")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+STAGING = ".staging"  # sub-folder of the artifacts folder for files not yet paid for
 
 
 def _jsonable(value: Any) -> Any:
@@ -446,13 +450,35 @@ class Release:
     replayed: bool = False
 
 
+def _publish(staged: Path, path: Path) -> None:
+    """Move a paid release's zip from the staging folder to its published path (atomic rename)."""
+    try:
+        os.replace(staged, path)
+    except FileNotFoundError:  # a concurrent run of the same request with the same bytes published it
+        if not path.is_file():
+            raise
+    _tidy(staged.parent)
+
+
+def _tidy(staging: Path) -> None:
+    """Remove the staging folder once empty (other releases may be staging in it now)."""
+    try:
+        staging.rmdir()
+    except OSError:
+        pass
+
+
 def _replay(record: ReleaseRecord) -> Release:
     path = record.artifact_path
+    if path is not None and not Path(path).exists():  # killed after the debit, before publishing
+        staged = Path(path).parent / STAGING / Path(path).name
+        if staged.is_file() and sha256_file(staged) == record.artifact_hash:
+            _publish(staged, Path(path))
     if path is None or not Path(path).is_file() or sha256_file(path) != record.artifact_hash:
         raise LedgerError(
             f"Request {record.request_id} was already released (ledger entry {record.id}), but its "
-            f"stored files at {path} are missing or altered. Nothing new was debited; start a new request "
-            "to release again."
+            f"stored files ({Path(path or '').name or 'none'}) are missing or altered. Nothing new was "
+            "debited; start a new request to release again."
         )
     files = load_artifacts(path)
     bundle = next(
@@ -472,11 +498,13 @@ def make_release(
     artifacts_dir: str | os.PathLike[str],
     name: str = "release",
 ) -> Release:
-    """Run ``plan`` once on ``inputs``, store the files, then debit the plan's account; return the release.
+    """Run ``plan`` once on ``inputs``, stage the files, debit the plan's account, then publish the files
+    in ``artifacts_dir``; return the release.
 
     The sampler follows the plan (OS entropy, or the demo seed). Raises the ledger's ``BudgetExceeded`` /
-    ``BudgetNotSet`` (files deleted, nothing returned) and whatever the mechanism raises (nothing stored,
-    nothing debited). A ``request_id`` already in the ledger returns the first release, debiting nothing.
+    ``BudgetNotSet`` / ``LedgerBusy`` (staged files deleted, nothing published or returned) and whatever
+    the mechanism raises (nothing stored, nothing debited). A ``request_id`` already in the ledger returns
+    the first release, debiting nothing.
     """
     from dpcore.mechanisms import Sampler
 
@@ -504,12 +532,16 @@ def make_release(
             f"The mechanism protected '{out.scope}', but the plan says '{plan.scope}'; nothing was released."
         )
     manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
+    earlier = {r.dataset_fingerprint for r in ledger.releases(dataset_id=plan.dataset_id)}
+    if earlier - {plan.fingerprint, None}:  # the name carries the budget; the table changed under it
+        manifest["earlier_fingerprints"] = sorted(earlier - {plan.fingerprint, None})
     title = f"{plan.spec.label}: released output"
     report = html_report(title, manifest, list(out.figures), [("Released table", out.table)])
     files = release_files(out.table, manifest, name=name, html_text=report)
-    path, digest = save_artifacts(artifacts_dir, request_id, files)
-    ledger.register_dataset(plan.dataset_id, plan.dataset_name, plan.fingerprint)
+    staged, digest = save_artifacts(Path(artifacts_dir) / STAGING, request_id, files)
+    path = Path(artifacts_dir) / staged.name
     try:
+        ledger.register_dataset(plan.dataset_id, plan.dataset_name, plan.fingerprint)
         record = ledger.spend(
             account,
             *plan.cost,
@@ -524,9 +556,12 @@ def make_release(
             artifact_hash=digest,
         )
     except BaseException:
-        path.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+        _tidy(staged.parent)
         raise
     if record.artifact_hash != digest:  # a concurrent run of the same request was recorded first
-        path.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+        _tidy(staged.parent)
         return _replay(record)
+    _publish(staged, path)
     return Release(record=record, manifest=manifest, files=files, table=out.table, figures=tuple(out.figures))

@@ -28,7 +28,7 @@ from dpcore import config
 from dpcore.data import fingerprint as table_fingerprint
 from dpcore.data import load_table
 from dpcore.errors import DataError, ParameterError
-from dpcore.ledger import _make_engine  # same database, same SQLite locking and busy timeout
+from dpcore.ledger import _database_fault, _make_engine, _parse_url  # the ledger's database and its faults
 
 __all__ = [
     "SessionStore",
@@ -102,13 +102,16 @@ class SessionStore:
     write lock, elsewhere with the row locked)."""
 
     def __init__(self, url: str | sa.URL | None = None) -> None:
-        self.url = sa.make_url(config.ledger_url() if url is None else url)
+        self.url = _parse_url(url)
         self._engine = _make_engine(self.url)
         self._writer = self._engine.execution_options(dpcore_write=True)
         try:
             self._create_table()
         except sa.exc.DBAPIError:  # a concurrent creator won the race on a server database
-            self._create_table()
+            try:
+                self._create_table()
+            except sa.exc.DBAPIError as err:
+                raise _database_fault(err, self.url) from None
 
     def _create_table(self) -> None:
         with self._writer.begin() as conn:

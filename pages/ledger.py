@@ -8,7 +8,14 @@ from dpcore.ledger import Ledger
 from dpcore.safe_text import csv_bytes
 from ui import state
 from ui.errors import user_errors
-from ui.ledger_view import accounts_frame, dataset_label, release_labels, releases_frame
+from ui.ledger_view import (
+    accounts_frame,
+    artifact_name,
+    dataset_label,
+    fingerprints,
+    release_labels,
+    releases_frame,
+)
 from ui.nav import ensure_entrypoint
 from ui.release import artifact_bytes
 from ui.text import md
@@ -43,9 +50,17 @@ def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
     if not by_dataset:
         st.info("No dataset has a budget yet; set one on the Privacy policy page.")
     current = ds.dataset_id if ds is not None else None
+    tables = fingerprints(ledger)
     for dataset_id in sorted(by_dataset, key=lambda d: (d != current, dataset_label(d, names).lower())):
         st.subheader(md(dataset_label(dataset_id, names)))
         st.caption(f"Dataset id `{dataset_id}`" + (" · the dataset in use" if dataset_id == current else ""))
+        if len(tables.get(dataset_id, [])) > 1:
+            shown = ", ".join(f"`{fp[:12]}`" for fp in tables[dataset_id])
+            st.warning(
+                f"Releases under this name were made on {len(tables[dataset_id])} different tables "
+                f"(fingerprints {shown}, oldest first). They share this name's budget: check that they "
+                "are versions of the same data."
+            )
         st.dataframe(
             accounts_frame(by_dataset[dataset_id]),
             hide_index=True,
@@ -96,7 +111,7 @@ def _files(ledger: Ledger, frame: pd.DataFrame) -> None:
     record = ledger.release_by_request(chosen)
     if record is None:
         return
-    st.caption(f"Stored at `{record.artifact_path}` · SHA-256 `{record.artifact_hash}`")
+    st.caption(f"Stored as `{artifact_name(record.artifact_path)}` · SHA-256 `{record.artifact_hash}`")
     content = artifact_bytes(record.artifact_path, record.artifact_hash)
     if content is None:
         st.warning("The stored file is missing or does not match the hash recorded in the ledger.")

@@ -158,7 +158,6 @@ def _budget() -> None:
     flash = st.session_state.pop(FLASH_KEY, None)
     if flash:
         st.success(flash)
-    ledger = state.ledger()
     status = None
     account = policy_account(ds.dataset_id, state.policy(), state.mode())
     unit = "level l" if account.definition == "geo_ind" else "ε"
@@ -169,7 +168,8 @@ def _budget() -> None:
         f"Budgets are kept per privacy definition and neighbour relation, never added across them. This one: "
         f"**{state.policy().label}**, neighbours: {account.relation}{demo}{levels}."
     )
-    with user_errors("reading the ledger"):
+    with user_errors("reading the ledger") as read:
+        ledger = state.ledger()
         status = ledger.budget(account)
         if status is None:
             st.caption(
@@ -184,6 +184,8 @@ def _budget() -> None:
                 f"δ: total {status.delta_total:.3g}, spent {status.delta_spent:.3g}, "
                 f"left {status.delta_left:.3g} · {status.n_releases} release(s)"
             )
+    if read.failed:  # the message says what is wrong with the ledger; the policy above still works
+        return
     st.session_state.setdefault("pol_budget_eps", status.epsilon_total if status else 3.0)
     st.session_state.setdefault("pol_budget_delta", status.delta_total if status else 1e-5)
     eps_total = st.number_input(

@@ -5,6 +5,7 @@ a CSV that names the dataset."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -114,8 +115,8 @@ def test_budgets_per_account_grouped_by_dataset_with_names(app_path, tiny, ledge
     assert [h.value for h in at.subheader][:2] == ["tiny", "other.csv"]  # the dataset in use first
     tables = _accounts(at)
     mine, other = tables["tiny"], tables["other.csv"]
-    assert mine["mode"].tolist() == ["DEMO", "release"]  # the demo account is its own
-    assert mine["ε left"].tolist() == [0.75, 1.5] and mine["ε total"].tolist() == [1.0, 2.0]
+    assert mine["mode"].tolist() == ["release", "DEMO"]  # the demo account is its own, after the real one
+    assert mine["ε left"].tolist() == [1.5, 0.75] and mine["ε total"].tolist() == [2.0, 1.0]
     assert mine["neighbour relation"].tolist() == [DP, DP]
     assert other["privacy definition"].tolist() == ["geo-indistinguishability (level l within r)"]
     assert other["ε left"].tolist() == [2.0] and other["releases"].tolist() == [1]
@@ -140,5 +141,30 @@ def test_csv_export_names_the_dataset_newest_first(app_path, tiny, ledger, downl
     assert exported["request id"].tolist() == ["req-newest", "req-middle", "req-oldest"]
     assert exported["dataset id"].tolist() == [tiny.dataset_id, OTHER, tiny.dataset_id]
     assert exported["mode"].tolist() == ["DEMO", "release", "release"]
-    assert {"parameters", "artifact path", "account"} <= set(exported.columns)
+    assert {"parameters", "artifact file", "account"} <= set(exported.columns)
     assert exported.columns[0] == "time (UTC)"
+
+
+def test_no_server_path_on_the_page_or_in_the_csv(app_path, tiny, ledger, downloads) -> None:
+    at = _ledger_page(app_path, tiny)
+    folder = str(artifacts_dir().resolve())
+    record = ledger.release_by_request("req-newest")
+    assert record is not None and str(record.artifact_path).startswith(folder)  # the ledger keeps the path
+    texts = [e.value for e in (*at.caption, *at.markdown, *at.info, *at.warning)]
+    assert not [t for t in texts if folder in t or str(Path(folder).parent) in t]
+    assert any(f"`{Path(record.artifact_path).name}`" in t for t in texts)
+    csv = downloads["ledger.csv"].decode()
+    assert folder not in csv and str(Path(folder).parent) not in csv
+    exported = pd.read_csv(io.StringIO(csv))
+    assert exported["artifact file"].iloc[0] == Path(record.artifact_path).name
+
+
+def test_a_name_used_for_different_tables_is_flagged(app_path, tiny, ledger) -> None:
+    at = _ledger_page(app_path, tiny)
+    assert not at.warning  # one table per name so far
+    changed = "ef" * 32  # the same name, rows reordered or a column renamed: the budget is the name's
+    _spend(ledger, Account(tiny.dataset_id, "dp", DP), 0.5, "dp_lloyd", "req-changed", fingerprint=changed)
+    at = _ledger_page(app_path, tiny)
+    (warning,) = [w.value for w in at.warning]
+    assert "2 different tables" in warning and f"`{changed[:12]}`" in warning
+    assert f"`{tiny.fingerprint[:12]}`" in warning

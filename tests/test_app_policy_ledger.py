@@ -118,3 +118,38 @@ def test_default_policy_is_approx_dp(app_path: str):
     assert at.selectbox(key="pol_definition").value == "approx_dp"
     assert at.number_input(key="pol_eps").value == 1.0 and at.number_input(key="pol_delta").value == 1e-6
     assert ApproxDP(1.0, 1e-6).guarantee in [i.value for i in at.info]
+
+
+LEDGER_FAULTS = {  # fault -> (how to cause it, what the page must say)
+    "corrupt database file": ("corrupt", "file is not a database"),
+    "data folder is a file": ("data_dir_file", "DPCORE_DATA_DIR (…/file) cannot be used"),
+    "malformed ledger URL": ("not a url", "malformed"),
+    "missing database driver": ("postgresql+psycopg2://u@h/db", "driver that is not installed"),
+}
+
+
+@pytest.mark.parametrize("fault", list(LEDGER_FAULTS))
+@pytest.mark.parametrize("page", ["pages/policy.py", "pages/ledger.py"])
+def test_ledger_faults_are_clear_messages_and_the_page_keeps_working(
+    app_path, small_dataset, isolated_data_dir, monkeypatch, page, fault
+):
+    how, message = LEDGER_FAULTS[fault]
+    if how == "corrupt":
+        (isolated_data_dir / "ledger.db").write_bytes(b"not a database " * 500)
+    elif how == "data_dir_file":
+        (isolated_data_dir / "file").write_text("a file, not a folder")
+        monkeypatch.setenv("DPCORE_DATA_DIR", str(isolated_data_dir / "file"))
+        monkeypatch.delenv("DPCORE_LEDGER_URL")
+    else:
+        monkeypatch.setenv("DPCORE_LEDGER_URL", how)
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT)
+    at.session_state["dp_dataset"] = small_dataset
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert errors and all(message in e for e in errors), errors
+    assert not [e for e in errors if "Something went wrong" in e or str(isolated_data_dir) in e]
+    if page == "pages/policy.py":  # the policy itself still works
+        at.selectbox(key="pol_definition").set_value("pure_dp").run()
+        assert at.session_state["dp_policy"] == PureDP(1.0) and not at.exception

@@ -34,7 +34,7 @@ def url(ledger_url: str) -> str:
 
 @pytest.fixture
 def led(url: str):
-    ledger = Ledger(url)
+    ledger = Ledger.initialise(url)
     yield ledger
     ledger.close()
 
@@ -335,7 +335,7 @@ def test_spend_validation(led: Ledger) -> None:
 
 
 def test_fresh_ledger_on_same_file_sees_earlier_records(url: str) -> None:
-    first = Ledger(url)
+    first = Ledger.initialise(url)
     first.set_budget("ds", epsilon=1.0, delta=1e-6)
     recs = [first.spend("ds", 0.25, 1e-7, "laplace", f"r{i}") for i in range(3)]
     first.close()

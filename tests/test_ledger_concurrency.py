@@ -56,7 +56,7 @@ def _process_worker(url: str, worker: int, barrier: Any, queue: Any) -> None:
 
 
 def _prepare(url: str) -> str:
-    led = Ledger(url)
+    led = Ledger.initialise(url)
     led.set_budget("many", epsilon=BUDGET)
     led.set_budget("same", epsilon=BUDGET)
     led.close()

@@ -144,7 +144,7 @@ def test_invalid_combinations_are_refused() -> None:
 
 
 def test_make_release_records_the_plan_in_manifest_and_ledger(tmp_path) -> None:
-    led = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    led = Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}")
     rng = np.random.default_rng(1)
     X = rng.uniform(0, 1, (300, 2))
     inputs = KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b"))

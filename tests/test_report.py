@@ -259,7 +259,7 @@ def _release(ledger: Ledger, tmp_path: Path, request_id: str, **plan_changes):
 
 
 def test_make_release_debits_once_and_replays(tmp_path: Path, calls: list[str]):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}")
     account = _plan().account
     ledger.set_budget(account, 1.0, 0.0)
     first = _release(ledger, tmp_path, "r1")
@@ -276,7 +276,7 @@ def test_make_release_debits_once_and_replays(tmp_path: Path, calls: list[str]):
 
 
 def test_make_release_refused_leaves_no_files_and_no_debit(tmp_path: Path, calls: list[str]):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}")
     account = _plan().account
     with pytest.raises(BudgetNotSet):
         _release(ledger, tmp_path, "r0")
@@ -292,7 +292,7 @@ def test_make_release_refused_leaves_no_files_and_no_debit(tmp_path: Path, calls
 
 
 def test_demo_release_is_marked_reproducible_and_on_the_demo_account(tmp_path: Path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}")
     ledger.set_budget(_plan().account, 1.0, 0.0)
     demo_account = _plan(mode="demo", seed=7).account
     ledger.set_budget(demo_account, 1.0, 0.0)

@@ -59,7 +59,7 @@ def test_plan_round_trips_with_tuples_and_lives_in_the_ledger_database(database:
     later = {**PLAN, "schema": {"kinds": kinds}, "mode": "demo"}
     store.update(token, {"mode": "demo"})  # other keys stay
     assert store.load(token) == later
-    ledger = Ledger()  # the ledger opens the same database and keeps its own tables
+    ledger = Ledger.initialise()  # the ledger is created in the same database, with its own tables
     ledger.set_budget("d1", 1.0)
     engine = sa.create_engine(config.ledger_url())
     tables = set(sa.inspect(engine).get_table_names())

@@ -1,13 +1,15 @@
 """The ledger as tables a curator can read: releases newest first in words, budgets per account by dataset.
 
 Technical identifiers (request id, dataset id, fingerprint, artifact hash, account key) come last; the
-CSV export is the same table plus the release parameters (JSON) and where the files are stored.
+CSV export is the same table plus the release parameters (JSON) and the stored file's name (never a server
+path).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import PurePath
 
 import pandas as pd
 
@@ -15,7 +17,16 @@ from dpcore.ledger import BudgetStatus, Ledger, ReleaseRecord
 from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
 
-__all__ = ["MODES", "accounts_frame", "dataset_label", "definition_words", "release_labels", "releases_frame"]
+__all__ = [
+    "MODES",
+    "accounts_frame",
+    "artifact_name",
+    "dataset_label",
+    "definition_words",
+    "fingerprints",
+    "release_labels",
+    "releases_frame",
+]
 
 MODES = {"secure": "release", "demo": "DEMO"}
 # Account families (a budget's definition) and definitions a release may record, in words.
@@ -65,8 +76,8 @@ def _mechanism_labels() -> dict[str, str]:
 def releases_frame(ledger: Ledger, dataset_id: str | None = None, *, for_csv: bool = False) -> pd.DataFrame:
     """Releases (of one dataset, or all), newest first, one readable column per fact, identifiers last.
 
-    ``for_csv`` adds the release parameters (JSON), the stored files' path and the parallel-composition
-    group and partition, for an audit trail that needs nothing else.
+    ``for_csv`` adds the release parameters (JSON), the stored zip's file name (its folder is the server's
+    business) and the parallel-composition group and partition, for an audit trail that needs nothing else.
     """
     records: list[ReleaseRecord] = ledger.releases(dataset_id=dataset_id)[::-1]
     names = ledger.dataset_names()
@@ -95,10 +106,26 @@ def releases_frame(ledger: Ledger, dataset_id: str | None = None, *, for_csv: bo
     if for_csv:
         parameters = [json.dumps(r.parameters, sort_keys=True) for r in records]
         frame.insert(frame.columns.get_loc("request id"), "parameters", parameters)
-        frame["artifact path"] = [r.artifact_path for r in records]
+        frame["artifact file"] = [artifact_name(r.artifact_path) for r in records]
         frame["parallel group"] = [r.parallel_group for r in records]
         frame["partition"] = [r.partition_key for r in records]
     return frame
+
+
+def fingerprints(ledger: Ledger) -> dict[str, list[str]]:
+    """Dataset id -> the distinct table fingerprints its releases were made on, oldest first (more than
+    one: the name, which carries the budget, was used for different tables)."""
+    out: dict[str, list[str]] = {}
+    for r in ledger.all_releases():
+        seen = out.setdefault(r.dataset_id, [])
+        if r.dataset_fingerprint and r.dataset_fingerprint not in seen:
+            seen.append(r.dataset_fingerprint)
+    return out
+
+
+def artifact_name(path: str | None) -> str | None:
+    """A stored release file's name without its server folder."""
+    return None if path is None else PurePath(path).name
 
 
 def release_labels(frame: pd.DataFrame) -> dict[str, str]:
@@ -112,7 +139,9 @@ def release_labels(frame: pd.DataFrame) -> dict[str, str]:
 
 
 def accounts_frame(statuses: list[BudgetStatus]) -> pd.DataFrame:
-    """One row per budget account: definition and relation in words, mode, budget left and total."""
+    """One row per budget account: definition and relation in words, mode, budget left and total; real
+    accounts before demo ones."""
+    statuses = sorted(statuses, key=lambda s: (s.mode != "secure", s.definition, s.relation))
     return pd.DataFrame(
         {
             "privacy definition": [definition_words(s.definition) for s in statuses],

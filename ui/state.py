@@ -1,8 +1,9 @@
 """Typed accessors over ``st.session_state``: the current dataset, policy, ledger, user and sampling mode.
 
 Pages never touch ``st.session_state`` keys directly for these; they call the functions here.
-The dataset id used by the ledger is the first 16 hex digits of the raw table's fingerprint, so the
-same table (uploaded again, or a bundled sample) keeps its budget across sessions, whatever its name.
+The dataset id used by the ledger comes from the dataset's name, which carries its budget across sessions
+whatever the file's row order or column names; the ledger refuses the same table (by fingerprint) under a
+second name.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dpcore.data import (
     make_blobs,
 )
 from dpcore.errors import DataError
-from dpcore.ledger import Ledger
+from dpcore.ledger import Ledger, dataset_id_for_name
 from dpcore.mechanisms import Sampler
 from dpcore.policy import ApproxDP, Policy
 from ui import auth
@@ -70,9 +71,9 @@ DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
 Mode = Literal["secure", "demo"]
 
 
-def dataset_id_for(table_fingerprint: str) -> str:
-    """Ledger id of a dataset: the first 16 hex digits of its raw table's fingerprint."""
-    return table_fingerprint[:16]
+def dataset_id_for(name: str) -> str:
+    """Ledger id of a dataset: from the name the curator gives it (``dpcore.ledger.dataset_id_for_name``)."""
+    return dataset_id_for_name(name)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Dataset:
 
     @property
     def dataset_id(self) -> str:
-        return dataset_id_for(self.fingerprint)
+        return dataset_id_for(self.name)
 
     @property
     def n_rows(self) -> int:

@@ -14,7 +14,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from dpcore.data import fingerprint
 from dpcore.data import load_sample as load_sample_table
+from dpcore.ledger import dataset_id_for_name
 from tests.browser.conftest import wait_for_app
+from ui.datasets import SAMPLE_CHOICES
 
 TRACE = re.compile(r"Traceback \(most recent call last\)|File \"/|\b\w+(Error|Exception|Warning): ")
 MARKETING = "Sample: Marketing Campaign"
@@ -27,8 +29,9 @@ def sample_fingerprint(name: str = "marketing_campaign") -> str:
 
 
 def sample_dataset_id(name: str = "marketing_campaign") -> str:
-    """Ledger id of a bundled sample: the first 16 hex digits of its table fingerprint."""
-    return sample_fingerprint(name)[:16]
+    """Ledger id of a bundled sample: from the name the Data page gives it (its label), which carries the
+    budget."""
+    return dataset_id_for_name(next(label for label, key in SAMPLE_CHOICES.items() if key == name))
 
 
 def go(page: Page, title: str) -> None:

@@ -75,7 +75,7 @@ def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
     try:
         dataset_id = sample_dataset_id("us_airports")
         account = policy_account(dataset_id, GeoIndistinguishability.from_level(LEVEL, RADIUS_M))
-        ledger = Ledger(server.ledger_url)
+        ledger = Ledger.initialise(server.ledger_url)  # the operator's step; a no-op once the app made it
         before = ledger.budget(account)
         spent = before.epsilon_spent if before else 0.0
         ledger.set_budget(account, spent + 3.5, before.delta_total if before else 0.0)
