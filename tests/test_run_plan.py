@@ -140,14 +140,14 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
     assert parse_preparation(plan) == (BOUNDS, "minmax", ["a"])
-    colored = ReleasePlan(
-        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
+    white = ReleasePlan(
+        domain="kmeans", mechanism="white", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
         dataset_name="people", fingerprint=plan.fingerprint, params={"n_clusters": 3},
         preparation=plan.preparation,
     )
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     with pytest.raises(ParameterError, match="does not run out of core"):
-        run_plan(colored.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+        run_plan(white.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
     imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
     demo = ReleasePlan(
         domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",
@@ -173,3 +173,21 @@ def test_run_plan_on_spark_gives_the_dashboard_s_release(source, tmp_path: Path,
     )
     pd.testing.assert_frame_equal(rel.table, dash.table, check_exact=True)
     assert ledger.budget(plan.account).epsilon_spent == 1.0
+
+
+def test_run_plan_releases_a_colored_plan_out_of_core(source, tmp_path: Path) -> None:
+    df, path = source
+    manifest, _ = dashboard_release(tmp_path, df)
+    base = ReleasePlan.from_manifest(manifest)
+    plan = ReleasePlan(
+        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
+        dataset_name="people", fingerprint=base.fingerprint, params={"n_clusters": 3},
+        preparation=base.preparation, mode="demo", seed=3,
+    )
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0, delta=1e-3)
+    rel = run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path / "out", user="u")
+    assert len(rel.table) == 3 and "clustering" in rel.manifest["details"]
+    assert rel.manifest["is_local"] and rel.manifest["demo"]
+    status = ledger.budget(plan.account)
+    assert status.epsilon_spent == 1.0 and status.delta_spent == 1e-6

@@ -26,6 +26,8 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans, NoisyLloydBase, check_bounds
 from dpcore.kmeans.registry import KMeansInputs
+from dpcore.mechanisms import Sampler
+from dpcore.registry import MechanismOutput
 
 Scaling = Literal["minmax", "none"]
 SCALINGS: tuple[str, ...] = ("minmax", "none")
@@ -231,6 +233,25 @@ class TableFeatures:
             counts[r, at] = out["n"].to_numpy(dtype=float)
             sums[r, at] = out[[f"s{j}" for j in range(d)]].to_numpy(dtype=float)
         return counts, sums
+
+    def local_release(
+        self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+    ) -> MechanismOutput:
+        """The colored mechanism by its passes (:mod:`dpcore.outofcore.colored`); the other local
+        mechanisms do not run out of core."""
+        if key != "colored":
+            raise ParameterError(f"{key} does not run out of core; the colored mechanism does.")
+        from dpcore.outofcore.colored import colored_release
+
+        run = colored_release(
+            self,
+            params["n_clusters"],
+            epsilon=epsilon,
+            delta=delta,
+            sampler=sampler,
+            calibration=params["calibration"],
+        )
+        return run.output
 
     def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase:
         """Fit DP-Lloyd or Blowfish k-means by T passes of :meth:`nearest_statistics` (plus one COUNT):

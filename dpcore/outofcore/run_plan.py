@@ -26,7 +26,7 @@ from dpcore.plan import ReleasePlan
 from dpcore.report import Release, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
-OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish")}
+OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored")}
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
 _DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")

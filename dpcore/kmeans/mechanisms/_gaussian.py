@@ -8,6 +8,7 @@ dataset only, between X and X minus one of its own rows with the clustering held
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -47,17 +48,29 @@ def _clustering(key: str, inputs: KMeansInputs, n_clusters: int) -> np.ndarray:
     return labels
 
 
+@runtime_checkable
+class LocalSource(Protocol):
+    """Inputs that run a local mechanism by their own passes over the rows (out-of-core tables)."""
+
+    def local_release(
+        self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+    ) -> MechanismOutput: ...
+
+
 def local_release(
     key: str,
-    inputs: KMeansInputs,
+    inputs: KMeansInputs | LocalSource,
     *,
     epsilon: float,
     delta: float,
     params: dict,
     sampler: Sampler,
 ) -> MechanismOutput:
-    """True centroids of ``inputs.labels`` + N(0, Sigma) once, snapped to the noise lattice."""
+    """True centroids of ``inputs.labels`` + N(0, Sigma) once, snapped to the noise lattice (a
+    :class:`LocalSource` runs its own passes)."""
     check_release_sampler(sampler)
+    if isinstance(inputs, LocalSource):
+        return inputs.local_release(key, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
     labels = _clustering(key, inputs, params["n_clusters"])
     if delta is None or not delta > 0:
         raise ParameterError(
