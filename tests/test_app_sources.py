@@ -155,6 +155,10 @@ def test_a_database_table_and_a_select_load_and_other_statements_are_refused(war
     engine = sa.create_engine(warehouse)
     assert "x" in sa.inspect(engine).get_table_names()
     engine.dispose()
+    again = _open(secrets, token=at.query_params["s"])  # a reload runs the saved SELECT again
+    restored = again.session_state["dp_dataset"]
+    assert restored.name == "warehouse: SELECT age FROM people WHERE age < 40"
+    assert restored.fingerprint == at.session_state["dp_dataset"].fingerprint
 
 
 def test_a_reload_restores_a_folder_source_with_the_same_sample(
