@@ -12,6 +12,7 @@ from dpcore.data import (
     missing_report,
     prepare,
 )
+from dpcore.data.io import NOTES_ATTR
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
 from ui import datasets, state
 from ui.errors import user_errors
@@ -230,6 +231,8 @@ def _overview(ds: state.Dataset) -> None:
     st.markdown(f"**{md(ds.name)}** · {_rows(ds)} · fingerprint `{ds.fingerprint[:16]}`")
     if ds.source:
         st.caption(md(ds.source))
+    for note in ds.raw.attrs.get(NOTES_ATTR, ()):  # what loading interpreted (dpcore.data.load_table)
+        st.warning(md(note))
     with user_errors("showing the first rows"):
         st.dataframe(ds.raw.head(20), hide_index=True)
     st.subheader("Column kinds")

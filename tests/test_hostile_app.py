@@ -6,6 +6,7 @@ after each of them.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import time
 import tomllib
@@ -130,6 +131,20 @@ def test_huge_numbers_are_shown_on_the_data_page(
     assert not _errors(at), _errors(at)
     assert at.session_state["dp_dataset"].name == name
     assert at.dataframe[0].value[column].iloc[0] == shown
+
+
+def test_what_loading_interpreted_is_shown_on_the_data_page(app_path: str) -> None:
+    """Issue 11, item 19: the load notes (here: joined gzip members, a repeated header) are on the page."""
+    data = gzip.compress(b"a,b\n1,2\n") + gzip.compress(b"a,b\n3,4\n")
+    notes = load_table(data, filename="joined.csv.gz").attrs["dpcore_notes"]
+    assert len(notes) == 2
+    at = _uploaded(app_path, "joined.csv.gz", data)
+    _clean(at)
+    assert [w.value for w in at.warning] == [md(n) for n in notes]
+    assert at.session_state["dp_dataset"].schema.kinds == {"a": "numeric", "b": "numeric"}
+    at = _uploaded(app_path, "plain.csv", b"a,b\n1,2\n3,4\n")
+    _clean(at)
+    assert not at.warning
 
 
 def test_wide_tables_are_refused_within_seconds_and_500_columns_stay_fast(app_path: str) -> None:

@@ -9,6 +9,7 @@ import datetime as dt
 import gzip
 import io
 import math
+import re
 import time
 import tracemalloc
 import warnings
@@ -371,6 +372,75 @@ def test_every_parquet_column_type_loads_or_is_refused(column: pa.Array) -> None
             if kind in ("categorical", "date"):
                 column_encoding(table, forced, "v")
             prepare(rows, forced, ["v"], data_bounds_ok=True)
+
+
+# -- issue 11, item 19: loading never changes data silently ------------------------------------------
+
+
+def _notes(df: pd.DataFrame) -> str:
+    return " | ".join(df.attrs["dpcore_notes"])
+
+
+def test_two_gzip_members_each_with_the_header_load_as_one_table_and_say_so() -> None:
+    """Before: the second member's header became a data row and both columns turned to text."""
+    joined = gzip.compress(b"a,b\n1,2\n") + gzip.compress(b"a,b\n3,4\n5,6\n")
+    df = load_table(joined, filename="t.csv.gz")
+    assert df.to_dict("list") == {"a": [1, 3, 5], "b": [2, 4, 6]}
+    assert infer_schema(df).kinds == {"a": "numeric", "b": "numeric"}
+    assert re.search(r"2 gzip members.*read one after the other", _notes(df))
+    assert re.search(r"line 3 repeats the header.*dropped", _notes(df))
+
+
+def test_excel_sep_line_sets_the_delimiter_and_is_not_the_header() -> None:
+    """Before: the columns were named 'sep=' and 'Unnamed: 1' and the real header became a row."""
+    df = load_table(b'"sep=;"\r\na;b\r\n1,5;2\r\n3;4\r\n', filename="t.csv")
+    assert list(df.columns) == ["a", "b"] and df["b"].tolist() == [2, 4]
+    assert re.search(r"first line 'sep=;'.*semicolon.*skipped", _notes(df))
+    with pytest.raises(DataError, match=r"first line 'sep=#' declares '#'.*comma, semicolon, tab or pipe"):
+        load_table(b"sep=#\na#b\n1#2\n", filename="t.csv")
+
+
+def test_mixed_utf8_and_latin1_lines_are_each_decoded_and_named() -> None:
+    """Before: the whole file was read as Windows-1252, so 'Zürich' (UTF-8) became 'ZÃ¼rich'."""
+    data = "city,n\nZürich,1\n".encode() + "München,2\n".encode("latin-1") + "Genève,3\n".encode()
+    df = load_table(data, filename="t.csv")
+    assert df["city"].tolist() == ["Zürich", "München", "Genève"]
+    assert "mixed" in df.attrs["dpcore_source"]
+    assert re.search(r"1 line \(line 3\) is not valid UTF-8.*Windows-1252.*as UTF-8 and upload", _notes(df))
+
+
+def test_numbers_with_thousands_separators_load_as_numbers_and_say_so() -> None:
+    """Before: quoted "1,234" stayed text, typed as an identifier."""
+    df = load_table(b'id,amount,b\n1,"1,234",1\n2,"12,345.5",2\n3,"-7",3\n4,,4\n', filename="t.csv")
+    assert df["amount"].tolist()[:3] == [1234.0, 12345.5, -7.0] and math.isnan(df["amount"].iloc[3])
+    assert infer_schema(df).kinds["amount"] == "numeric"
+    assert re.search(r"'amount'.*thousands separators.*read as numbers", _notes(df))
+    big = load_table(b'a,b\n"99,999,999,999,999,999,999",1\n"1,000",2\n', filename="t.csv")
+    assert big["a"].tolist() == ["99999999999999999999", "1000"]  # beyond int64: exact, as text
+
+
+def test_ambiguous_comma_numbers_in_semicolon_files_stay_text_and_say_so() -> None:
+    """'1,234' in a semicolon file may be 1.234 (decimal comma) or 1234: kept as typed, with a note."""
+    df = load_table(b"a;b\n1,234;1\n5,678;2\n", filename="t.csv")
+    assert df["a"].tolist() == ["1,234", "5,678"]
+    assert re.search(r"'a'.*either as thousands separators.*or as decimal commas.*kept as text", _notes(df))
+    assert load_table(b"a;b\n1,5;1\n2,25;2\n", filename="t.csv").attrs["dpcore_notes"] == []
+
+
+@pytest.mark.parametrize(
+    ("data", "name", "expected"),
+    [
+        (b"a,b\n1,2\n3,4\n", "t.csv", []),
+        ("name;val\ncafé;1\n".encode("cp1252"), "t.csv", []),
+        (_xlsx([["a", "b"], [1, 2]]), "t.xlsx", []),
+        (_parquet(pa.table({"a": [1, 2]})), "t.parquet", []),
+        (gzip.compress(b"a,b\n1,2\n") + gzip.compress(b"3,4\n"), "t.csv.gz", ["2 gzip members"]),
+    ],
+    ids=["csv", "cp1252", "xlsx", "parquet", "gzip members without header"],
+)
+def test_ordinary_files_carry_no_notes(data: bytes, name: str, expected: list[str]) -> None:
+    notes = load_table(data, filename=name).attrs["dpcore_notes"]
+    assert len(notes) == len(expected) and all(e in n for e, n in zip(expected, notes, strict=True))
 
 
 # -- preparing features --------------------------------------------------------------------------------

@@ -13,6 +13,12 @@ XML parser's cost grows with the square of such a run; Excel writes at most 32,7
 more than :data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed element by element, about
 100,000 a second); a table with more than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is
 refused before it is parsed.
+
+Nothing is changed silently: what loading had to interpret is said in ``df.attrs["dpcore_notes"]`` (shown
+on the Data page) - gzip members read one after the other, lines repeating the header (files joined end to
+end) dropped, Excel's ``sep=;`` first line taken as the delimiter, lines not in UTF-8 in an otherwise UTF-8
+file, numbers with thousands separators ("1,234") read as numbers or, when they could be decimal commas,
+kept as text.
 """
 
 from __future__ import annotations
@@ -36,12 +42,13 @@ import pyarrow.parquet as pq
 
 from dpcore.errors import DataError
 
-__all__ = ["MAX_COLUMNS", "MAX_TABLE_BYTES", "MAX_XLSX_ELEMENTS", "MAX_XML_RUN", "load_table"]
+__all__ = ["MAX_COLUMNS", "MAX_TABLE_BYTES", "MAX_XLSX_ELEMENTS", "MAX_XML_RUN", "NOTES_ATTR", "load_table"]
 
 MAX_TABLE_BYTES = 50 * 2**20
 MAX_COLUMNS = 500
 MAX_XML_RUN = 2**20
 MAX_XLSX_ELEMENTS = 1_000_000
+NOTES_ATTR = "dpcore_notes"
 
 _DELIMITERS = (",", ";", "\t", "|")
 _DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
@@ -50,6 +57,11 @@ _SNIFF_ROWS = 200
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _MAX_CONTROL_SHARE = 0.01
 _MIN_CONTROL = 8
+_SEP_LINE = re.compile(r'\A\ufeff?"?sep=(.?)"?[ \t]*\r?(?:\n|\Z)', re.IGNORECASE)
+_UTF8_MULTIBYTE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
+_LEGACY = tuple(bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256))
+_GROUPED = r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?"
+_NUMBER = rf"{_GROUPED}|[+-]?\d+(?:\.\d+)?"
 _FORMATS_HELP = (
     "Supported formats: CSV/TSV (comma, semicolon or tab), gzip-compressed CSV, Parquet, Excel .xlsx."
 )
@@ -82,10 +94,11 @@ def load_table(
     column names, unreadable Parquet/Excel/gzip content, a gzip file or workbook that inflates beyond
     ``max_bytes``, more than ``max_columns`` columns, and column types no mechanism can use (nested
     Parquet columns, timestamps outside 1677-2262). ``df.attrs["dpcore_source"]`` describes what was
-    detected (format, encoding, delimiter), for display.
+    detected (format, encoding, delimiter) and ``df.attrs["dpcore_notes"]`` lists, in words, what loading
+    interpreted (empty for an ordinary file), for display.
     """
     data, name = _read_bytes(source, filename)
-    return _parse(data, name, 0, _Limits(int(max_bytes), int(max_columns)))
+    return _parse(data, name, 0, _Limits(int(max_bytes), int(max_columns)), [])
 
 
 def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
@@ -116,7 +129,7 @@ def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
     )
 
 
-def _parse(data: bytes, name: str, depth: int, limits: _Limits) -> pd.DataFrame:
+def _parse(data: bytes, name: str, depth: int, limits: _Limits, notes: list[str]) -> pd.DataFrame:
     lower = name.lower()
     if not data.strip():
         raise DataError(f"'{name}' is empty. Upload a file with a header row and at least one data row.")
@@ -126,15 +139,21 @@ def _parse(data: bytes, name: str, depth: int, limits: _Limits) -> pd.DataFrame:
                 f"'{name}' is compressed twice with gzip; decompress it once and upload the result."
             )
         inner = lower[:-3] if lower.endswith(".gz") else lower
-        return _parse(_gunzip(data, name, limits.max_bytes), inner, depth + 1, limits)
+        unpacked, members = _gunzip(data, name, limits.max_bytes)
+        if members > 1:
+            notes.append(
+                f"'{name}' holds {members} gzip members (files compressed separately and joined end to end); "
+                "they were read one after the other as one file, as gunzip does."
+            )
+        return _parse(unpacked, inner, depth + 1, limits, notes)
     if lower.endswith(".gz") and not depth:
         raise DataError(
             f"'{name}' is named .gz but is not gzip-compressed. Rename it or compress it with gzip."
         )
     if data[:4] == b"PAR1":
-        return _read_parquet(data, name, limits)
+        return _read_parquet(data, name, limits, notes)
     if data[:4] == b"PK\x03\x04":
-        return _read_xlsx(data, name, limits)
+        return _read_xlsx(data, name, limits, notes)
     if data[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
         raise DataError(
             f"'{name}' is a legacy Excel 97-2003 (.xls) or password-protected workbook. "
@@ -148,7 +167,7 @@ def _parse(data: bytes, name: str, depth: int, limits: _Limits) -> pd.DataFrame:
     ):
         if lower.endswith(ext):
             raise DataError(f"'{name}' is named {ext} but is not a valid {kind} file. Export it again.")
-    return _read_text(data, name, limits)
+    return _read_text(data, name, limits, notes)
 
 
 def _megabytes(n: int) -> str:
@@ -163,12 +182,15 @@ def _too_big(name: str, what: str, max_bytes: int) -> DataError:
     )
 
 
-def _gunzip(data: bytes, name: str, max_bytes: int) -> bytes:
-    """Inflate every gzip member in steps of at most ``max_bytes + 1`` output bytes; refuse beyond."""
+def _gunzip(data: bytes, name: str, max_bytes: int) -> tuple[bytes, int]:
+    """Inflate every gzip member in steps of at most ``max_bytes + 1`` output bytes; refuse beyond.
+    Returns the bytes and the number of members."""
     out = bytearray()
     rest = data
+    members = 0
     try:
         while rest:
+            members += 1
             inflater = zlib.decompressobj(wbits=31)
             pending = rest
             while not inflater.eof:
@@ -186,10 +208,10 @@ def _gunzip(data: bytes, name: str, max_bytes: int) -> bytes:
         ) from err
     if not out.strip():
         raise DataError(f"'{name}' decompresses to an empty file. Upload a file with a header and data rows.")
-    return bytes(out)
+    return bytes(out), members
 
 
-def _decode(data: bytes, name: str) -> tuple[str, str]:
+def _decode(data: bytes, name: str, notes: list[str]) -> tuple[str, str]:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
             return data.decode("utf-16"), "UTF-16"
@@ -201,12 +223,46 @@ def _decode(data: bytes, name: str) -> tuple[str, str]:
     body = data[3:] if bom else data
     if b"\x00" in body:
         raise DataError(f"'{name}' contains binary data, not text. {_FORMATS_HELP}")
-    for codec, label in (("utf-8", "UTF-8 with BOM" if bom else "UTF-8"), ("cp1252", "Windows-1252")):
+    try:
+        return body.decode("utf-8"), "UTF-8 with BOM" if bom else "UTF-8"
+    except UnicodeDecodeError:
+        pass
+    if _UTF8_MULTIBYTE.search(body):
+        return _decode_mixed(body, name, notes), "UTF-8 mixed with Windows-1252"
+    try:
+        return body.decode("cp1252"), "Windows-1252"
+    except UnicodeDecodeError:
+        return body.decode("latin-1"), "Latin-1"
+
+
+def _legacy_bytes(err: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: the bytes that are not UTF-8 read as Windows-1252 (Latin-1 where it has none)."""
+    assert isinstance(err, UnicodeDecodeError)
+    return "".join(_LEGACY[b] for b in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("dpcore-legacy", _legacy_bytes)
+
+
+def _decode_mixed(body: bytes, name: str, notes: list[str]) -> str:
+    """A file that is UTF-8 except for some lines (rows appended by another program): each line's UTF-8
+    sequences read as UTF-8 and its other bytes as Windows-1252; the lines concerned are named."""
+    lines = body.split(b"\n")
+    bad: list[int] = []
+    for i, line in enumerate(lines):
         try:
-            return body.decode(codec), label
+            lines[i] = line.decode("utf-8")
         except UnicodeDecodeError:
-            continue
-    return body.decode("latin-1"), "Latin-1"
+            bad.append(i + 1)
+            lines[i] = line.decode("utf-8", errors="dpcore-legacy")
+    first = f"line {bad[0]:,}"
+    which = f"1 line ({first}) is" if len(bad) == 1 else f"{len(bad):,} lines (first: {first}) are"
+    notes.append(
+        f"'{name}' mixes encodings: {which} not valid UTF-8 while the rest of the file is. Their bytes "
+        "outside UTF-8 were read as Windows-1252 (Latin-1), the rest as UTF-8. Check the text in those "
+        "lines, or save the file as UTF-8 and upload it again."
+    )
+    return "\n".join(lines)  # type: ignore[arg-type]
 
 
 def _sniff_delimiter(text: str, name: str) -> str:
@@ -326,14 +382,86 @@ def _big_ints(s: pd.Series) -> bool:
     return any(isinstance(v, int) and not isinstance(v, bool) and not low <= v <= high for v in s)
 
 
-def _read_text(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
-    text, encoding = _decode(data, name)
+def _sep_line(text: str, name: str, notes: list[str]) -> tuple[str, str | None]:
+    """Excel's ``sep=;`` first line: its delimiter, the line blanked (line numbers stay those of the file)."""
+    match = _SEP_LINE.match(text)
+    if match is None:
+        return text, None
+    delim = match.group(1)
+    if delim not in _DELIMITER_NAMES:
+        raise DataError(
+            f"'{name}': the first line 'sep={delim}' declares '{delim}' as the delimiter; comma, semicolon, "
+            "tab or pipe can be read. Save the file again with one of those."
+        )
+    notes.append(
+        f"'{name}': the first line 'sep={delim}' (Excel's delimiter hint) was read as the delimiter "
+        f"({_DELIMITER_NAMES[delim]}) and skipped; the header is the line after it."
+    )
+    return "\n" + text[match.end() :], delim
+
+
+def _drop_repeated_header(text: str, name: str, notes: list[str]) -> str:
+    """Blank the later lines identical to the header line (files joined end to end, e.g. gzip members or
+    ``cat a.csv b.csv``): read as data they would turn every column to text."""
+    first = re.match(r"(?:[ \t\r]*\n)*([^\n]*)", text)
+    header = first.group(1).rstrip("\r") if first else ""
+    if not header.strip() or first is None:
+        return text
+    head, tail = text[: first.end(1)], text[first.end(1) :]
+    repeated = re.compile("\n" + re.escape(header) + r"\r?(?=\n|\Z)")
+    found = repeated.search(tail)
+    if found is None:
+        return text
+    line = text.count("\n", 0, len(head) + found.start()) + 2
+    tail, count = repeated.subn("\n", tail)
+    more = f" ({count:,} such lines in all)" if count > 1 else ""
+    notes.append(
+        f"'{name}': line {line:,} repeats the header{more}, as where files are joined end to end; it was "
+        "dropped, not read as data."
+    )
+    return head + tail
+
+
+def _grouped_numbers(df: pd.DataFrame, delim: str, name: str, notes: list[str]) -> None:
+    """Read text columns of numbers with thousands separators ("1,234", "12,345.5") as numbers; in a
+    semicolon-separated file, where "1,234" may be a decimal comma, keep them as text unless some value
+    can only be a thousands separator ("1,234,567", "1,234.5"). Either way, say so."""
+    for column in df.columns:
+        s = df[column]
+        if not (s.dtype == object or isinstance(s.dtype, pd.StringDtype)):
+            continue
+        values = s.dropna().astype(str).str.strip()
+        commas = values.str.contains(",", regex=False)
+        if not commas.any() or not values.str.fullmatch(_NUMBER).all():
+            continue
+        example = values[commas].iloc[0]
+        only_grouping = values[commas].str.count(",").gt(1) | values.str.contains(".", regex=False)
+        if delim == ";" and not only_grouping.any():
+            notes.append(
+                f"'{name}': column '{column}' holds values such as '{example}', which read either as "
+                "thousands separators (1234) or as decimal commas (1.234); they were kept as text. Save the "
+                "file with plain numbers (1234 or 1.234) and upload it again to use them as numbers."
+            )
+            continue
+        digits = values.str.replace(",", "", regex=False)
+        numbers = digits.astype(float) if digits.str.contains(".", regex=False).any() else digits.map(int)
+        df[column] = numbers.reindex(s.index).infer_objects()
+        notes.append(
+            f"'{name}': column '{column}' holds numbers with thousands separators (such as '{example}'); the "
+            "separators were removed and the values read as numbers."
+        )
+
+
+def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
+    text, encoding = _decode(data, name, notes)
     head = text[:_SNIFF_CHARS]
     if len(_CONTROL.findall(head)) > max(_MIN_CONTROL, _MAX_CONTROL_SHARE * len(head)):
         raise DataError(f"'{name}' looks like binary data, not a text table. {_FORMATS_HELP}")
     if "\n" not in text:
         text = text.replace("\r", "\n")
-    delim = _sniff_delimiter(text, name)
+    text, declared = _sep_line(text, name, notes)
+    text = _drop_repeated_header(text, name, notes)
+    delim = declared or _sniff_delimiter(text, name)
     raw = text.encode("utf-8")
     header = _check_rows(text, raw, delim, name)
     _check_width(len(header), name, limits.max_columns)
@@ -350,11 +478,12 @@ def _read_text(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
             f"'{name}': the header has {len(header)} fields but {df.shape[1]} columns were read. "
             "Check the quoting of the header row."
         )
+    _grouped_numbers(df, delim, name, notes)
     for column in [c for c in df.columns if _big_ints(df[c])]:
         # digits beyond int64 (an account number, say): kept exactly, as text
         df[column] = df[column].astype(str).where(df[column].notna())
     source = f"CSV ({encoding}, {_DELIMITER_NAMES[delim]}-separated)"
-    return _finish(df, header, name, source)
+    return _finish(df, header, name, source, notes)
 
 
 def _nested(kind: pa.DataType) -> bool:
@@ -413,7 +542,7 @@ def _arrow_table(data: bytes, name: str, max_columns: int) -> pa.Table:
     return table
 
 
-def _read_parquet(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
+def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
     table = _arrow_table(data, name, limits.max_columns)
     try:
         df = table.to_pandas()
@@ -427,7 +556,7 @@ def _read_parquet(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
                 f"'{name}' stores a pandas index with the same name as a column ({err}). Rename the index "
                 "or drop it (df.reset_index(drop=True)) before saving, and export the file again."
             ) from err
-    return _finish(df, [str(c) for c in df.columns], name, "Parquet")
+    return _finish(df, [str(c) for c in df.columns], name, "Parquet", notes)
 
 
 def _scan_xml(xml: bytes) -> tuple[int, int]:
@@ -514,7 +643,7 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
         raise DataError(f"'{name}' is a damaged zip/Excel file ({err}). Save the workbook again.") from err
 
 
-def _read_xlsx(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
+def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
     _check_workbook(data, name, limits.max_bytes)
     try:
         sheets = pd.read_excel(io.BytesIO(data), sheet_name=None, header=None, engine="openpyxl")
@@ -539,10 +668,10 @@ def _read_xlsx(data: bytes, name: str, limits: _Limits) -> pd.DataFrame:
         # Excel stores numbers as doubles; the reader turns whole ones such as 1e308 into exact ints
         body[column] = body[column].map(lambda v: float(v) if isinstance(v, int) else v).infer_objects()
     more = f" of {len(sheets)}" if len(sheets) > 1 else ""
-    return _finish(body, header, name, f"Excel .xlsx (first sheet '{sheet}'{more})")
+    return _finish(body, header, name, f"Excel .xlsx (first sheet '{sheet}'{more})", notes)
 
 
-def _finish(df: pd.DataFrame, header: list[str], name: str, source: str) -> pd.DataFrame:
+def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: list[str]) -> pd.DataFrame:
     names = [str(h).strip() for h in header]
     keep = [bool(n) or not df.iloc[:, i].isna().all() for i, n in enumerate(names)]
     df = df.iloc[:, [i for i, k in enumerate(keep) if k]].copy()
@@ -561,4 +690,5 @@ def _finish(df: pd.DataFrame, header: list[str], name: str, source: str) -> pd.D
     if df.empty:
         raise DataError(f"'{name}' has a header but no data rows. Upload a file with at least one data row.")
     df.attrs["dpcore_source"] = source
+    df.attrs[NOTES_ATTR] = notes
     return df
