@@ -19,6 +19,7 @@ from dpcore import config
 from dpcore.data import fingerprint, load_table
 from dpcore.data.sources import load_source
 from dpcore.ledger import Ledger
+from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.sessions import SessionStore
 from ui import datasets
@@ -106,14 +107,15 @@ def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> 
 
 
 def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it(
-    folder: Path, downloads: dict[str, bytes]
+    folder: Path, downloads: dict[str, bytes], tmp_path: Path
 ) -> None:
     at = _open(_folder_secrets(folder))
     _load_folder_file(at, "tables/large.parquet")
     ds = at.session_state["dp_dataset"]
-    assert ds.n_rows == 100 and ds.name == "tables/large.parquet (uniform sample of 100 of 400 rows)"
-    assert ds.fingerprint == fingerprint(load_table(folder / "large.parquet"))  # the whole table's
+    assert ds.n_rows == 100 and ds.name == "tables/large.parquet"  # the whole table's name and fingerprint
+    assert ds.fingerprint == fingerprint(load_table(folder / "large.parquet"))
     assert any("uniform sample of 100 of the 400 rows" in w.value for w in at.warning)
+    assert "Uniform sample of 100 of 400 rows: diagnostics only" in [w.value for w in at.sidebar.warning]
     at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age"]).run()
     at.text_input(key=f"data_lower_{ds.dataset_id}_age").input("18").run()
     at.text_input(key=f"data_upper_{ds.dataset_id}_age").input("90").run()
@@ -128,9 +130,18 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
     assert any("A release must use the whole table" in w.value for w in at.warning)
     # the plan for a batch job on the whole table: its name and fingerprint, not the sample's
     (name,) = [n for n in downloads if n.startswith("plan-")]
-    plan = ReleasePlan.from_manifest(json.loads(downloads[name]))
+    manifest = json.loads(downloads[name])
+    plan = ReleasePlan.from_manifest(manifest)
     assert plan.dataset_name == "tables/large.parquet" and plan.fingerprint == ds.fingerprint
     assert plan.mechanism == "dp_lloyd" and plan.mode == "secure"
+    # ... which the batch command releases on the whole table, from the same account
+    ledger = Ledger(config.ledger_url())
+    release = run_plan(
+        manifest, folder / "large.parquet", ledger=ledger, artifacts_dir=tmp_path / "batch", user="batch"
+    )
+    assert release.record.dataset_fingerprint == ds.fingerprint and release.record.account == plan.account.key
+    assert ledger.budget(plan.account).epsilon_spent == plan.epsilon
+    ledger.close()
 
 
 def test_a_database_table_and_a_select_load_and_other_statements_are_refused(warehouse: str) -> None:

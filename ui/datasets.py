@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -142,8 +141,9 @@ def _folder_table(
 def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> state.Dataset:
     """Read a folder file or a database table/SELECT (``dpcore.data.sources``) and make it the current
     dataset. Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
-    ``sample_seed`` (a new one from the OS entropy source when None, kept in the session plan), named
-    so, under the whole table's fingerprint (its ledger account is the whole table's)."""
+    ``sample_seed`` (a new one from the OS entropy source when None, kept in the session plan), under
+    the whole table's name and fingerprint (its ledger account is the whole table's); :func:`sample_of`
+    says it is a sample."""
     settings = source_settings()
     sample_seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
     if isinstance(spec, FolderFile):
@@ -158,12 +158,13 @@ def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> sta
             max_rows=settings.max_rows,
             sample_seed=sample_seed,
         )
-    name = spec.label
-    if loaded.sampled:
-        name += f" (uniform sample of {len(loaded.table):,} of {loaded.n_rows:,} rows)"
     origin = {"source": spec.to_dict(), "seed": sample_seed, "sampled": loaded.sampled, "rows": loaded.n_rows}
     return state.set_dataset(
-        name, loaded.table, source=loaded.description, origin=origin, table_fingerprint=loaded.fingerprint
+        spec.label,
+        loaded.table,
+        source=loaded.description,
+        origin=origin,
+        table_fingerprint=loaded.fingerprint,
     )
 
 
@@ -184,6 +185,13 @@ def sample_of(ds: state.Dataset | None) -> str | None:
     )
 
 
+def sample_label(ds: state.Dataset | None) -> str | None:
+    """A short label for a dataset that is a uniform sample of a larger table (for the sidebar), else None."""
+    if sample_of(ds) is None:
+        return None
+    return f"Uniform sample of {ds.n_rows:,} of {ds.origin['rows']:,} rows: diagnostics only"
+
+
 def release_refusal(ds: state.Dataset | None) -> str | None:
     """Why the dashboard does not release from ``ds`` (a sample of a larger table), or None."""
     sample = sample_of(ds)
@@ -197,16 +205,14 @@ def release_refusal(ds: state.Dataset | None) -> str | None:
 
 
 def offer_whole_table_plan(plan: ReleasePlan, key: str) -> None:
-    """On a sample of a larger table: a download of ``plan`` named after the whole table (its fingerprint
-    already is the whole table's), for ``python -m dpcore run-plan`` on the whole table."""
-    ds = state.dataset()
-    if sample_of(ds) is None:
+    """On a sample of a larger table: a download of ``plan`` (whose dataset name and fingerprint are the
+    whole table's), for ``python -m dpcore run-plan`` on the whole table."""
+    if sample_of(state.dataset()) is None:
         return
-    whole = replace(plan, dataset_name=source_from_dict(ds.origin["source"]).label)
     st.download_button(
         "Download the plan for the whole table",
-        data=to_json(whole.to_manifest()),
-        file_name=f"plan-{whole.dataset_id}-{whole.mechanism}.json",
+        data=to_json(plan.to_manifest()),
+        file_name=f"plan-{plan.dataset_id}-{plan.mechanism}.json",
         mime="application/json",
         key=f"{key}_whole_table_plan",
         on_click="ignore",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dpcore.policy import GeoIndistinguishability
-from ui import auth, state
+from ui import auth, datasets, state
 from ui.errors import user_errors
 from ui.release import policy_budget
 from ui.text import md
@@ -23,6 +23,9 @@ def _dataset_section() -> None:
         st.caption("No dataset loaded: choose one on the Data page.")
         return
     st.markdown(f"**{md(ds.name)}**")
+    sample = datasets.sample_label(ds)
+    if sample:
+        st.warning(sample)
     dropped = ds.n_rows - len(ds.cleaned)
     rows = f"{len(ds.cleaned):,} rows" + (f" ({dropped:,} dropped)" if dropped else "")
     st.caption(f"{rows} · {ds.raw.shape[1]} columns · fingerprint `{ds.fingerprint[:12]}`")
