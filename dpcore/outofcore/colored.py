@@ -6,18 +6,20 @@ their calibration, the (eps, delta) inequality with the analytic one of Balle & 
 Released: c_k + N(0, Sigma_k), Sigma_k trace-optimal subject to u_p' Sigma_k^+ u_p <= gamma for every row p
 of cluster k, u_p = (x_p - c_k) / (n_k - 1).
 
-Passes (DuckDB or Spark through Ibis; the rows never come to Python, only a few hundred candidates):
+Passes (DuckDB or Spark through Ibis; the rows never come to Python, only the sample and the few
+rows the certificates name):
 
 0. clustering: k-means on a uniform sample of at most ``sample_rows`` rows (public centres m_k);
-1. assignment and moments: each row to its nearest m_k; per cluster n_k, sum x, sum (x - m_k)(x - m_k)',
-   min and max per feature, giving the true centroids c_k and the cluster's Gram matrix of the u_p;
-2. candidates: rows whose whitened norm ||W'(x - c_k)||^2 exceeds the cluster's sample quantile, the
-   largest per cluster kept; the exact solver of ``dpcore.kmeans.covariance`` runs on them in memory;
-3. certificate: every row's u_p' Sigma_k^+ u_p and its part outside the span of Sigma_k; rows above
-   1 + tol / 2 join the candidates and the solver runs again (at most ``max_certificates`` passes). The
-   final Sigma_k is scaled by the largest constraint value over ALL rows (times the solver's rounding
-   margin), so every row's constraint holds whatever the candidates were; the dual weights of the
-   candidates give the lower bound, hence the reported optimality gap.
+1. assignment and moments: each row to its nearest m_k; per cluster n_k, sum x, min and max per
+   feature, giving the true centroids c_k (exact where a feature is constant in the cluster);
+2. certificates: the exact solver of ``dpcore.kmeans.covariance`` runs in memory on the sample's rows of
+   each cluster (as u_p with the table's c_k and n_k); one pass computes every row's u_p' Sigma_k^+ u_p
+   (and, when Sigma_k has rank < d, the part of u_p outside its span) and returns the rows above
+   1 + tol / 2 (at most ``ADDED`` per cluster, largest first) with each cluster's largest value; they
+   join the solver's rows and the solver runs again (at most ``max_certificates`` passes). The final
+   Sigma_k is scaled by the largest constraint value over ALL rows (times the solver's rounding margin),
+   so every row's constraint holds whatever rows the solver saw; the solver's dual weights on its rows
+   give the lower bound, hence the reported optimality gap.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dpcore.kmeans.covariance import (
     _gamma,
     _rounding_margin,
     _solve_cluster,
+    _threadpools,
     singleton_message,
 )
 from dpcore.kmeans.registry import centroid_output, check_release_sampler
@@ -47,8 +50,8 @@ from dpcore.registry import MechanismOutput
 
 KEY = "colored"
 SAMPLE_ROWS = 100_000
-CANDIDATES = 512  # rows per cluster fetched by the candidate pass
-ADDED = 256  # violating rows per cluster fetched by a certificate pass
+ADDED = 1024  # violating rows per cluster fetched by a certificate pass
+POOL = 2048  # sample rows per cluster the solver starts from
 
 
 @dataclass
@@ -86,41 +89,49 @@ def _labelled(features: TableFeatures, centres: NDArray) -> ir.Table:
     return nearest_label(rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))}), centres)
 
 
-def _by_label(t: ir.Table, values: NDArray) -> ir.FloatingValue:
-    """values[label] as an expression (one CASE over the K clusters)."""
-    return ibis.cases(*[(t.label == c, const(v)) for c, v in enumerate(values)], else_=const(0.0))
+def _joined(t: ir.Table, columns: dict[str, NDArray]) -> ir.Table:
+    """``t`` with per-cluster constants as columns: ``columns[name][label]`` (a K-row table joined on the
+    label, so each row reads its cluster's values without a CASE per value)."""
+    k = len(next(iter(columns.values())))
+    values = {n: np.asarray(v, dtype=float) for n, v in columns.items()}
+    consts = ibis.memtable({"label": np.arange(k, dtype=np.int64), **values})
+    return t.join(consts, "label")
 
 
-def _moments(t: ir.Table, centres: NDArray) -> dict[str, NDArray]:
-    """Pass 1: per cluster n, sums, scatter about the assigning centre, min and max per feature."""
-    k, d = centres.shape
-    t = t.mutate(**{f"v{j}": t[f"x{j}"] - _by_label(t, centres[:, j]) for j in range(d)})
+def _moments(t: ir.Table, k: int, d: int) -> dict[str, NDArray]:
+    """Pass 1: per cluster n, sums, min and max per feature (true centroids; constant features)."""
     aggs: dict[str, Any] = {"n": t.count()}
-    for i in range(d):
-        aggs[f"s{i}"] = t[f"x{i}"].sum()
-        aggs[f"lo{i}"] = t[f"x{i}"].min()
-        aggs[f"hi{i}"] = t[f"x{i}"].max()
-        for j in range(i, d):
-            aggs[f"q{i}_{j}"] = (t[f"v{i}"] * t[f"v{j}"]).sum()
+    for j in range(d):
+        aggs[f"s{j}"] = t[f"x{j}"].sum()
+        aggs[f"lo{j}"] = t[f"x{j}"].min()
+        aggs[f"hi{j}"] = t[f"x{j}"].max()
     out = t.group_by("label").aggregate(**aggs).to_pandas().sort_values("label")
     if len(out) < k:
         raise ParameterError(f"A cluster of the sample's clustering got no row of the table; choose K < {k}.")
     n = out["n"].to_numpy(dtype=float)
     if np.any(n < 2):
         raise ParameterError(singleton_message(int(np.flatnonzero(n < 2)[0])))
-    scatter = np.zeros((k, d, d))
-    for i in range(d):
-        for j in range(i, d):
-            scatter[:, i, j] = scatter[:, j, i] = out[f"q{i}_{j}"].to_numpy(dtype=float)
     col = lambda p: out[[f"{p}{j}" for j in range(d)]].to_numpy(dtype=float)  # noqa: E731
-    return {"n": n, "sums": col("s"), "lo": col("lo"), "hi": col("hi"), "scatter": scatter}
+    return {"n": n, "sums": col("s"), "lo": col("lo"), "hi": col("hi")}
 
 
 def _centred(t: ir.Table, centers: NDArray, counts: NDArray) -> ir.Table:
     """``t`` with u0..u{d-1}: u_j = (x_j - c_label,j) / (n_label - 1)."""
     d = centers.shape[1]
-    size = _by_label(t, counts - 1.0)
-    return t.mutate(**{f"u{j}": (t[f"x{j}"] - _by_label(t, centers[:, j])) / size for j in range(d)})
+    t = _joined(t, {"size": counts - 1.0, **{f"c{j}": centers[:, j] for j in range(d)}})
+    u = {f"u{j}": (t[f"x{j}"] - t[f"c{j}"]) / t.size for j in range(d)}
+    return t.mutate(**u).drop("size", *[f"c{j}" for j in range(d)])
+
+
+def _outermost(v: NDArray, m: int) -> NDArray:
+    """The ``m`` rows of ``v`` farthest out in its own whitened coordinates (largest v' C^+ v, C = v'v):
+    the sample rows that can bind; the interior ones cannot (certificates add any the sample lacks)."""
+    if v.shape[0] <= m:
+        return v
+    ev, vecs = np.linalg.eigh(v.T @ v)
+    keep = ev > max(float(ev.max()), 0.0) * 1e-12
+    z = v @ (vecs[:, keep] / np.sqrt(ev[keep]))
+    return v[np.argpartition(-np.einsum("ij,ij->i", z, z), m - 1)[:m]]
 
 
 def _top_rows(t: ir.Table, score: ir.FloatingValue, keep: ir.BooleanValue, per_cluster: int) -> ir.Table:
@@ -131,21 +142,16 @@ def _top_rows(t: ir.Table, score: ir.FloatingValue, keep: ir.BooleanValue, per_c
 
 
 def _quadratic(t: ir.Table, factors: list[NDArray], name: str) -> ir.Table:
-    """``t`` with column ``name`` = ||u' F_label||^2 for per-cluster factors F_k (d x r_k): the projections
-    as columns first, then the sum of their squares."""
-    k, d = len(factors), factors[0].shape[0]
-    r_max = max(f.shape[1] for f in factors)
-    proj = {}
-    for col in range(r_max):
-        per = [
-            (t.label == c, total([t[f"u{j}"] * const(factors[c][j, col]) for j in range(d)]))
-            for c in range(k)
-            if col < factors[c].shape[1]
-        ]
-        proj[f"p{col}"] = ibis.cases(*per, else_=const(0.0))
-    if not proj:
+    """``t`` with column ``name`` = ||u' F_label||^2 for per-cluster factors F_k (d x r_k, zero-padded to
+    the largest r): the factors joined per cluster, the projections as columns, then their squares."""
+    d, r_max = factors[0].shape[0], max(f.shape[1] for f in factors)
+    if r_max == 0:
         return t.mutate(**{name: const(0.0)})
-    t = t.mutate(**proj)
+    padded = [np.pad(f, ((0, 0), (0, r_max - f.shape[1]))) for f in factors]
+    names = {(j, col): f"f{j}_{col}" for j in range(d) for col in range(r_max)}
+    t = _joined(t, {v: np.array([f[j, col] for f in padded]) for (j, col), v in names.items()})
+    proj = {f"p{col}": total([t[f"u{j}"] * t[names[j, col]] for j in range(d)]) for col in range(r_max)}
+    t = t.mutate(**proj).drop(*names.values())
     return t.mutate(**{name: total([t[p] * t[p] for p in proj])}).drop(*proj)
 
 
@@ -161,7 +167,7 @@ def colored_release(
     sample_rows: int = SAMPLE_ROWS,
     max_certificates: int = 3,
 ) -> ColoredRun:
-    """The colored release on ``features`` (module docstring): one clustering, then 2 + up to
+    """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
     ``max_certificates`` passes; noise drawn once by ``sampler`` (secure, or a labelled demo seed)."""
     check_release_sampler(sampler)
     if not delta > 0:
@@ -175,75 +181,64 @@ def colored_release(
 
     xs = [f"x{j}" for j in range(d)]
     t = _labelled(features, m_centres)
-    mom = _moments(t, m_centres)
+    mom = _moments(t, k, d)
+    timings["moments"] = time.perf_counter() - start - timings["clustering"]
     n = mom["n"]
     centers = mom["sums"] / n[:, None]
     constant = mom["lo"] == mom["hi"]
     centers[constant] = mom["lo"][constant]  # exact, so those u_p are exactly 0
-    offset = centers - m_centres
-    outer = n[:, None, None] * offset[:, :, None] * offset[:, None, :]
-    gram = (mom["scatter"] - outer) / ((n - 1) ** 2)[:, None, None]  # sum_p u_p u_p' per cluster
     t = _centred(t, centers, n)
     passes = 1
 
-    # pass 2: rows far out in each cluster's whitened coordinates (its Gram matrix); the threshold is the
-    # score the sample reaches about CANDIDATES * (sample share) times, so about CANDIDATES rows pass
-    whiten = []
-    for c in range(k):
-        ev, vecs = np.linalg.eigh(gram[c])
-        ok = ev > max(ev.max(), 0.0) * 1e-12
-        whiten.append(vecs[:, ok] / np.sqrt(ev[ok]) if ok.any() else np.zeros((d, 0)))
+    # the exact solver starts on the sample's rows of each cluster; certificate passes add the table's
     s_label = np.argmin(((sample[:, None, :] - m_centres[None]) ** 2).sum(axis=2), axis=1)
-    threshold = np.zeros(k)
-    for c in range(k):
-        z = ((sample[s_label == c] - centers[c]) / (n[c] - 1)) @ whiten[c]
-        scores = np.sort(np.einsum("ij,ij->i", z, z))
-        take = int(CANDIDATES * scores.size / n[c])
-        if scores.size and take < scores.size:
-            threshold[c] = scores[-max(take, 1)]  # else 0: every row of the cluster qualifies
-    scored = _quadratic(t, whiten, "score")
-    above = scored.score >= _by_label(scored, threshold)
-    rows = _top_rows(scored, scored.score, above, CANDIDATES).select("label", *xs).to_pandas()
-    passes += 1
-    pool = {c: rows.loc[rows.label == c, [f"x{j}" for j in range(d)]].to_numpy(dtype=float) for c in range(k)}
+    pool = {c: _outermost(sample[s_label == c] - centers[c], POOL) + centers[c] for c in range(k)}
 
     bases: list[NDArray] = []
     eigs: list[NDArray] = []
     lowers: list[float] = []
-    for _ in range(max_certificates):
-        sols = [_solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
+    for attempt in range(1, max_certificates + 1):
+        mark = time.perf_counter()
+        with _threadpools().limit(limits=1, user_api="blas"):  # small dense algebra, as in memory
+            sols = [_solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
+        timings["solver"] = timings.get("solver", 0.0) + time.perf_counter() - mark
         factors = [s.basis / np.sqrt(s.eigenvalues) if s.eigenvalues.size else s.basis for s in sols]
         c_t = _quadratic(t, factors, "q")
-        bad = c_t.q > 1.0 + tol / 2
+        outside: ir.BooleanValue = ibis.literal(False)
         if any(s.basis.shape[1] < d for s in sols):  # a row outside span(Sigma_k) has no noise at all
             c_t = _quadratic(c_t, [s.basis for s in sols], "inside")
             c_t = c_t.mutate(norm2=total([c_t[f"u{j}"] * c_t[f"u{j}"] for j in range(d)]))
-            bad = (c_t.q > 1.0 + tol / 2) | (c_t.norm2 - c_t.inside > 1e-9 * c_t.norm2)  # ||u||^2 - ||B'u||^2
-        c_t = c_t.mutate(bad=bad)
-        # the solver left every candidate at q <= 1 and the binding ones at ~1, so the rows with
-        # q > 1 - 1e-3 hold each cluster's largest q; the others are feasible with room to spare
-        score = ibis.cases((c_t.bad, const(np.inf)), else_=c_t.q)
+            outside = c_t.norm2 - c_t.inside > 1e-9 * c_t.norm2  # ||u||^2 - ||B'u||^2, B orthonormal
+        c_t = c_t.mutate(outside=outside)
+        c_t = c_t.mutate(bad=c_t.outside | (c_t.q > 1.0 + tol / 2))
+        # the solver leaves its own rows at q <= 1 and the binding ones at ~1, so the rows with
+        # q > 1 - 1e-3 hold each cluster's largest q (ranked first); the others are feasible with room
+        score = ibis.cases((c_t.outside, const(np.inf)), else_=c_t.q)
         near = _top_rows(c_t, score, c_t.bad | (c_t.q > 1.0 - 1e-3), ADDED)
-        found = near.select("label", "q", "bad", *xs).to_pandas()
+        mark = time.perf_counter()
+        found = near.select("label", "q", "bad", "outside", *xs).to_pandas()
+        timings["certificates"] = timings.get("certificates", 0.0) + time.perf_counter() - mark
         passes += 1
         worst = found.groupby("label").q.max().reindex(range(k), fill_value=0.0).to_numpy(dtype=float)
         added = found[found["bad"].astype(bool)]
         bases, lowers = [s.basis for s in sols], [s.lower for s in sols]
+        # scaled by the largest constraint value of ALL rows: feasible whatever rows the solver saw
         eigs = [
             s.eigenvalues * max(1.0, float(w) * _rounding_margin(s.eigenvalues, d))
             for s, w in zip(sols, worst, strict=True)
         ]
         if added.empty:
             break
+        if attempt == max_certificates:
+            if found["outside"].astype(bool).any():
+                raise ParameterError(
+                    f"Rows of the table lie outside the colored noise's span after {max_certificates} "
+                    "certificate passes; run it with more passes (max_certificates)."
+                )
+            break  # feasible by the scaling above; the gap says how far from the optimum
         for c in range(k):
-            new = added.loc[added.label == c, [f"x{j}" for j in range(d)]].to_numpy(dtype=float)
+            new = added.loc[added.label == c, xs].to_numpy(dtype=float)
             pool[c] = np.vstack([pool[c], new])
-    else:
-        if not added.empty:
-            raise ParameterError(
-                f"The colored solver still had rows outside its noise after {max_certificates} certificate "
-                "passes; run it with more passes (max_certificates) or on fewer features."
-            )
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
     gaps = [up / lo - 1.0 if lo > 0 else 0.0 for up, lo in zip(upper, lowers, strict=True)]
