@@ -1,10 +1,14 @@
 """Out-of-core engine: the passes a release needs, as Ibis expressions run by DuckDB (embedded, the
 default) or Apache Spark, with every noise draw still made in Python by ``dpcore.mechanisms.Sampler``.
 
-One code path for both engines: :class:`TableFeatures` compiles the prepared feature space and each pass
-(per-cluster counts and clipped sums under nearest-centre assignment) to the engine's SQL; the noisy-Lloyd
-estimators take those statistics through ``fit_statistics``, so the budget schedule, initial centres and
-noise are those of the in-memory path.
+One code path for both engines. :class:`TableFeatures` compiles the prepared feature space and the
+DP-Lloyd / Blowfish round (per-cluster counts and clipped sums under nearest-centre assignment) to the
+engine's SQL; the noisy-Lloyd estimators take those statistics through ``fit_statistics``, so the budget
+schedule, initial centres and noise are the in-memory path's and a demo seed gives the same release.
+:mod:`~dpcore.outofcore.colored` runs the colored mechanism (clustering on a uniform sample, one
+assignment pass, certificate passes), :mod:`~dpcore.outofcore.source` opens Parquet, CSV and database
+sources with their fingerprint, and :mod:`~dpcore.outofcore.run_plan` re-runs a saved release plan
+(``python -m dpcore run-plan``).
 """
 
 from dpcore.outofcore.features import TableFeatures
