@@ -2,7 +2,8 @@
 
 ``postgres_server`` (session scope) runs Debian's ``initdb`` and ``pg_ctl`` in a fresh folder under
 /tmp, listening only on a unix socket in that folder, and stops it at the end of the session; under
-pytest-xdist every worker has its own server. As root (CI) the server runs as the ``postgres`` system
+pytest-xdist every worker has its own server; a server whose session was killed before its teardown is
+stopped by the next session. As root (CI) the server runs as the ``postgres`` system
 user, since PostgreSQL refuses to run as root. ``ledger_url`` gives each test either a fresh SQLite file
 or a fresh database on that server.
 
@@ -28,6 +29,8 @@ from typing import NoReturn
 import pytest
 
 SKIP_ENV = "DPCORE_SKIP_POSTGRES"
+PREFIX = "dpcore-pg-"  # folders under the temp dir; short, as unix socket paths are <= 107 bytes
+OWNER_FILE = "owner.pid"  # the pytest process that started the server in this folder
 SERVER_USER = "postgres"  # Debian's postgresql package creates this system user
 BACKENDS = ("sqlite", "postgresql")
 # Test-only settings: durability is irrelevant for a server deleted at the end of the session.
@@ -74,6 +77,24 @@ def _unavailable(reason: str) -> NoReturn:
     )
 
 
+def _stop(pg_ctl: str, as_user: list[str], folder: Path) -> None:
+    """Stop the server of ``folder`` (if it runs) and delete the folder."""
+    subprocess.run([*as_user, pg_ctl, "-D", str(folder / "data"), "-m", "immediate", "-w", "stop"],
+                   check=False, capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_orphans(pg_ctl: str, as_user: list[str]) -> None:
+    """Stop the servers of test sessions that were killed before their teardown ran (e.g. by a timeout)."""
+    for owner in Path(tempfile.gettempdir()).glob(f"{PREFIX}*/{OWNER_FILE}"):
+        try:
+            os.kill(int(owner.read_text()), 0)
+        except ProcessLookupError:
+            _stop(pg_ctl, as_user, owner.parent)
+        except (OSError, ValueError):  # another user's live process, or a file being written
+            continue
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """Start a private PostgreSQL server for this test session (worker) and stop it afterwards."""
@@ -81,7 +102,8 @@ def postgres_server() -> Iterator[PostgresServer]:
     if initdb is None or pg_ctl is None:
         _unavailable("initdb/pg_ctl not found on PATH or in /usr/lib/postgresql/*/bin.")
     as_user: list[str] = []
-    folder = Path(tempfile.mkdtemp(prefix="dpcore-pg-"))  # short path: unix socket paths are <= 107 bytes
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+    (folder / OWNER_FILE).write_text(str(os.getpid()))
     if os.geteuid() == 0:
         try:
             account = pwd.getpwnam(SERVER_USER)
@@ -105,15 +127,14 @@ def postgres_server() -> Iterator[PostgresServer]:
         )
     except subprocess.CalledProcessError as err:
         detail = err.stderr.strip() + (f"\n{log.read_text()}" if log.exists() else "")
-        shutil.rmtree(folder, ignore_errors=True)
+        _stop(pg_ctl, as_user, folder)
         pytest.fail(f"Could not start PostgreSQL ({' '.join(err.cmd[:4])} ...):\n{detail}", pytrace=False)
     server = PostgresServer(folder, SERVER_USER, time.perf_counter() - start)
+    _stop_orphans(pg_ctl, as_user)
     try:
         yield server
     finally:
-        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
-                       check=False, capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
+        _stop(pg_ctl, as_user, folder)
 
 
 @pytest.fixture(params=BACKENDS)

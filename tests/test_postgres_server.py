@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
-from tests.postgres_server import SKIP_ENV, PostgresServer, _unavailable
+from tests.postgres_server import (
+    OWNER_FILE,
+    PREFIX,
+    SKIP_ENV,
+    PostgresServer,
+    _binary,
+    _stop_orphans,
+    _unavailable,
+)
 
 
 @pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
@@ -38,3 +52,19 @@ def test_explicit_opt_out_skips(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SKIP_ENV, "1")
     with pytest.raises(pytest.skip.Exception, match=f"{SKIP_ENV}=1"):
         _unavailable("initdb not found.")
+
+
+def test_a_killed_sessions_server_folder_is_cleaned_and_a_live_ones_kept() -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    folders = {}
+    for owner, pid in (("dead", int(dead.stdout)), ("live", os.getpid())):
+        folders[owner] = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (folders[owner] / OWNER_FILE).write_text(str(pid))
+    try:
+        _stop_orphans(_binary("pg_ctl") or "pg_ctl", [])
+        assert not folders["dead"].exists() and folders["live"].is_dir()
+    finally:
+        for folder in folders.values():
+            if folder.exists():
+                (folder / OWNER_FILE).unlink()
+                folder.rmdir()
