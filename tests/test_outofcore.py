@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from dpcore.data import fingerprint, infer_schema, load_table, prepare
-from dpcore.data.sources import DatabaseTable, load_source
+from dpcore.data.sources import DatabaseTable, FolderFile, load_source
 from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans import KMeansInputs
 from dpcore.kmeans.blowfish import BlowfishKMeans
@@ -161,11 +161,14 @@ def test_parquet_fingerprint_is_streamed_and_is_the_data_page_s(data, tmp_path: 
         assert src.fingerprint == fingerprint(load_table(path))
         assert src.table.count().execute() == len(df)
     folder = tmp_path / "parts"
-    folder.mkdir()
-    df.iloc[:1000].to_parquet(folder / "part-0.parquet", index=False)
-    df.iloc[1000:].to_parquet(folder / "part-1.parquet", index=False)
+    (folder / "year=2020").mkdir(parents=True)
+    (folder / "year=2021").mkdir()
+    df.iloc[:1000].to_parquet(folder / "year=2020" / "part-0.parquet", index=False)
+    df.iloc[1000:].to_parquet(folder / "year=2021" / "part-0.parquet", index=False)
+    spec = FolderFile(str(tmp_path), "parts")
     with open_source(folder) as src:
         assert src.fingerprint == fingerprint(df)
+        assert src.fingerprint == load_source(spec, folders=[str(tmp_path)], max_rows=10).fingerprint
     with pytest.raises(DataError, match="No file or folder"):
         open_source(tmp_path / "absent.parquet")
 

@@ -99,10 +99,11 @@ def is_url(source: str) -> bool:
 
 
 def parquet_files(path: Path) -> list[Path]:
-    """The Parquet file itself, or the folder's Parquet files in name order (as the Data page reads it)."""
+    """The Parquet file itself, or every ``.parquet`` file below the folder (partitioned layouts such as
+    year=2020/...) in sorted path order, as the Data page reads a folder."""
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(PARQUET_SUFFIXES))
+    files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
     if not files:
         raise DataError(f"The folder {path} holds no .parquet files; point --source at Parquet files.")
     return files
