@@ -99,7 +99,8 @@ class SessionStore:
     """Session plans by token in the ``sessions`` table of the database at ``url``
     (default :func:`config.ledger_url`, the ledger's database). Safe to share between threads and
     processes: an update reads and writes its plan in one transaction (on SQLite under the database
-    write lock, elsewhere with the row locked)."""
+    write lock, elsewhere with the row locked). A lock held elsewhere longer than the ledger's lock wait
+    raises ``LedgerBusy``; a database that cannot be reached or read raises ``LedgerUnavailable``."""
 
     def __init__(self, url: str | sa.URL | None = None) -> None:
         self.url = _parse_url(url)
@@ -130,9 +131,12 @@ class SessionStore:
         key = _check_token(token)
         encoded = _encode(dict(changes), "state")
         try:
-            return self._update_once(key, encoded, merge)
-        except sa.exc.IntegrityError:  # another tab created the row first (server databases): merge into it
-            return self._update_once(key, encoded, merge)
+            try:
+                return self._update_once(key, encoded, merge)
+            except sa.exc.IntegrityError:  # another tab created the row first (server databases): merge
+                return self._update_once(key, encoded, merge)
+        except sa.exc.DBAPIError as err:
+            raise _database_fault(err, self.url) from None
 
     def _update_once(self, key: str, changes: dict[str, Any], merge: Collection[str]) -> dict[str, Any]:
         query = sa.select(_sessions.c.state).where(_sessions.c.token == key).with_for_update()
@@ -156,8 +160,11 @@ class SessionStore:
     def load(self, token: str) -> dict[str, Any] | None:
         """The plan saved for ``token``, or None if there is none."""
         key = _check_token(token)
-        with self._engine.begin() as conn:
-            text = conn.execute(sa.select(_sessions.c.state).where(_sessions.c.token == key)).scalar()
+        try:
+            with self._engine.begin() as conn:
+                text = conn.execute(sa.select(_sessions.c.state).where(_sessions.c.token == key)).scalar()
+        except sa.exc.DBAPIError as err:
+            raise _database_fault(err, self.url) from None
         return None if text is None else _decode(json.loads(text))
 
 

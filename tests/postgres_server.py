@@ -149,4 +149,4 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         yield server.url(name)
     finally:  # FORCE: a test that forgot to close its engine does not keep the database alive
-        server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+        server.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

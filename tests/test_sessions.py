@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from dpcore import config
 from dpcore.data import fingerprint, load_sample
 from dpcore.errors import DataError, ParameterError
-from dpcore.ledger import Ledger
+from dpcore.ledger import Ledger, LedgerBusy, LedgerUnavailable
 from dpcore.sessions import (
     SessionStore,
     is_token,
@@ -23,6 +24,7 @@ from dpcore.sessions import (
     store_table,
     stored_table_path,
 )
+from tests.postgres_server import PostgresServer
 
 PLAN = {
     "dataset": {"name": "x.csv", "steps": [("drop", ("a", "b"))], "prepare": None},
@@ -101,6 +103,36 @@ def test_concurrent_updates_of_one_token_lose_nothing(database: str):
     [t.join() for t in threads]
     plan = store.load(token)
     assert plan["widgets"] == {f"w{i}": i for i in range(16)} and plan["last"] in range(16)
+
+
+def test_a_held_lock_is_ledger_busy_and_reads_go_on(database: str):
+    store, holder, token = SessionStore(), SessionStore(), new_token()
+    store.update(token, {"mode": "demo"})
+    try:
+        with holder._writer.begin() as conn:  # SQLite: BEGIN IMMEDIATE; PostgreSQL: the plan's row lock
+            conn.execute(sa.select(sa.text("1")).select_from(sa.table("sessions")).with_for_update())
+            start = time.monotonic()
+            with pytest.raises(LedgerBusy, match="retry"):
+                store.update(token, {"mode": "secure"})
+            assert time.monotonic() - start < 5.0
+            assert store.load(token) == {"mode": "demo"}  # readers do not wait for the writer
+        assert store.update(token, {"mode": "secure"}) == {"mode": "secure"}  # the retry succeeds
+    finally:
+        holder.close(), store.close()
+
+
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+def test_a_lost_database_is_ledger_unavailable(database: str, postgres_server: PostgresServer):
+    store, token = SessionStore(), new_token()
+    store.update(token, {"mode": "demo"})
+    postgres_server.admin(f'DROP DATABASE "{sa.make_url(database).database}" WITH (FORCE)')
+    try:
+        with pytest.raises(LedgerUnavailable, match="cannot be used"):
+            store.update(token, {"mode": "secure"})
+        with pytest.raises(LedgerUnavailable, match="cannot be used"):
+            store.load(token)
+    finally:
+        store.close()
 
 
 def test_stored_table_keeps_its_fingerprint_and_refuses_mismatches(isolated_data_dir: Path):
