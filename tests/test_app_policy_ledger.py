@@ -153,3 +153,22 @@ def test_ledger_faults_are_clear_messages_and_the_page_keeps_working(
     if page == "pages/policy.py":  # the policy itself still works
         at.selectbox(key="pol_definition").set_value("pure_dp").run()
         assert at.session_state["dp_policy"] == PureDP(1.0) and not at.exception
+
+
+def test_a_ledger_file_deleted_while_the_app_runs_is_reported_not_restarted(
+    app_path, small_dataset, isolated_data_dir
+):
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT)
+    at.session_state["dp_dataset"] = small_dataset
+    at.run()
+    at.switch_page("pages/policy.py").run()
+    at.button[0].click().run()  # save the default budget: the ledger now exists and has spent nothing
+    assert any("Budget saved" in s.value for s in at.success)
+    for suffix in ("", "-wal", "-shm"):
+        (isolated_data_dir / f"ledger.db{suffix}").unlink(missing_ok=True)
+    for page in ("pages/policy.py", "pages/ledger.py"):
+        at.switch_page(page).run()
+        assert not at.exception, [e.value for e in at.exception]
+        errors = [e.value for e in at.error]
+        assert any("deleted or replaced while in use" in e for e in errors), errors
+        assert not [m for m in at.metric if m.label == "Total ε"]  # no fresh budget shown
