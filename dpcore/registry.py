@@ -34,7 +34,11 @@ DEFINITIONS_DP: frozenset[str] = frozenset({"pure_dp", "approx_dp", "blowfish", 
 
 @dataclass(frozen=True)
 class Param:
-    """One public parameter of a mechanism: name, label, type, default, inclusive range, help text."""
+    """One public parameter of a mechanism: name, label, type, default, inclusive range, help text.
+
+    Numeric parameters must declare both ends of the range (:meth:`Registry.register` refuses them
+    otherwise): the upper end bounds the work one request can ask of the server.
+    """
 
     name: str
     label: str
@@ -44,6 +48,11 @@ class Param:
     high: float | None = None
     help: str = ""
     choices: tuple[Any, ...] | None = None
+
+    @property
+    def numeric(self) -> bool:
+        """An int or float parameter without a list of choices."""
+        return self.choices is None and self.kind in (int, float)
 
     def validate(self, value: Any) -> Any:
         """``value`` as ``kind``; a clear ``ParameterError`` naming the parameter and the fix otherwise."""
@@ -132,6 +141,12 @@ class Registry(Mapping[str, MechanismSpec]):
         self._specs: dict[str, MechanismSpec] = {}
 
     def register(self, spec: MechanismSpec) -> MechanismSpec:
+        """Add ``spec``; every numeric parameter must declare its range (a resource limit for the server)."""
+        unbounded = [p.name for p in spec.params if p.numeric and (p.low is None or p.high is None)]
+        if unbounded:
+            raise ParameterError(
+                f"{spec.key}: give parameter(s) {', '.join(unbounded)} an explicit range (low and high)."
+            )
         if spec.domain != self.domain:
             raise ParameterError(f"{spec.key} belongs to {spec.domain}, not {self.domain}.")
         if spec.key in self._specs:

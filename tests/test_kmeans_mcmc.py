@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib
 import math
 
 import numpy as np
@@ -94,6 +95,8 @@ def test_parameter_errors() -> None:
     est = DPLloydKMeans(2, 1.0, (-1, 1), n_iter=2, random_state=0).fit(blobs(n=100))
     with pytest.raises(ParameterError, match="n_steps"):
         mcmc_postprocess(est, n_steps=-1)
+    with pytest.raises(ParameterError, match="n_steps must be a whole number from 0 to 100,000"):
+        mcmc_postprocess(est, n_steps=100_001)
     with pytest.raises(ParameterError, match="proposal_variance"):
         mcmc_postprocess(est, proposal_variance=0.0)
 
@@ -138,6 +141,29 @@ def test_one_chain_alone_is_the_chain_of_mcmc_postprocess() -> None:
     np.testing.assert_array_equal(alone.cluster_centers, single.cluster_centers)
 
 
+def test_chains_in_groups_of_one_are_the_chains_run_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups bound the memory without changing any chain: with one chain per group, each chain is the
+    chain mcmc_postprocess runs alone on the same sampler, in turn; progress still reaches 1 once."""
+    from dpcore.mechanisms import Sampler
+
+    mcmc = importlib.import_module("dpcore.kmeans.mcmc")
+    states = [
+        DPLloydKMeans(3, eps, (-1, 1), n_iter=3, random_state=seed).fit(blobs(seed, 700)).released_state()
+        for eps, seed in ((0.5, 1), (2.0, 2), (1.0, 3))
+    ]
+    monkeypatch.setattr(mcmc, "CHAIN_ENTRIES", 1)
+    reports: list[float] = []
+    grouped = mcmc_postprocess_many(
+        states, n_steps=2000, random_state=Sampler.diagnostic(5), progress=lambda f, _m: reports.append(f)
+    )
+    sampler = Sampler.diagnostic(5)
+    for state, res in zip(states, grouped, strict=True):
+        alone = mcmc_postprocess(state, n_steps=2000, random_state=sampler)
+        np.testing.assert_array_equal(res.synthetic_data, alone.synthetic_data)
+        np.testing.assert_array_equal(res.cluster_centers, alone.cluster_centers)
+    assert reports == sorted(reports) and reports[-1] == 1.0 and reports.count(1.0) == 1
+
+
 def test_a_progress_report_that_raises_stops_the_chains() -> None:
     """What a cancelled diagnostic relies on: the chains stop at the first report that raises."""
     state = DPLloydKMeans(3, 0.5, (-1, 1), n_iter=3, random_state=0).fit(blobs(n=500)).released_state()
@@ -151,8 +177,8 @@ def test_a_progress_report_that_raises_stops_the_chains() -> None:
         raise Stop(message)
 
     with pytest.raises(Stop, match="MCMC"):
-        mcmc_postprocess_many([state, state], n_steps=1000 * CHUNK, random_state=0, progress=progress)
-    assert reports == [CHUNK / (1000 * CHUNK)]  # after the first chunk, not the 1000th
+        mcmc_postprocess_many([state, state], n_steps=20 * CHUNK, random_state=0, progress=progress)
+    assert reports == [CHUNK / (20 * CHUNK)]  # after the first chunk, not the 20th
 
 
 def test_fit_trials_runs_every_eps_and_trial_without_spending() -> None:

@@ -26,7 +26,7 @@ chains cost about 3 times one chain, not 20 times (:func:`mcmc_postprocess_many`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,8 @@ from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
 
 CHUNK = 4096
+CHAIN_ENTRIES = 8_000_000  # numbers of chain state (points x their row) per group of chains (~64 MB)
+MAX_STEPS = 100_000  # chain length limit (Lee & Kifer use 30,000; 1M steps took 27 s per chain)
 Progress = Callable[[float, str], None]
 
 
@@ -99,12 +101,19 @@ def _assign(Z: NDArray, centres: NDArray, h: NDArray) -> NDArray[np.intp]:
 
 
 def _log_q(Z: NDArray, mix_centres: NDArray, log_w: NDArray, variance: float) -> NDArray:
-    """log of the GMM proposal density (up to the constant shared by every point)."""
+    """log of the GMM proposal density (up to the constant shared by every point), in chunks of rows
+    of at most ``CHAIN_ENTRIES`` / 8 (point, component) terms."""
     flat = mix_centres.reshape(-1, Z.shape[1])
-    sq = np.einsum("ij,ij->i", Z, Z)[:, None] - 2.0 * Z @ flat.T + np.einsum("ij,ij->i", flat, flat)
-    terms = log_w.ravel()[None] - np.maximum(sq, 0.0) / (2.0 * variance)
-    top = terms.max(axis=1, keepdims=True)  # finite: some component of every round has weight > 0
-    return (top + np.log(np.exp(terms - top).sum(axis=1, keepdims=True)))[:, 0]
+    flat_sq, weights = np.einsum("ij,ij->i", flat, flat), log_w.ravel()[None]
+    out = np.empty(Z.shape[0])
+    step = max(1, CHAIN_ENTRIES // (8 * flat.shape[0]))
+    for start in range(0, Z.shape[0], step):
+        z = Z[start : start + step]
+        sq = np.einsum("ij,ij->i", z, z)[:, None] - 2.0 * z @ flat.T + flat_sq
+        terms = weights - np.maximum(sq, 0.0) / (2.0 * variance)
+        top = terms.max(axis=1, keepdims=True)  # finite: some component of every round has weight > 0
+        out[start : start + step] = (top + np.log(np.exp(terms - top).sum(axis=1, keepdims=True)))[:, 0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -186,8 +195,11 @@ class _Chain:
 
 
 def _check_chain_args(n_steps: object, proposal_variance: object) -> None:
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
-        raise ParameterError(f"n_steps must be a whole number >= 0 (got {n_steps!r}); the paper uses 30000.")
+    whole = not isinstance(n_steps, bool) and isinstance(n_steps, (int, np.integer))
+    if not whole or not 0 <= n_steps <= MAX_STEPS:
+        raise ParameterError(
+            f"n_steps must be a whole number from 0 to {MAX_STEPS:,} (got {n_steps!r}); the paper uses 30000."
+        )
     if not (isinstance(proposal_variance, (int, float)) and 0 < proposal_variance < np.inf):
         raise ParameterError(
             f"proposal_variance must be > 0 (got {proposal_variance!r}); the paper uses 0.001."
@@ -211,22 +223,52 @@ def mcmc_postprocess_many(
     random_state: int | Sampler | None = None,
     progress: Progress | None = None,
 ) -> list[MCMCResult]:
-    """One independent chain per release (same K and d), all stepped together: each step is a handful
-    of numpy calls over every chain at once, so C chains cost little more than one. Post-processing of
-    each release alone (no data, no budget). ``progress(fraction, message)`` is called every
-    ``CHUNK`` steps; an exception it raises stops the chains (e.g. a cancelled diagnostic).
+    """One independent chain per release (same K and d), stepped together in groups: each step is a
+    handful of numpy calls over every chain of a group at once, so C chains cost little more than one.
+    Post-processing of each release alone (no data, no budget). ``progress(fraction, message)`` is called
+    every ``CHUNK`` steps; an exception it raises stops the chains (e.g. a cancelled diagnostic).
 
-    One sampler, drawn from chain after chain per chunk of steps: a single chain draws exactly what it
-    would draw alone.
+    One sampler, drawn from chain after chain of a group per chunk of steps, group after group: a single
+    chain draws exactly what it would draw alone. Groups hold at most ``CHAIN_ENTRIES`` numbers of chain
+    state (at least one chain), so memory stays bounded whatever the number of chains and points.
     """
+    return list(_run_chains(releases, n_steps, proposal_variance, random_state, progress))
+
+
+def _run_chains(
+    releases: Sequence[LloydRelease | NoisyLloydBase],
+    n_steps: int,
+    proposal_variance: float,
+    random_state: int | Sampler | None,
+    progress: Progress | None,
+) -> Iterator[MCMCResult]:
+    """:func:`mcmc_postprocess_many` one result at a time (a caller keeping only the centres lets each
+    group's synthetic datasets go)."""
     chains = [_Chain.of(r) for r in releases]
     _check_chain_args(n_steps, proposal_variance)
     if not chains:
-        return []
+        return
     K, d = chains[0].mix.shape[1:]
     if any(c.mix.shape[1:] != (K, d) for c in chains):
         raise ParameterError("the releases of one batch of chains must share K and the number of features.")
     sampler = make_sampler(random_state)
+    T, N = max(c.rounds for c in chains), max(c.n_points for c in chains)
+    size = max(1, CHAIN_ENTRIES // (max(N, CHUNK) * (d + T + 2)))
+    starts = range(0, len(chains), size)
+    report = progress or (lambda _f, _m: None)
+    for g, start in enumerate(starts):
+
+        def part(fraction: float, message: str, g: int = g) -> None:
+            report((g + fraction) / len(starts), message)
+
+        yield from _run_group(chains[start : start + size], n_steps, proposal_variance, sampler, part)
+
+
+def _run_group(
+    chains: list[_Chain], n_steps: int, proposal_variance: float, sampler: Sampler, report: Progress
+) -> list[MCMCResult]:
+    """The chains of one group stepped together (see :func:`mcmc_postprocess_many`)."""
+    K, d = chains[0].mix.shape[1:]
     rng = sampler.rng
     C, T, N = len(chains), max(c.rounds for c in chains), max(c.n_points for c in chains)
     # The running state of every chain, padded to T rounds and N points and flattened. Point i of chain c
@@ -246,7 +288,6 @@ def mcmc_postprocess_many(
     initial, best = loglik.copy(), loglik.copy()
     S_best, best_step = S.copy(), np.full(C, -1)
     accepted = np.zeros(C, dtype=np.intp)
-    report = progress or (lambda _f, _m: None)
 
     # per chunk: the proposals packed like S, their rows as integers, log u + log q(z') per step
     props = np.empty((CHUNK, C, L))
@@ -359,6 +400,7 @@ class LeeKiferKMeans(DPLloydKMeans):
 
     def fit(self, X: object, y: object = None) -> LeeKiferKMeans:
         """DP-Lloyd on X, then the chain on its release; one sampler, drawn from in sequence."""
+        _check_chain_args(self.n_steps, self.proposal_variance)
         sampler = make_sampler(self.random_state)
         self._fit(X, sampler)  # type: ignore[arg-type]
         self.mcmc_ = mcmc_postprocess(self.released_state(), self.n_steps, self.proposal_variance, sampler)
@@ -372,12 +414,13 @@ class LeeKiferKMeans(DPLloydKMeans):
         """Centres (E, trials, K, d) of ``trials`` independent fits at each eps of ``eps_grid``, as
         ``fit`` gives them one by one, with every chain stepped together (:func:`mcmc_postprocess_many`).
         A diagnostic path: the estimator itself is left unfitted. ``progress`` as in the batch."""
+        _check_chain_args(self.n_steps, self.proposal_variance)
         sampler = make_sampler(self.random_state)
         releases = []
         for eps in eps_grid:
             lloyd = clone(self).set_params(epsilon=float(eps), random_state=sampler)
             releases += [lloyd._fit(X, sampler).released_state() for _ in range(trials)]  # type: ignore[arg-type]
-        results = mcmc_postprocess_many(releases, self.n_steps, self.proposal_variance, sampler, progress)
+        results = _run_chains(releases, self.n_steps, self.proposal_variance, sampler, progress)
         centres = np.stack([r.cluster_centers for r in results])
         return centres.reshape(len(eps_grid), trials, *centres.shape[1:])
 

@@ -37,8 +37,9 @@ _LOCK = threading.Lock()
 
 
 def _fingerprint(X: np.ndarray, labels: np.ndarray) -> str:
-    h = hashlib.sha256(X.tobytes())
-    h.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    """SHA-256 of X (C-contiguous), the labels and the shape, read in place (no copy of the table)."""
+    h = hashlib.sha256(memoryview(np.ascontiguousarray(X)))
+    h.update(memoryview(np.ascontiguousarray(labels, dtype=np.int64)))
     h.update(str(X.shape).encode())
     return h.hexdigest()
 

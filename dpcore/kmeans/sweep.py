@@ -21,14 +21,18 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import Neighbours
-from dpcore.kmeans.registry import KMEANS, KMeansInputs
+from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
-from dpcore.metrics import ari_many, nearest, scale_to_unit
+from dpcore.metrics import ari_many, nearest_sets, scale_to_unit
 from dpcore.registry import MechanismSpec
 
-__all__ = ["diagnostic_draw", "sweep", "true_clustering"]
+__all__ = ["MAX_EPS_VALUES", "MAX_TRIALS", "diagnostic_draw", "sweep", "true_clustering"]
 
 Progress = Callable[[float, str], None]
+MAX_TRIALS = 500  # trials per eps of one comparison (DP-Lloyd + MCMC: its own chain cap)
+MAX_EPS_VALUES = 25  # eps values of one comparison's grid
+SCORE_ENTRIES = 2_000_000  # rows x centre sets scored at once: labels and distances of ~16 MB each
+SCORING = "scoring all centre sets"
 
 
 def _quiet(_fraction: float, _message: str) -> None:
@@ -46,7 +50,54 @@ def _check_eps_grid(eps_grid: Sequence[float]) -> np.ndarray:
     grid = np.asarray(eps_grid, dtype=float).ravel()
     if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
         raise ParameterError("the eps grid must be a non-empty list of finite numbers > 0, e.g. 0.1 ... 10.")
+    if grid.size > MAX_EPS_VALUES:
+        raise ParameterError(
+            f"the eps grid has {grid.size} values; a comparison takes at most {MAX_EPS_VALUES}: "
+            "use a coarser grid (e.g. 0.1, 0.2, 0.5, 1, 2, 5, 10)."
+        )
     return grid
+
+
+def _check_trials(trials: object) -> int:
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or not 1 <= trials <= MAX_TRIALS:
+        raise ParameterError(
+            f"trials must be a whole number from 1 to {MAX_TRIALS} (got {trials!r}); 20 is a good default."
+        )
+    return int(trials)
+
+
+def _score(
+    inputs: KMeansInputs, centers: np.ndarray, true_centers: np.ndarray, progress: Callable[[float], None]
+) -> dict[str, np.ndarray]:
+    """WCSS, fractional loss, centroid MSE, NICV (with bounds) and ARI of centre sets (S, K, d).
+
+    The sets are scored in chunks of at most ``SCORE_ENTRIES`` / n (at least one), so labels and distances
+    take bounded memory whatever the rows, trials and eps values; each set's scores are those of one
+    nearest-centre search on all rows (:func:`dpcore.metrics.nearest_sets`), as unchunked.
+    """
+    data, lab = inputs.X, inputs.labels
+    n, size, k = data.shape[0], centers.shape[0], true_centers.shape[0]
+    unit = None if inputs.bounds is None else scale_to_unit(data, inputs.bounds)
+    wcss_true = float(nearest_sets(data, true_centers[None])[1].sum())
+    wcss, ari, nicv = np.empty(size), np.empty(size), np.empty(size)
+    step = max(1, SCORE_ENTRIES // n)
+    for start in range(0, size, step):
+        part = slice(start, start + step)
+        assigned, dist = nearest_sets(data, centers[part])
+        wcss[part] = dist.sum(axis=1)
+        ari[part] = ari_many(lab, assigned, k)
+        del assigned, dist
+        if unit is not None:
+            nicv[part] = nearest_sets(unit, scale_to_unit(centers[part], inputs.bounds))[1].sum(axis=1) / n
+        progress(min(start + step, size) / size)
+    scores = {
+        "wcss": wcss,
+        "fractional_loss": (wcss - wcss_true) / wcss_true if wcss_true > 0 else np.full(size, np.nan),
+        "centroid_mse": ((centers - true_centers) ** 2).sum(axis=(1, 2)),
+    }
+    if unit is not None:
+        scores["nicv"] = nicv
+    return {**scores, "ari": ari}
 
 
 def _params(spec: MechanismSpec, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,8 +176,7 @@ def sweep(
     true_centers = inputs.true_centers()
     k, d = true_centers.shape
     grid = _check_eps_grid(eps_grid)
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ParameterError(f"trials must be an integer >= 1 (got {trials!r}); 20 is a good default.")
+    trials = _check_trials(trials)
     values = _values(k, calibration, graph, n_iter, mcmc_steps, neighbours)
     params = _prepare(specs, inputs, values, grid, delta)
     report = progress or _quiet
@@ -144,7 +194,7 @@ def sweep(
             trial(
                 inputs,
                 grid,
-                int(trials),
+                trials,
                 delta=delta,
                 params=params[key],
                 sampler=Sampler.diagnostic(seed_i),
@@ -152,29 +202,16 @@ def sweep(
             )
         )
 
-    report(1.0 - share, "scoring all centre sets")
-    centers = np.stack(blocks)  # (M, E, T, K, d)
-    flat = centers.reshape(-1, k, d)
-    data, lab = inputs.X, inputs.labels
-    assigned, dist = nearest(data, flat)
-    _, base_dist = nearest(data, true_centers[None])
-    wcss_true = float(base_dist.sum())
-    wcss = dist.sum(axis=1)
+    centers = np.stack(blocks).reshape(-1, k, d)  # (M E T, K, d): small, whatever the rows
+    scores = _score(inputs, centers, true_centers, lambda f: report(1.0 - share * (1.0 - f), SCORING))
     frame = pd.DataFrame(
         {
             "mechanism": np.repeat(keys, grid.size * trials),
             "epsilon": np.tile(np.repeat(grid, trials), len(keys)),
             "trial": np.tile(np.arange(trials), len(keys) * grid.size),
-            "wcss": wcss,
-            "fractional_loss": (wcss - wcss_true) / wcss_true if wcss_true > 0 else np.nan,
-            "centroid_mse": ((flat - true_centers) ** 2).sum(axis=(1, 2)),
+            **scores,
         }
     )
-    if inputs.bounds is not None:
-        unit = scale_to_unit(data, inputs.bounds)
-        _, unit_dist = nearest(unit, scale_to_unit(flat, inputs.bounds))
-        frame["nicv"] = unit_dist.sum(axis=1) / data.shape[0]
-    frame["ari"] = ari_many(lab, assigned, k)
     report(1.0, "done")
     return frame
 
@@ -232,8 +269,9 @@ def true_clustering(
     """
     data = KMeansInputs(X).X
     k = n_clusters
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise ParameterError(f"n_clusters must be an integer >= 1 (got {k!r}); try K = 3.")
+    k = N_CLUSTERS.validate(k)
     if k > data.shape[0]:
         raise ParameterError(
             f"n_clusters = {k} exceeds the number of rows ({data.shape[0]}); choose a smaller K."

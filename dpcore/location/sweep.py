@@ -43,6 +43,7 @@ from dpcore.location.geometry import FloatArray, PlaneMap, Region, haversine_m, 
 from dpcore.location.grids import adaptive_grid, random_boxes, relative_error, true_box_counts, uniform_grid
 from dpcore.location.hotspots import ProjectedLocations, hotspot_trials, project_locations, true_hotspots
 from dpcore.location.prilocation import PriLocation, Visits, distance_error, prepare_visits, run_prilocation
+from dpcore.location.registry import LOCATIONS
 from dpcore.mechanisms import Sampler, _check_epsilon, laplace_scale
 
 MECHANISMS: dict[str, tuple[str, str]] = {
@@ -58,6 +59,10 @@ MECHANISMS: dict[str, tuple[str, str]] = {
 HOTSPOTS = {"dp_hotspots": "dp", "blowfish_hotspots": "blowfish"}
 COLUMNS = ["mechanism", "label", "epsilon", "trial", "metric", "value"]
 Progress = Callable[[float, str], None]
+MAX_TRIALS = 50  # trials per eps of one comparison
+MAX_EPS_VALUES = 25  # eps values of one comparison
+MAX_QUERIES = 1000  # random rectangle queries scoring the density grids
+DRAW_ENTRIES = 2_000_000  # numbers drawn or scored at once (bounded memory whatever the rows and trials)
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,18 @@ def _seed(seed: int, mech: str) -> int:
 
 
 def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+    """DE of every (trial, eps), the draws of at most ``DRAW_ENTRIES`` visits' radii at a time (the same
+    draws, in the same order, as all at once)."""
     per_user = np.bincount(data.visits.codes)
     starts = np.r_[0, np.cumsum(per_user)[:-1]]
-    # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
-    g = sampler.rng.gamma(2.0, 1.0, (trials * eps.size, per_user.sum()))
-    de = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1).reshape(trials, eps.size)
-    return de / eps
+    runs, visits = trials * eps.size, int(per_user.sum())
+    de = np.empty(runs)
+    step = max(1, DRAW_ENTRIES // visits)
+    for start in range(0, runs, step):
+        # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
+        g = sampler.rng.gamma(2.0, 1.0, (min(step, runs - start), visits))
+        de[start : start + step] = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1)
+    return de.reshape(trials, eps.size) / eps
 
 
 def _prilocation(data: _SweepData, eps: float, sampler: Sampler) -> float:
@@ -137,8 +148,26 @@ def _hotspots(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler
     centres = hotspot_trials(
         proj, data.hotspot_k, eps.tolist(), trials, sampler, policy=HOTSPOTS[mech], theta_m=data.theta_m
     )
-    scores = cells.wcss(centres.reshape(-1, *centres.shape[2:])).reshape(centres.shape[:2])
-    return (scores.T - base) / base
+    sets = centres.reshape(-1, *centres.shape[2:])
+    # chunks of centre sets: grid filtering holds (sets x K x cells) bounds and up to n rows per set
+    step = max(1, DRAW_ENTRIES // max(sets.shape[1] * cells.count.size, data.lat.size))
+    scores = np.concatenate([cells.wcss(sets[i : i + step]) for i in range(0, len(sets), step)])
+    return (scores.reshape(centres.shape[:2]).T - base) / base
+
+
+def _check_settings(
+    hs_m: float, n_clusters: int, grid_size: int | None, n_queries: int, hotspot_k: int, theta_m: float
+) -> None:
+    """The sweep's settings within the ranges the registry declares for them (a ParameterError naming
+    the setting and its range otherwise); ``n_queries`` from 1 to ``MAX_QUERIES``."""
+    settings = {"hs_m": hs_m, "n_clusters": n_clusters}
+    if grid_size is not None:
+        settings["grid_size"] = grid_size
+    LOCATIONS["prilocation"].validate_params(settings)
+    LOCATIONS["blowfish_hotspots"].validate_params({"hotspot_k": hotspot_k, "theta_m": theta_m})
+    whole = not isinstance(n_queries, bool) and isinstance(n_queries, (int, np.integer))
+    if not whole or not 1 <= n_queries <= MAX_QUERIES:
+        raise ParameterError(f"n_queries must be a whole number from 1 to {MAX_QUERIES} (got {n_queries!r}).")
 
 
 def location_sweep(
@@ -167,11 +196,14 @@ def location_sweep(
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
     if unknown:
         raise ParameterError(f"unknown mechanism(s) {unknown}; use some of {sorted(MECHANISMS)}.")
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ParameterError(f"trials must be a whole number >= 1 (got {trials!r}).")
-    if len(eps_grid) == 0:
-        raise ParameterError("give at least one epsilon value to sweep, e.g. [0.5, 1, 2].")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or not 1 <= trials <= MAX_TRIALS:
+        raise ParameterError(f"trials must be a whole number from 1 to {MAX_TRIALS} (got {trials!r}).")
+    if not 1 <= len(eps_grid) <= MAX_EPS_VALUES:
+        raise ParameterError(
+            f"give 1 to {MAX_EPS_VALUES} epsilon values to sweep, e.g. [0.5, 1, 2] (got {len(eps_grid)})."
+        )
     eps = np.array([_check_epsilon(e) for e in eps_grid])
+    _check_settings(hs_m, n_clusters, grid_size, n_queries, hotspot_k, theta_m)
     if not isinstance(region, Region):
         raise ParameterError("the sweep needs a public region: pass region=Region(lat_min, ...).")
     report = progress or (lambda _f, _t: None)

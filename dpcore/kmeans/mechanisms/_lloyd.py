@@ -27,6 +27,7 @@ N_ITER = Param(
     int,
     0,
     low=0,
+    high=20,
     help="0 = automatic: Su et al.'s rule picks 2 to 7 rounds from ε, K, n and the number of features.",
 )
 NEIGHBOURS = Param(

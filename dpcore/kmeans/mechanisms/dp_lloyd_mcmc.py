@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dpcore.kmeans.mcmc import LeeKiferKMeans
+from dpcore.errors import ParameterError
+from dpcore.kmeans.mcmc import MAX_STEPS, LeeKiferKMeans
 from dpcore.kmeans.mechanisms._lloyd import N_ITER, NEIGHBOURS, fit_release, match_all, rounds
 from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, centroid_output
 from dpcore.mechanisms import Sampler
@@ -26,8 +27,10 @@ MCMC_STEPS = Param(
     int,
     30_000,
     low=1,
+    high=MAX_STEPS,
     help="Lee & Kifer use 30,000 steps; fewer run faster.",
 )
+MAX_CHAINS = 100  # diagnostic chains per eps (the comparison's trials for this mechanism)
 DEGENERATE = (
     "the synthetic data the MCMC search settled on had fewer distinct points than K, so some released "
     "centres stand for no synthetic point. A longer chain or a smaller K may help."
@@ -98,9 +101,13 @@ def trial(
     progress: Callable[[float, str], None],
     **_: Any,
 ) -> np.ndarray:
-    """Diagnostic centres (E, trials, K, d): one chain per (eps, trial), all stepped together
-    (``LeeKiferKMeans.fit_trials``), matched to the true centres."""
+    """Diagnostic centres (E, trials, K, d): one chain per (eps, trial), stepped together in groups of
+    bounded memory (``LeeKiferKMeans.fit_trials``), matched to the true centres; trials <= ``MAX_CHAINS``."""
     label = KMEANS[KEY].label
+    if trials > MAX_CHAINS:
+        raise ParameterError(
+            f"{label} runs at most {MAX_CHAINS} diagnostic chains per ε (got {trials}); ask for fewer."
+        )
     est = build(float(eps_grid[0]), inputs.require_bounds(label), params, sampler)
     progress(0.0, f"{label}: {len(eps_grid) * trials} chains, stepped together")
     with warnings.catch_warnings(record=True) as caught:
