@@ -8,6 +8,7 @@ calibrated for the policy's neighbour relation (bounded or unbounded). A K that 
 blocks the local mechanisms only. Widget values are kept across pages (``ui.state.persist``).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,10 @@ import streamlit as st
 from dpcore import plots
 from dpcore.data import PreparedData
 from dpcore.kmeans import local_unavailable
-from dpcore.kmeans.registry import KMEANS, KMeansInputs, takes
+from dpcore.kmeans.mcmc import MAX_STEPS
+from dpcore.kmeans.mechanisms.dp_lloyd_mcmc import MAX_CHAINS
+from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, takes
+from dpcore.kmeans.sweep import MAX_TRIALS
 from dpcore.mechanisms import gaussian_ratio
 from dpcore.plots.kmeans import METRIC_TITLES
 from dpcore.policy import NEIGHBOURS, Blowfish, FullDomainGraph, Graph
@@ -82,8 +86,22 @@ def _data_summary(prep: PreparedData) -> None:
         st.caption(f"Leak recorded by the Data page: {md(leak)}")
 
 
+def _whole_in(low: int, high: int) -> Callable[[Any], bool]:
+    """A kept widget value is reused only if it is a whole number within the widget's limits."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
 def _choose_k(key: str, prep: PreparedData) -> int:
-    k = int(st.number_input("K (number of clusters)", min_value=1, step=1, key=state.persist("km_k", 4)))
+    max_k = int(N_CLUSTERS.high)  # type: ignore[arg-type]
+    k = int(
+        st.number_input(
+            "K (number of clusters)",
+            min_value=1,
+            max_value=max_k,
+            step=1,
+            key=state.persist("km_k", 4, _whole_in(1, max_k)),
+        )
+    )
     with st.expander("Elbow chart (non-private diagnostic, costs no budget)", expanded=True):
         ks = tuple(range(1, min(ELBOW_MAX_K, prep.n_samples) + 1))
         with user_errors("computing the elbow chart"):
@@ -166,7 +184,12 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         key=state.persist("km_calibration", "analytic", view.CALIBRATIONS.__contains__),
     )
     trials = int(
-        d.number_input("Trials per ε", min_value=1, max_value=500, key=state.persist("km_trials", 20))
+        d.number_input(
+            "Trials per ε",
+            min_value=1,
+            max_value=MAX_TRIALS,
+            key=state.persist("km_trials", 20, _whole_in(1, MAX_TRIALS)),
+        )
     )
     mcmc_steps, mcmc_chains = 30000, view.MCMC_CHAINS
     with st.container():  # always drawn: ticking DP-Lloyd + MCMC moves nothing below it
@@ -176,14 +199,18 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
                 e.number_input(
                     "MCMC chains per ε",
                     min_value=1,
-                    max_value=100,
-                    key=state.persist("km_mcmc_chains", view.MCMC_CHAINS),
+                    max_value=MAX_CHAINS,
+                    key=state.persist("km_mcmc_chains", view.MCMC_CHAINS, _whole_in(1, MAX_CHAINS)),
                     help="DP-Lloyd + MCMC's own trial count: more chains, a steadier curve, a longer run.",
                 )
             )
             mcmc_steps = int(
                 f.number_input(
-                    "MCMC chain length", min_value=100, step=1000, key=state.persist("km_mcmc_steps", 30000)
+                    "MCMC chain length",
+                    min_value=100,
+                    max_value=MAX_STEPS,
+                    step=1000,
+                    key=state.persist("km_mcmc_steps", 30000, _whole_in(100, MAX_STEPS)),
                 )
             )
             chains = f"{mcmc_chains * len(grid)} chains ({mcmc_chains} per ε × {len(grid)} ε)"

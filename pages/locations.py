@@ -5,7 +5,9 @@ mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) 
 to leave. Maps draw without a tile server unless the curator ticks the basemap option.
 """
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -13,7 +15,7 @@ import streamlit as st
 from dpcore.location.geometry import Region
 from dpcore.location.prilocation import LEVELS
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER
-from dpcore.location.sweep import MECHANISMS
+from dpcore.location.sweep import MAX_TRIALS, MECHANISMS
 from dpcore.plan import PrepStep
 from dpcore.plots.location import (
     density_heatmap,
@@ -140,6 +142,23 @@ def _custom_from_previous(suffix: str) -> None:
             st.session_state[k] = edge
 
 
+def _param_high(mechanism: str, name: str) -> float:
+    """The registry's upper limit of a mechanism's parameter (the widget's ``max_value``)."""
+    return float(next(p.high for p in LOCATIONS[mechanism].params if p.name == name))  # type: ignore[arg-type]
+
+
+MAX_METRES = _param_high("prilocation", "hs_m")  # HS and θ alike: half the Earth's circumference
+MAX_CLUSTERS = int(_param_high("prilocation", "n_clusters"))
+MAX_GRID = int(_param_high("prilocation", "grid_size"))
+MAX_LOCATIONS_PER_USER = int(_param_high("prilocation", "max_per_user"))
+
+
+def _number_in(low: float, high: float) -> Callable[[Any], bool]:
+    """A kept widget value is reused only if it is a number of the widget's type within its limits."""
+    kind = type(low)
+    return lambda v: type(v) is kind and low <= v <= high
+
+
 def _parameters() -> view.Params:
     a, b = st.columns(2)
     with a:
@@ -152,7 +171,14 @@ def _parameters() -> view.Params:
             key=state.persist("loc_hs_level", "state", levels.__contains__),
         )
         hs = (
-            float(st.number_input("HS (metres)", min_value=1.0, key=state.persist("loc_hs_m", 10_000.0)))
+            float(
+                st.number_input(
+                    "HS (metres)",
+                    min_value=1.0,
+                    max_value=MAX_METRES,
+                    key=state.persist("loc_hs_m", 10_000.0, _number_in(1.0, MAX_METRES)),
+                )
+            )
             if level == CUSTOM_HS
             else LEVELS[level]
         )
@@ -161,9 +187,21 @@ def _parameters() -> view.Params:
             "within about HS of where it was."
         )
         c1, c2 = st.columns(2)
-        clusters = int(c1.number_input("Clusters", min_value=1, key=state.persist("loc_clusters", 20)))
+        clusters = int(
+            c1.number_input(
+                "Clusters",
+                min_value=1,
+                max_value=MAX_CLUSTERS,
+                key=state.persist("loc_clusters", 20, _number_in(1, MAX_CLUSTERS)),
+            )
+        )
         grid = int(
-            c2.number_input("Clustering grid cells per side", min_value=1, key=state.persist("loc_grid", 30))
+            c2.number_input(
+                "Clustering grid cells per side",
+                min_value=1,
+                max_value=MAX_GRID,
+                key=state.persist("loc_grid", 30, _number_in(1, MAX_GRID)),
+            )
         )
     with b:
         st.subheader("Blowfish distance threshold")
@@ -175,7 +213,11 @@ def _parameters() -> view.Params:
         else:
             theta = float(
                 st.number_input(
-                    "θ (metres)", min_value=1.0, step=1000.0, key=state.persist("loc_theta", 50_000.0)
+                    "θ (metres)",
+                    min_value=1.0,
+                    max_value=MAX_METRES,
+                    step=1000.0,
+                    key=state.persist("loc_theta", 50_000.0, _number_in(1.0, MAX_METRES)),
                 )
             )
             st.caption("Set a haversine distance-threshold policy on the Privacy policy page to use its θ.")
@@ -241,7 +283,12 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     )
     eps = tuple(e for e in view.EPS_OPTIONS if lo <= e <= hi)
     trials = int(
-        b.number_input("Trials per ε", min_value=1, max_value=50, key=state.persist("loc_trials", 3))
+        b.number_input(
+            "Trials per ε",
+            min_value=1,
+            max_value=MAX_TRIALS,
+            key=state.persist("loc_trials", 3, _number_in(1, MAX_TRIALS)),
+        )
     )
     st.caption(
         "Planar Laplace runs at ε / HS per metre and the Blowfish mean at θ = HS, so every mechanism is "
@@ -413,9 +460,10 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
             st.number_input(
                 "Most locations per user (public)",
                 min_value=1,
+                max_value=MAX_LOCATIONS_PER_USER,
                 step=1,
                 help=MAX_PER_USER.help,
-                key=state.persist("loc_max_per_user", 1),
+                key=state.persist("loc_max_per_user", 1, _number_in(1, MAX_LOCATIONS_PER_USER)),
             )
         )
         params = replace(params, max_per_user=most)
