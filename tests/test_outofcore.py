@@ -221,10 +221,15 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
         feat = TableFeatures.from_bounds(src.table, BOUNDS)
         params = {"n_clusters": 3, "n_iter": 3}
         b = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(2), params=params)
+        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(2), sample_rows=300)
     a = release_centroids("dp_lloyd", in_memory(small), epsilon=1.0, sampler=Sampler(2), params=params)
     c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, sampler=Sampler(2), params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     pd.testing.assert_frame_equal(a.table, c.table, check_exact=True)
+    # the colored passes on Spark: every row's constraint holds under the clustering it used
+    X = in_memory(small).X
+    labels = nearest_sets(X, run.centres[None])[0][0]
+    assert run.covariance.max_constraint(X, labels) <= 1.0 and run.covariance.gap <= 1e-5
 
 
 def colored_case(tmp_path: Path, constant: bool = False) -> tuple[TableFeatures, KMeansInputs]:

@@ -15,8 +15,9 @@ rows the certificates name):
 2. certificates: the exact solver of ``dpcore.kmeans.covariance`` runs in memory on the sample's rows of
    each cluster (as u_p with the table's c_k and n_k); one pass computes every row's u_p' Sigma_k^+ u_p
    (and, when Sigma_k has rank < d, the part of u_p outside its span) and returns the rows above
-   1 + tol / 2 (at most ``ADDED`` per cluster, largest first) with each cluster's largest value; they
-   join the solver's rows and the solver runs again (at most ``max_certificates`` passes). The final
+   1 + tol / 2 and the near-binding ones above ``NEAR`` (at most ``ADDED`` per cluster, largest first,
+   so each cluster's largest value is among them); if any is above, they join the solver's rows and
+   the solver runs again (at most ``max_certificates`` passes). The final
    Sigma_k is scaled by the largest constraint value over ALL rows (times the solver's rounding margin),
    so every row's constraint holds whatever rows the solver saw; the solver's dual weights on its rows
    give the lower bound, hence the reported optimality gap.
@@ -52,6 +53,7 @@ KEY = "colored"
 SAMPLE_ROWS = 100_000
 ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
+NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
 
 
 @dataclass
@@ -74,13 +76,26 @@ def sample_centres(
     n = features.n_rows()
     seed = int(sampler.rng.integers(2**31 - 1))
     rows = features.rows
-    if n > sample_rows:
-        rows = rows.sample(sample_rows / n, method="row", seed=seed)
-    X = rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))}).to_pandas().to_numpy()
+    scaled = rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))})
+    if n <= sample_rows:
+        X = scaled.to_pandas().to_numpy()
+    else:
+        X = seeded_sample(scaled, sample_rows / n, seed)
     if X.shape[0] < 2 * k:
         raise ParameterError(f"The table has too few rows ({X.shape[0]}) for K = {k} clusters.")
     centres = KMeans(k, n_init=4, random_state=seed).fit(X).cluster_centers_
     return centres, X
+
+
+def seeded_sample(t: ir.Table, fraction: float, seed: int) -> NDArray:
+    """A Bernoulli sample (each row kept with probability ``fraction``) drawn with ``seed``, as an array.
+    Ibis draws seeded samples on DuckDB; on Spark (where it cannot) the session's DataFrame.sample does."""
+    backend = t.get_backend()
+    if backend.name == "pyspark":
+        frame = backend.session.sql(ibis.to_sql(t, dialect="pyspark"))
+        kept = frame.sample(withReplacement=False, fraction=fraction, seed=seed)
+        return kept.toPandas().to_numpy(dtype=float)
+    return t.sample(fraction, method="row", seed=seed).to_pandas().to_numpy(dtype=float)
 
 
 def _labelled(features: TableFeatures, centres: NDArray) -> ir.Table:
@@ -212,9 +227,10 @@ def colored_release(
         c_t = c_t.mutate(outside=outside)
         c_t = c_t.mutate(bad=c_t.outside | (c_t.q > 1.0 + tol / 2))
         # the solver leaves its own rows at q <= 1 and the binding ones at ~1, so the rows with
-        # q > 1 - 1e-3 hold each cluster's largest q (ranked first); the others are feasible with room
+        # q > NEAR hold each cluster's largest q (ranked first); the others are feasible with room. The
+        # near-binding ones join the solver's rows with the violators: the next solve may make them bind.
         score = ibis.cases((c_t.outside, const(np.inf)), else_=c_t.q)
-        near = _top_rows(c_t, score, c_t.bad | (c_t.q > 1.0 - 1e-3), ADDED)
+        near = _top_rows(c_t, score, c_t.bad | (c_t.q > NEAR), ADDED)
         mark = time.perf_counter()
         found = near.select("label", "q", "bad", "outside", *xs).to_pandas()
         timings["certificates"] = timings.get("certificates", 0.0) + time.perf_counter() - mark
@@ -237,8 +253,8 @@ def colored_release(
                 )
             break  # feasible by the scaling above; the gap says how far from the optimum
         for c in range(k):
-            new = added.loc[added.label == c, xs].to_numpy(dtype=float)
-            pool[c] = np.vstack([pool[c], new])
+            new = found.loc[found.label == c, xs].to_numpy(dtype=float)
+            pool[c] = np.unique(np.vstack([pool[c], new]), axis=0)
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
     gaps = [up / lo - 1.0 if lo > 0 else 0.0 for up, lo in zip(upper, lowers, strict=True)]
