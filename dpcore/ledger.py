@@ -850,13 +850,24 @@ def _check_same_data_same_name(conn: sa.Connection, row: Mapping[str, Any], acc:
         _releases.c.dataset_id != row["dataset_id"],
     )
     other = conn.execute(query.limit(1)).first()
-    if other is not None:
+    if other is None:
+        return
+    other_id, name = other
+    table = row["dataset_fingerprint"]
+    head = f"This table (fingerprint {table[:12]}) was already released as dataset {name or other_id!r}"
+    if other_id != table[:16]:
         raise LedgerError(
-            f"This table (fingerprint {row['dataset_fingerprint'][:12]}) was already released as dataset "
-            f"{other[1] or other[0]!r}; releasing it under another name would start a second budget for the "
-            f"same data. Nothing was debited. Release it under the name {other[1] or other[0]!r} (its budget "
-            "carries on), or change the data."
+            f"{head}; releasing it under another name would start a second budget for the same data. Nothing "
+            f"was debited. Release it under the name {name or other_id!r} (its budget carries on), or change "
+            "the data."
         )
+    raise LedgerError(  # ledgers written before names carried budgets keyed a dataset by its fingerprint
+        f"{head} (id {other_id}), whose account is keyed by the table's fingerprint (written before dataset "
+        "names carried budgets), so no dataset name reaches it and a release under any name would start a "
+        "second budget for the same data. Nothing was debited. Its budget and releases stay on the Ledger "
+        f"page under id {other_id}; this table cannot be released again from this ledger unless the data "
+        "changes."
+    )
 
 
 def _dec(x: float) -> Decimal:

@@ -56,8 +56,9 @@ def _source_of(ds: state.Dataset | None) -> str:
     """The Source option that loads ``ds`` (the first sample when nothing is loaded)."""
     if ds is None:
         return SOURCES[0]
-    if ds.name in datasets.SAMPLE_CHOICES:
-        return ds.name
+    sample = (ds.origin or {}).get("sample")
+    if sample:  # by origin, not name: the curator may have renamed the sample
+        return next(label for label, key in datasets.SAMPLE_CHOICES.items() if key == sample)
     kind = (ds.origin or {}).get("source", {}).get("kind")
     if kind:
         return FOLDER if kind == "folder_file" else DATABASE
@@ -84,6 +85,7 @@ def _source_section() -> None:
     )
     if ds is not None:
         st.caption(f"In use: {md(ds.name)}. Loading another table replaces it.")
+        _name(ds)
         sample = datasets.sample_of(ds)
         if sample:
             st.warning(sample)
@@ -112,6 +114,24 @@ def _source_section() -> None:
                 st.rerun()
     else:
         _upload()
+
+
+def _name(ds: state.Dataset) -> None:
+    """The dataset's name, which carries its privacy budget in the ledger; changed only by the button."""
+    a, b = st.columns([4, 1], vertical_alignment="bottom")
+    typed = a.text_input(
+        "Dataset name",
+        value=ds.name,
+        key=f"data_name_{ds.dataset_id}",
+        help="The name carries the privacy budget in the ledger: the same name is the same budget, whatever "
+        "file it comes from, and a table already released under another name is refused. Case and spacing "
+        f"are ignored; at most {state.MAX_NAME_CHARS} characters. Press Use this name to apply it.",
+    )
+    if b.button("Use this name", key="data_rename"):
+        with user_errors("renaming the dataset") as outcome:
+            state.rename_dataset(typed)
+        if not outcome.failed:
+            st.rerun()
 
 
 def _limit_note(settings: SourceSettings) -> str:

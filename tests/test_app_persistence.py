@@ -232,6 +232,8 @@ NOT_KEPT = {  # (file, key text): why the value is deliberately not kept
     ("pages/policy.py", "'pol_budget_eps'"): "shows the ledger's saved budget until Save is pressed",
     ("pages/policy.py", "'pol_budget_delta'"): "shows the ledger's saved budget until Save is pressed",
     ("ui/release.py", "f'{key}_again_{panel.request_id}'"): "spending again is confirmed anew each time",
+    ("pages/data.py", "f'data_name_{ds.dataset_id}'"): "shows the dataset's name (kept with the dataset) "
+    "until Use this name is pressed",
 }
 
 

@@ -7,10 +7,10 @@ changed (widget by widget, so two tabs of one session do not undo each other's c
 
 The plan holds what the curator chose, never data or secrets: the dataset's reference (sample key,
 blobs parameters, a data source spec: folder file, database table or SELECT, named by its connection, never
-its URL; or the fingerprint of a table kept in the data folder), schema, missing-value steps,
-preparation choices (features, public bounds, scaling), the policy, and every widget value kept by
-``ui.state.persist`` (the sampling mode and demo seed among them). Restoring re-runs the loading,
-cleaning and preparation from those choices; a step that no longer applies is reported, not guessed.
+its URL; or the fingerprint of a table kept in the data folder) and its name (which carries the budget),
+schema, missing-value steps, preparation choices (features, public bounds, scaling), the policy, and every
+widget value kept by ``ui.state.persist`` (the sampling mode and demo seed among them). Restoring re-runs the
+loading, cleaning and preparation from those choices; a step that no longer applies is reported, not guessed.
 """
 
 from __future__ import annotations
@@ -141,6 +141,8 @@ def _restore_dataset(saved: dict[str, Any]) -> None:
         ds = state.set_dataset(saved["name"], raw, source=saved["source"], origin=saved.get("origin"))
     if ds.fingerprint != saved["fingerprint"]:
         raise DataError(f"'{ds.name}' is not the table this session used; load it again on the Data page.")
+    if ds.name != saved["name"]:  # a source is loaded under its label: the curator's name comes back
+        ds = state.update_dataset(name=saved["name"])
     sch = saved["schema"]
     if list(sch["kinds"]) != [str(c) for c in ds.raw.columns]:
         raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")

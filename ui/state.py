@@ -1,9 +1,9 @@
 """Typed accessors over ``st.session_state``: the current dataset, policy, ledger, user and sampling mode.
 
 Pages never touch ``st.session_state`` keys directly for these; they call the functions here.
-The dataset id used by the ledger comes from the dataset's name, which carries its budget across sessions
-whatever the file's row order or column names; the ledger refuses the same table (by fingerprint) under a
-second name.
+The dataset id used by the ledger comes from the dataset's name (the loaded label until the curator renames
+it, :func:`rename_dataset`), which carries its budget across sessions whatever the file's row order or column
+names; the ledger refuses the same table (by fingerprint) under a second name.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ui import auth
 __all__ = [
     "DEFAULT_POLICY",
     "KEEP_PREFIX",
+    "MAX_NAME_CHARS",
     "MODE_KEY",
     "SEED_KEY",
     "Dataset",
@@ -49,6 +50,7 @@ __all__ = [
     "persist",
     "policy",
     "prepared",
+    "rename_dataset",
     "require_dataset",
     "require_prepared",
     "reset_cleaning",
@@ -68,6 +70,7 @@ SEED_KEY = "dp_seed"
 RELEASE_PREFIX = "dp_release::"
 KEEP_PREFIX = "dp_keep::"
 DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
+MAX_NAME_CHARS = 100
 Mode = Literal["secure", "demo"]
 
 
@@ -80,7 +83,8 @@ def dataset_id_for(name: str) -> str:
 class Dataset:
     """The table the curator works on.
 
-    ``raw`` is the table as loaded (its fingerprint names the dataset in the ledger); ``cleaned`` is
+    ``name`` carries the budget in the ledger (``dataset_id``); ``raw`` is the table as loaded (its
+    fingerprint is recorded with every release); ``cleaned`` is
     ``raw`` after the curator's explicit missing-value choices (``steps``: (strategy, columns) in order,
     ``cleaning``: the same in words); ``prepared`` is the output of ``dpcore.data.prepare`` on ``cleaned``
     (None until the curator prepares features). ``origin`` says how to load ``raw`` again in a restored
@@ -157,6 +161,27 @@ def update_dataset(**changes: Any) -> Dataset:
     ds = replace(_current(), **changes)
     st.session_state[DATASET_KEY] = ds
     return ds
+
+
+def rename_dataset(name: str) -> Dataset:
+    """Give the current dataset the curator's ``name`` (stripped; it carries the budget in the ledger, see
+    ``dpcore.ledger.dataset_id_for_name``). Widget values kept under the old dataset id (column kinds,
+    features, bounds, region) are carried over to the new id, so renaming resets no other setting."""
+    ds = _current()
+    text = str(name).strip()
+    if not text:
+        raise DataError("The dataset name is empty; type a name (it carries the dataset's privacy budget).")
+    if len(text) > MAX_NAME_CHARS:
+        raise DataError(f"The dataset name has {len(text)} characters; use at most {MAX_NAME_CHARS}.")
+    if not text.isprintable():
+        raise DataError("The dataset name contains control characters (tabs, line breaks); remove them.")
+    old, new = ds.dataset_id, dataset_id_for(text)
+    if new != old:
+        for key in [str(k) for k in st.session_state if str(k).startswith(KEEP_PREFIX) and old in str(k)]:
+            widget = key[len(KEEP_PREFIX) :]
+            value = st.session_state[widget] if widget in st.session_state else st.session_state[key]
+            st.session_state[key.replace(old, new)] = value
+    return update_dataset(name=text)
 
 
 def apply_missing(columns: Sequence[str], strategy: str) -> Dataset:
