@@ -7,8 +7,9 @@ imports dpcore and builds the data (what the comparison adds is the difference).
 Cases (synthetic blobs, 3 features, K = 4, public bounds [-10, 10]): the k-means comparison at the page's
 defaults (white, white per cluster, colored, DP-Lloyd, Blowfish; 11 eps from 0.1 to 10; 20 trials) in one
 engine call on 25k, 100k, 400k and 930k rows; 500 trials (the page's maximum) on 5k rows; DP-Lloyd + MCMC
-with 100 chains per eps over 11 eps on 25k rows (500 steps per chain: the memory does not grow with the
-steps); the location comparison (planar Laplace, mean positions, hotspots; 11 eps, 500 trials) on 930k rows.
+with 100 chains per eps (the page's maximum) over 3 eps on 25k rows (500 steps per chain: the memory
+does not grow with the steps); the location comparison (planar Laplace, mean positions, hotspots; 11 eps,
+50 trials: the maximum) on 930k rows.
 
     .venv/bin/python benchmarks/bench_memory.py            # every case
     .venv/bin/python benchmarks/bench_memory.py 25k 500t   # some cases
@@ -30,8 +31,8 @@ CASES: dict[str, tuple[str, int, int, str]] = {  # name: (kind, rows, trials, wh
     "400k": ("kmeans", 400_000, 20, "k-means comparison, page defaults, 400k rows"),
     "930k": ("kmeans", 930_000, 20, "k-means comparison, page defaults, 930k rows"),
     "500t": ("kmeans", 5_000, 500, "k-means comparison, 500 trials, 5k rows"),
-    "mcmc": ("mcmc", 25_000, 100, "DP-Lloyd + MCMC, 100 chains x 11 eps, 25k rows"),
-    "loc": ("location", 930_000, 500, "location comparison, 500 trials x 11 eps, 930k rows"),
+    "mcmc": ("mcmc", 25_000, 100, "DP-Lloyd + MCMC, 100 chains x 3 eps, 25k rows"),
+    "loc": ("location", 930_000, 50, "location comparison, 50 trials x 11 eps, 930k rows"),
 }
 
 
@@ -64,7 +65,8 @@ def child(name: str) -> None:
     elif kind == "mcmc":
         from dpcore.kmeans import sweep
 
-        sweep(X, labels, ["dp_lloyd_mcmc"], EPS, trials, 0.0, bounds=(-10.0, 10.0), seed=0, mcmc_steps=500)
+        eps = [0.5, 1.0, 2.0]
+        sweep(X, labels, ["dp_lloyd_mcmc"], eps, trials, 0.0, bounds=(-10.0, 10.0), seed=0, mcmc_steps=500)
     else:
         from dpcore.location.geometry import Region
         from dpcore.location.sweep import location_sweep
@@ -86,11 +88,12 @@ def _run(arg: str) -> tuple[float, float]:
 
 
 def main(names: list[str]) -> None:
-    print(f"{'case':58s} {'peak MB':>9s} {'added MB':>9s} {'/ 1 GB':>7s} {'seconds':>8s}")
+    print(f"{'case':58s} {'peak MB':>9s} {'added MB':>9s} {'/ 1 GB':>7s} {'seconds':>8s}", flush=True)
     for name in names or list(CASES):
         peak, seconds = _run(name)
         base, _ = _run(name + ":base")
-        print(f"{CASES[name][3]:58s} {peak:9.0f} {peak - base:9.0f} {peak / TARGET_MB:7.2f} {seconds:8.1f}")
+        row = f"{CASES[name][3]:58s} {peak:9.0f} {peak - base:9.0f} {peak / TARGET_MB:7.2f} {seconds:8.1f}"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

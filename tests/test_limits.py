@@ -7,9 +7,13 @@ import importlib
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans import KMEANS, KMeansInputs, LeeKiferKMeans, release_centroids, sweep, true_clustering
@@ -209,3 +213,53 @@ def test_location_engine_refuses_settings_beyond_their_limits() -> None:
     _refused(
         "n_queries must be a whole number from 1 to 1000", run(["uniform_grid"], [1.0], 1, n_queries=10**6)
     )
+
+
+# ---------------------------------------------------------------- the pages' widgets
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def _kmeans_page(**kept: object) -> AppTest:
+    """The K-means page on 90 rows with public bounds, with ``kept`` values in the session."""
+    from dpcore.data import fingerprint, infer_schema, prepare
+    from ui.state import Dataset
+
+    X, _ = _blobs(90, seed=9)
+    raw = pd.DataFrame({"x": X[:, 0], "y": X[:, 1]})
+    schema = infer_schema(raw)
+    prepared = prepare(raw, schema, features=["x", "y"], bounds={"x": (-4, 4), "y": (-4, 4)})
+    ds = Dataset(name="blobs", raw=raw, schema=schema, cleaned=raw, fingerprint=fingerprint(raw))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["dp_dataset"] = replace(ds, prepared=prepared)
+    for key, value in kept.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/kmeans.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_kmeans_page_widgets_carry_the_engine_limits() -> None:
+    """K, trials, MCMC chains and chain length stop at the engine's limits; a kept value beyond a limit
+    (an old session, an edited URL) falls back to the default instead of running or failing."""
+    at = _kmeans_page(km_mcmc_steps=1_000_000, km_trials=10_000, km_mech_dp_lloyd_mcmc=True)
+    limits = {key: at.number_input(key=key).max for key in ("km_k", "km_trials")}
+    limits.update({key: at.number_input(key=key).max for key in ("km_mcmc_chains", "km_mcmc_steps")})
+    assert limits == {"km_k": 100, "km_trials": 500, "km_mcmc_chains": 100, "km_mcmc_steps": 100_000}
+    assert at.number_input(key="km_mcmc_steps").value == 30_000
+    assert at.number_input(key="km_trials").value == 20
+
+
+def test_locations_page_widgets_carry_the_registry_limits() -> None:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["loc_clusters"] = 10**9  # a kept value beyond the limit falls back to the default
+    at.run()
+    at.switch_page("pages/locations.py").run()
+    at.button(key="loc_load_airports").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    limits = {
+        key: at.number_input(key=key).max for key in ("loc_clusters", "loc_grid", "loc_theta", "loc_trials")
+    }
+    assert limits == {"loc_clusters": 10_000, "loc_grid": 1024, "loc_theta": 2.0e7, "loc_trials": 50}
+    assert at.number_input(key="loc_clusters").value == 20
