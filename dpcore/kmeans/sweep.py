@@ -3,7 +3,8 @@
 ``sweep`` reads the true data and draws ``Sampler.diagnostic`` noise (never secure sampling, never
 released): every mechanism's ``trial`` from the registry (``dpcore.kmeans.registry.KMEANS``) gives its noisy
 centres for all (eps, trial) pairs, matched to the true centroids of the reference clustering; WCSS,
-labels and ARI of every centre set come from one batched distance computation (:mod:`dpcore.metrics`).
+labels and ARI come from batched distance computations (:mod:`dpcore.metrics`) over chunks of centre sets,
+so memory stays bounded whatever the rows, trials (at most ``MAX_TRIALS``) and eps (``MAX_EPS_VALUES``).
 ``diagnostic_draw`` is one such draw for the detailed view; ``true_clustering`` the reference clustering.
 Releases go through the registry (:func:`dpcore.kmeans.registry.release_centroids`), not through here.
 """
