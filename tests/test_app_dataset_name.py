@@ -121,6 +121,23 @@ def test_a_rename_changes_the_name_and_account_everywhere_and_keeps_the_other_se
     assert at.radio(key="data_source").value == "Upload a file"
 
 
+def test_a_rename_keeps_the_region_chosen_on_the_locations_page() -> None:
+    at = _open()
+    at.radio(key="data_source").set_value("Sample: US airports").run()
+    at.button(key="data_load_sample").click().run()
+    at.switch_page("pages/locations.py").run()
+    suffix = _ok(at).session_state["dp_dataset"].dataset_id
+    at.selectbox(key=f"loc_region_{suffix}").set_value("Custom (enter the box below)").run()
+    at.number_input(key=f"loc_box_0_{suffix}").set_value(30.0).run()
+    at.switch_page("pages/data.py").run()
+    _rename(at, "Airports 2024")
+    at.switch_page("pages/locations.py").run()
+    suffix = _ok(at).session_state["dp_dataset"].dataset_id
+    assert suffix == dataset_id_for_name("Airports 2024")
+    assert at.selectbox(key=f"loc_region_{suffix}").value == "Custom (enter the box below)"
+    assert at.number_input(key=f"loc_box_0_{suffix}").value == 30.0
+
+
 def test_the_budget_set_under_the_new_name_is_the_one_a_release_debits(downloads: dict[str, bytes]) -> None:
     at = _open()
     _upload(at, "people.csv", _csv(2))
