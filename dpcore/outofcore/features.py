@@ -167,8 +167,8 @@ class TableFeatures:
             raise AttributeError(name)
         if name in _IN_MEMORY:
             raise ParameterError(
-                "This mechanism reads the rows in memory; out of core only DP-Lloyd and Blowfish k-means run "
-                "(their passes run in the engine). Release it from the dashboard on a table that fits."
+                "This mechanism reads the rows in memory; out of core DP-Lloyd, Blowfish k-means and the "
+                "colored mechanism run (their passes run in the engine). Release it from the dashboard."
             )
         return getattr(self.described, name)
 
