@@ -124,6 +124,11 @@ def test_blowfish_release_is_identical_in_memory_and_on_duckdb(data, graph) -> N
     assert np.array_equal(mem.cluster_centers_, ooc.cluster_centers_)
     assert np.array_equal(mem.sum_sensitivity_, ooc.sum_sensitivity_)
     assert np.array_equal(mem.sensitivity_gain_, ooc.sensitivity_gain_)
+    params = {"n_clusters": 3, "graph": graph.to_dict()}  # the registered mechanism, as a plan runs it
+    a = release_centroids("blowfish", inputs, epsilon=1.0, sampler=Sampler(9), params=params)
+    b = release_centroids("blowfish", feat, epsilon=1.0, sampler=Sampler(9), params=params)
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+    assert a.details == b.details
 
 
 def test_refuses_what_it_cannot_compute_out_of_core(data) -> None:
