@@ -18,7 +18,7 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from dpcore.data import MAX_COLUMNS, load_table
+from dpcore.data import MAX_COLUMNS, fingerprint, load_table
 from dpcore.errors import DataError
 from dpcore.policy import ApproxDP
 from tests.test_hostile_engine import BAD_FILES, WIDE_CSV, _xlsx
@@ -70,6 +70,42 @@ def test_bad_uploads_show_the_engine_message_and_keep_the_dataset(app_path: str)
         assert at.session_state["dp_dataset"].fingerprint == before, case
         assert any(f"still {MARKETING}" in c.value for c in at.caption), case
     assert len(UPLOAD_CASES) >= 15
+
+
+CORPUS_STRIDE = 4  # every 4th corpus file through the page (all of them take some minutes)
+
+
+def test_hostile_corpus_sample_through_the_data_page(app_path: str) -> None:
+    """A quarter of tests/hostile_corpus.py uploaded in turn: each shows the engine's own refusal or loads
+    the same table (same fingerprint); no exception, no generic "went wrong" note, every run in time."""
+    from tests.hostile_corpus import corpus
+
+    at = AppTest.from_file(app_path, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    sample = [case for case in corpus()[::CORPUS_STRIDE] if case.data]  # the uploader refuses empty files
+    loaded = refused = 0
+    for i, case in enumerate(sample):
+        name = f"{i:03d}-{case.name}"
+        try:
+            expected: str | None = fingerprint(load_table(case.data, filename=name))
+        except DataError as err:
+            expected = None
+            message = md(str(err))
+        start = time.perf_counter()
+        _upload(at, name, case.data)
+        assert time.perf_counter() - start < TIMEOUT, case.id
+        _clean(at)
+        assert not any("went wrong" in e for e in _errors(at)), (case.id, _errors(at))
+        if expected is None:
+            assert _errors(at) == [message], case.id
+            refused += 1
+        else:
+            assert not _errors(at), (case.id, _errors(at))
+            ds = at.session_state["dp_dataset"]
+            assert (ds.name, ds.fingerprint) == (name, expected), case.id
+            loaded += 1
+    assert len(sample) >= 50 and loaded >= 25 and refused >= 15, (len(sample), loaded, refused)
 
 
 def test_upload_over_the_limit_is_refused_on_the_page(app_path: str) -> None:

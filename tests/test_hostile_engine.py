@@ -15,6 +15,7 @@ import tracemalloc
 import warnings
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -129,6 +130,17 @@ def _xlsx_with_rows(n_rows: int) -> bytes:
     return _xlsx_with("xl/worksheets/sheet1.xml", splice)
 
 
+def _xlsx_far_cell(rows: list[list[Any]], cell: str) -> bytes:
+    """A workbook of ``rows`` and one more value in ``cell``."""
+    book = openpyxl.Workbook()
+    for row in rows:
+        book.active.append(row)
+    book.active[cell] = 1
+    buf = io.BytesIO()
+    book.save(buf)
+    return buf.getvalue()
+
+
 def _parquet(table: pa.Table | pd.DataFrame) -> bytes:
     buf = io.BytesIO()
     pq.write_table(table if isinstance(table, pa.Table) else pa.Table.from_pandas(table), buf)
@@ -181,7 +193,7 @@ BAD_FILES: list[tuple[str, bytes, str, str]] = [
         r"sheet1.xml holds 32 MB between two elements.*limit is 1 MB",
     ),
     ("xlsx zip bomb", XLSX_BOMB, "t.xlsx", r"unzips to more than 50 MB"),
-    ("xlsx 6M elements", XLSX_ROWS, "t.xlsx", r"holds 6,000,\d+ XML elements.*at most 1,000,000.*as CSV"),
+    ("xlsx 6M elements", XLSX_ROWS, "t.xlsx", r"at least 6,000,\d+ XML elements.*at most 1,000,000.*as CSV"),
     (
         "xlsx with a DTD",
         _xlsx_with("xl/workbook.xml", lambda body: iter([b'<!DOCTYPE w [<!ENTITY e "x">]>', body])),
@@ -200,6 +212,13 @@ BAD_FILES: list[tuple[str, bytes, str, str]] = [
     ),
     ("parquet year 1", _parquet(_stamps(1, 2000)), "t.parquet", OLD_DATES),
     ("parquet year 9999", _parquet(_stamps(2000, 9999)), "t.parquet", OLD_DATES),
+    (
+        "xlsx stray cell at XFD1048576",
+        _xlsx_far_cell([["a", "b"], [1, 2]], "XFD1048576"),
+        "t.xlsx",
+        r"spans 1,048,576 rows × 16,384 columns.*at most 2,000,000.*Delete the cells outside the table",
+    ),
+    ("xlsx year 9999", _xlsx([["t", "n"], [dt.datetime(9999, 12, 31), 1], [None, 2]]), "t.xlsx", OLD_DATES),
     (
         "parquet index named like a column",
         _parquet(pd.DataFrame({"a": [1, 2]}, index=pd.Index([5, 6], name="a"))),
@@ -319,6 +338,28 @@ def test_float16_parquet_loads_as_float64_and_can_be_categorical() -> None:
         assert column_encoding(table, schema, "h").categories == (1.5, 2.5)
         prep = prepare(table, schema, ["h"])
         assert prep.X[:, 0].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_workbook_columns_of_numbers_and_words_load_as_text_and_say_so() -> None:
+    """Before: the table loaded, but Arrow (the page, the session store) could not hold the column."""
+    table = load_table(_xlsx([["m", "n"], [1, 1], ["two", 2], [3.5, 3], [None, 4]]), filename="t.xlsx")
+    assert table["m"].tolist()[:3] == ["1", "two", "3.5"] and pd.isna(table["m"].iloc[3])
+    assert table.attrs["dpcore_notes"] == [
+        "'t.xlsx': column 'm' mixes numbers and text; it was read as text."
+    ]
+    pa.Table.from_pandas(table)
+    assert infer_schema(table).kinds["m"] == "categorical"
+
+
+def test_parquet_binary_columns_load_as_text_or_hex_and_say_so() -> None:
+    """Before: bytes that are not UTF-8 raised UnicodeDecodeError in infer_schema."""
+    columns = {"b": [b"\xff\x00", None], "u": [b"ok", b"\xc3\xa9"], "n": [1, 2]}
+    table = load_table(_parquet(pa.table(columns)), filename="t.parquet")
+    assert table["b"].tolist()[0] == "ff00" and pd.isna(table["b"].iloc[1])
+    assert table["u"].tolist() == ["ok", "é"]
+    assert re.search(r"'b' holds binary values that are not text.*hexadecimal", _notes(table))
+    assert re.search(r"'u' holds binary values; they are valid UTF-8 and were read as text", _notes(table))
+    assert set(infer_schema(table).kinds) == {"b", "u", "n"}
 
 
 def test_parquet_timestamps_in_range_keep_their_unit() -> None:
@@ -441,6 +482,32 @@ def test_ambiguous_comma_numbers_in_semicolon_files_stay_text_and_say_so() -> No
 def test_ordinary_files_carry_no_notes(data: bytes, name: str, expected: list[str]) -> None:
     notes = load_table(data, filename=name).attrs["dpcore_notes"]
     assert len(notes) == len(expected) and all(e in n for e, n in zip(expected, notes, strict=True))
+
+
+# -- the generated corpus ---------------------------------------------------------------------------------
+
+CORPUS_LIMIT = 20.0  # seconds per file: generous for a loaded 2-core machine (the slowest takes 1-4 s)
+
+
+def test_generated_hostile_corpus_through_the_engine() -> None:
+    """Every corpus file is loaded, typed and prepared (tests/hostile_corpus.py): a table or a DPCoreError,
+    never another exception, and none runs past the limit. ``-s`` prints the figures."""
+    from tests.hostile_corpus import corpus, run_case
+
+    outcomes = [run_case(case, CORPUS_LIMIT) for case in corpus()]
+    generated = [o for o in outcomes if not o.case.id.startswith("bad file: ")]
+    assert len(generated) >= 200
+    failures = [(o.case.id, o.status, o.error) for o in outcomes if o.status in ("crashed", "hung")]
+    assert not failures
+    counts = Counter(o.status for o in outcomes)
+    stages = Counter(o.stage for o in outcomes)
+    assert counts["loaded"] >= 150 and counts["refused"] >= 80 and stages["prepared"] >= 100, (counts, stages)
+    for o in outcomes:
+        if o.status == "refused":
+            assert o.error.startswith(("'", "The ")) and "Traceback" not in o.error, (o.case.id, o.error)
+    worst = max(outcomes, key=lambda o: o.seconds)
+    print(f"\nhostile corpus: {len(outcomes)} files, {dict(counts)}, {dict(stages)}; ", end="")
+    print(f"slowest {worst.seconds:.2f} s ({worst.case.id})")
 
 
 # -- preparing features --------------------------------------------------------------------------------

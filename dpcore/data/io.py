@@ -11,8 +11,9 @@ workbook is refused when its parts' uncompressed sizes add up to more than ``max
 XML parts holds more than :data:`MAX_XML_RUN` bytes between two elements (a huge comment or attribute: the
 XML parser's cost grows with the square of such a run; Excel writes at most 32,767 characters in a cell) or
 more than :data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed element by element, about
-100,000 a second); a table with more than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is
-refused before it is parsed.
+100,000 a second), or when a sheet spans more than :data:`MAX_XLSX_CELLS` cells from A1 to its farthest
+cell (the reader fills that rectangle: one stray cell at XFD1048576 means 17 billion); a table with more
+than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is refused before it is parsed.
 
 Nothing is changed silently: what loading had to interpret is said in ``df.attrs["dpcore_notes"]`` (shown
 on the Data page) - gzip members read one after the other, lines repeating the header (files joined end to
@@ -42,12 +43,21 @@ import pyarrow.parquet as pq
 
 from dpcore.errors import DataError
 
-__all__ = ["MAX_COLUMNS", "MAX_TABLE_BYTES", "MAX_XLSX_ELEMENTS", "MAX_XML_RUN", "NOTES_ATTR", "load_table"]
+__all__ = [
+    "MAX_COLUMNS",
+    "MAX_TABLE_BYTES",
+    "MAX_XLSX_CELLS",
+    "MAX_XLSX_ELEMENTS",
+    "MAX_XML_RUN",
+    "NOTES_ATTR",
+    "load_table",
+]
 
 MAX_TABLE_BYTES = 50 * 2**20
 MAX_COLUMNS = 500
 MAX_XML_RUN = 2**20
 MAX_XLSX_ELEMENTS = 1_000_000
+MAX_XLSX_CELLS = 2_000_000
 NOTES_ATTR = "dpcore_notes"
 
 _DELIMITERS = (",", ";", "\t", "|")
@@ -71,6 +81,8 @@ _XML_SUFFIXES = (".xml", ".rels", ".vml")
 _SCAN_SLICE = 4 * 2**20
 _NOT_ELEMENT = np.frombuffer(b"/!?", dtype=np.uint8)  # after "<": end tag, comment or declaration, PI
 _TOKENS = ((b"<!--", b"-->"), (b"<?", b"?>"), (b"<![CDATA[", b"]]>"))
+_CELL_REF = re.compile(rb'<(?:\w+:)?c\s[^>]*?\br="([A-Z]{1,3})([0-9]{1,7})"')
+_ROW_REF = re.compile(rb'<(?:\w+:)?row\s[^>]*?\br="([0-9]{1,7})"')
 
 Source = str | PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 
@@ -404,22 +416,28 @@ def _drop_repeated_header(text: str, name: str, notes: list[str]) -> str:
     """Blank the later lines identical to the header line (files joined end to end, e.g. gzip members or
     ``cat a.csv b.csv``): read as data they would turn every column to text."""
     first = re.match(r"(?:[ \t\r]*\n)*([^\n]*)", text)
-    header = first.group(1).rstrip("\r") if first else ""
-    if not header.strip() or first is None:
+    if first is None or not first.group(1).strip():
         return text
-    head, tail = text[: first.end(1)], text[first.end(1) :]
-    repeated = re.compile("\n" + re.escape(header) + r"\r?(?=\n|\Z)")
-    found = repeated.search(tail)
-    if found is None:
+    needle = "\n" + first.group(1).rstrip("\r")
+    pieces, start, found = [], first.end(1), 0
+    at = text.find(needle, start)
+    while at >= 0:
+        end = at + len(needle)
+        end += text.startswith("\r", end)
+        if end == len(text) or text[end] == "\n":  # the whole line, not a prefix of a longer one
+            found = found or text.count("\n", 0, at) + 2
+            pieces.append(text[start : at + 1])  # keep the line break: line numbers stay the file's
+            start = end
+        at = text.find(needle, end)
+    if not found:
         return text
-    line = text.count("\n", 0, len(head) + found.start()) + 2
-    tail, count = repeated.subn("\n", tail)
+    count = len(pieces)
     more = f" ({count:,} such lines in all)" if count > 1 else ""
     notes.append(
-        f"'{name}': line {line:,} repeats the header{more}, as where files are joined end to end; it was "
+        f"'{name}': line {found:,} repeats the header{more}, as where files are joined end to end; it was "
         "dropped, not read as data."
     )
-    return head + tail
+    return text[: first.end(1)] + "".join(pieces) + text[start:]
 
 
 def _grouped_numbers(df: pd.DataFrame, delim: str, name: str, notes: list[str]) -> None:
@@ -507,7 +525,29 @@ def _outside_ns(column: pa.ChunkedArray) -> int:
     return int(pc.sum(pc.or_(pc.less(ticks, -limit), pc.greater(ticks, limit))).as_py() or 0)
 
 
-def _arrow_table(data: bytes, name: str, max_columns: int) -> pa.Table:
+def _binary_as_text(column: pa.ChunkedArray, label: str, notes: list[str]) -> pa.ChunkedArray:
+    """A binary column as text: UTF-8 where every value is, else every value as hexadecimal digits."""
+    try:
+        text = column.cast(pa.binary()).cast(pa.string())
+        notes.append(f"{label} holds binary values; they are valid UTF-8 and were read as text.")
+    except pa.ArrowInvalid:
+        text = pa.chunked_array([pa.array([None if v is None else v.hex() for v in column.to_pylist()])])
+        notes.append(
+            f"{label} holds binary values that are not text; they were read as hexadecimal digits (a cell "
+            "b'\\xff\\x00' reads 'ff00')."
+        )
+    return text
+
+
+def _outside_dates(name: str, column: str, count: int) -> DataError:
+    return DataError(
+        f"'{name}': column '{column}' has {count:,} timestamp(s) outside 1677-09-22 to 2262-04-11 (such as "
+        "0001-01-01 or 9999-12-31, often placeholders for an unknown date), which pandas cannot hold. "
+        "Replace them with empty cells (or real dates) and save the file again."
+    )
+
+
+def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> pa.Table:
     """The Parquet file as an Arrow table of flat columns pandas and the mechanisms can hold."""
     try:
         file = pq.ParquetFile(io.BytesIO(data))
@@ -533,17 +573,17 @@ def _arrow_table(data: bytes, name: str, max_columns: int) -> pa.Table:
                 i, pa.field(field.name, pa.float64()), table.column(i).cast(pa.float64())
             )
         elif pa.types.is_timestamp(field.type) and (count := _outside_ns(table.column(i))):
-            raise DataError(
-                f"'{name}': column '{field.name}' has {count:,} timestamp(s) outside 1677-09-22 to "
-                "2262-04-11 (such as 0001-01-01 or 9999-12-31, often placeholders for an unknown date), "
-                "which pandas cannot hold. Replace them with empty cells (or real dates) and export the "
-                "file again."
-            )
+            raise _outside_dates(name, field.name, count)
+        elif pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type) or (
+            pa.types.is_fixed_size_binary(field.type)
+        ):  # bytes that are not UTF-8 break every text operation
+            text = _binary_as_text(table.column(i), f"'{name}': column '{field.name}'", notes)
+            table = table.set_column(i, pa.field(field.name, pa.string()), text)
     return table
 
 
 def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
-    table = _arrow_table(data, name, limits.max_columns)
+    table = _arrow_table(data, name, limits.max_columns, notes)
     try:
         df = table.to_pandas()
     except Exception as err:
@@ -621,13 +661,15 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
                         "writes at most 32,767 characters in a cell). Save the workbook again from Excel, "
                         "or export the sheet as CSV, and upload that."
                     )
-            if elements > MAX_XLSX_ELEMENTS:
-                raise DataError(
-                    f"'{name}' holds {elements:,} XML elements (rows, cells, values); at most "
-                    f"{MAX_XLSX_ELEMENTS:,} (some 400,000 cells) are read from a workbook, which is parsed "
-                    "element by element (about 100,000 a second). Save the sheet as CSV (or Parquet), "
-                    "which is read much faster, and upload that."
-                )
+                if elements > MAX_XLSX_ELEMENTS:
+                    raise DataError(
+                        f"'{name}' holds at least {elements:,} XML elements (rows, cells, values); at most "
+                        f"{MAX_XLSX_ELEMENTS:,} (some 400,000 cells) are read from a workbook, which is "
+                        "parsed element by element (about 100,000 a second). Save the sheet as CSV (or "
+                        "Parquet), which is read much faster, and upload that."
+                    )
+                if info.filename.startswith("xl/worksheets/"):  # bounded by the element count
+                    _check_grid(xml, name, info.filename)
     except DataError:
         raise
     # damaged archive, encrypted or unknown compression, CRC/size mismatch
@@ -641,6 +683,27 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
         NotImplementedError,
     ) as err:
         raise DataError(f"'{name}' is a damaged zip/Excel file ({err}). Save the workbook again.") from err
+
+
+def _column_number(letters: bytes) -> int:
+    number = 0
+    for letter in letters:
+        number = number * 26 + letter - ord("A") + 1
+    return number
+
+
+def _check_grid(xml: bytes, name: str, part: str) -> None:
+    """Refuse a sheet whose rectangle from A1 to its farthest cell exceeds ``MAX_XLSX_CELLS``."""
+    cells = _CELL_REF.findall(xml)
+    rows = max([int(r) for r in _ROW_REF.findall(xml)] + [int(r) for _, r in cells], default=0)
+    columns = max((_column_number(c) for c in {c for c, _ in cells}), default=0)
+    if rows * columns > MAX_XLSX_CELLS:
+        raise DataError(
+            f"'{name}': the sheet {part} spans {rows:,} rows × {columns:,} columns ({rows * columns:,} "
+            f"cells from A1 to its farthest cell); at most {MAX_XLSX_CELLS:,} are read, since the reader "
+            "fills that whole rectangle. Delete the cells outside the table (or save the sheet as CSV) "
+            "and upload it again."
+        )
 
 
 def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
@@ -671,6 +734,29 @@ def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
     return _finish(body, header, name, f"Excel .xlsx (first sheet '{sheet}'{more})", notes)
 
 
+def _check_dates(df: pd.DataFrame, name: str) -> None:
+    """Refuse timestamps pandas cannot hold in nanoseconds (a workbook's 9999-12-31, say)."""
+    for column in df.columns:
+        if pd.api.types.is_datetime64_any_dtype(df[column]):
+            count = _outside_ns(pa.chunked_array([pa.array(df[column], from_pandas=True)]))
+            if count:
+                raise _outside_dates(name, column, count)
+
+
+def _mixed_as_text(df: pd.DataFrame, name: str, notes: list[str]) -> None:
+    """Columns that mix types (a workbook column of numbers and words) as text, as a CSV reads them: the
+    page and the session store need one type per column."""
+    for column in df.columns:
+        s = df[column]
+        if s.dtype != object:
+            continue
+        try:
+            pa.array(s, from_pandas=True)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            df[column] = s.astype(str).where(s.notna())
+            notes.append(f"'{name}': column '{column}' mixes numbers and text; it was read as text.")
+
+
 def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: list[str]) -> pd.DataFrame:
     names = [str(h).strip() for h in header]
     keep = [bool(n) or not df.iloc[:, i].isna().all() for i, n in enumerate(names)]
@@ -686,6 +772,8 @@ def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: 
     if not names:
         raise DataError(f"'{name}' has no columns. Upload a file with a header row.")
     df.columns = names
+    _check_dates(df, name)
+    _mixed_as_text(df, name, notes)
     df = df.dropna(how="all").reset_index(drop=True)
     if df.empty:
         raise DataError(f"'{name}' has a header but no data rows. Upload a file with at least one data row.")
