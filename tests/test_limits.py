@@ -20,6 +20,7 @@ from dpcore.kmeans import KMEANS, KMeansInputs, LeeKiferKMeans, release_centroid
 from dpcore.kmeans.mcmc import mcmc_postprocess
 from dpcore.location import LOCATIONS, Region
 from dpcore.location.sweep import location_sweep
+from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismSpec, Param, Registry
 
 BOX = (np.full(2, -4.0), np.full(2, 4.0))
@@ -91,6 +92,23 @@ def test_mcmc_chains_run_in_groups_of_bounded_memory() -> None:
 
     small, big = _peak_mb(run(40)), _peak_mb(run(200))
     assert big < 1.5 * small, (small, big)
+
+
+def test_planar_lloyd_batches_are_bounded_by_the_rows_they_may_compare() -> None:
+    """Batched 2-D fits (hotspots) compare a run's centres with the rows of every cell where two centres
+    may be nearest, up to all n rows per run: batches sized by cells alone took 30 runs x n rows at once."""
+    from dpcore.kmeans import DPLloydKMeans
+    from dpcore.kmeans.lloyd import noisy_lloyd_trials
+
+    rng = np.random.default_rng(10)
+    X = rng.uniform(-4, 4, (400_000, 2))
+    est = DPLloydKMeans(8, 0.05, bounds=BOX, n_iter=2, random_state=Sampler.diagnostic(0))
+
+    def run(trials: int) -> Callable[[], object]:
+        return lambda: noisy_lloyd_trials(est, X, [0.05], trials, Sampler.diagnostic(1))
+
+    small, big = _peak_mb(run(10)), _peak_mb(run(40))
+    assert big < 1.3 * small + 5, (small, big)
 
 
 def test_location_sweep_draws_in_bounded_chunks() -> None:

@@ -453,7 +453,9 @@ def noisy_lloyd_trials(
     init = np.stack(inits) - mid
     out = np.empty_like(init)
     T_all = np.array([T for T, _ in plans])
-    chunk = max(1, BATCH_ENTRIES // ((arr.shape[0] if cells is None else cells.count.size) * k))
+    # runs per batch: grid filtering holds (runs x K x cells) box bounds and may compare up to n rows per run
+    n_rows = arr.shape[0]
+    chunk = max(1, BATCH_ENTRIES // (n_rows * k if cells is None else max(cells.count.size * k, n_rows)))
     for T in np.unique(T_all):
         idx = np.flatnonzero(T_all == T)
         for part in np.array_split(idx, -(-idx.size // chunk)):
