@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import gzip
 import io
+import json
 import math
 import re
 import time
@@ -466,6 +467,39 @@ def test_ambiguous_comma_numbers_in_semicolon_files_stay_text_and_say_so() -> No
     assert df["a"].tolist() == ["1,234", "5,678"]
     assert re.search(r"'a'.*either as thousands separators.*or as decimal commas.*kept as text", _notes(df))
     assert load_table(b"a;b\n1,5;1\n2,25;2\n", filename="t.csv").attrs["dpcore_notes"] == []
+
+
+def test_leading_zeros_keep_the_column_as_text_and_say_so() -> None:
+    """Before: zip codes 007 and 010 were read as the numbers 7 and 10."""
+    df = load_table(b"zip,n,x\n007,1,0.5\n010,2,0\n12345,3,00\n", filename="t.csv")
+    assert df["zip"].tolist() == ["007", "010", "12345"] and df["n"].tolist() == [1, 2, 3]
+    assert df["x"].tolist() == ["0.5", "0", "00"]
+    assert re.search(r"'zip'.*leading zeros \(such as '007'\).*kept as text", _notes(df))
+    assert load_table(b"a;b\n0,5;0\n1;-0.25\n", filename="t.csv").attrs["dpcore_notes"] == []
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (json.dumps([{"a": 1, "b": 2}, {"a": 3, "b": 4}]).encode(), "JSON"),
+        (b'{"a": 1, "b": 2}\n{"a": 3, "b": 4}\n', "JSON"),
+        (b'[\n  {"a": 1}\n]\n', "JSON"),
+        (b"<!DOCTYPE html>\n<html><table><tr><td>1</td></tr></table></html>\n", "an HTML or XML document"),
+        (b'<?xml version="1.0"?>\n<rows><r a="1"/></rows>\n', "an HTML or XML document"),
+    ],
+    ids=["json records", "json lines", "json pretty", "html", "xml"],
+)
+def test_json_and_markup_are_named_not_read_as_csv(data: bytes, kind: str) -> None:
+    """Before: JSON lines loaded as columns '{"a": 1' and '"b": 2}'; the others were 'header but no rows'."""
+    with pytest.raises(DataError, match=rf"'t.csv' is {kind}, not a table.*Export the table as CSV"):
+        load_table(data, filename="t.csv")
+    bracketed = load_table(b"[id],[name]\n1,x\n", filename="t.csv")  # SQL Server's quoted names
+    assert list(bracketed.columns) == ["[id]", "[name]"]
+
+
+def test_a_second_byte_order_mark_is_not_part_of_a_column_name() -> None:
+    df = load_table(b"\xef\xbb\xbf\xef\xbb\xbfid,b\n1,2\n", filename="t.csv")
+    assert list(df.columns) == ["id", "b"]
 
 
 @pytest.mark.parametrize(

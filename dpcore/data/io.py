@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import json
 import re
 import zipfile
 import zlib
@@ -470,6 +471,66 @@ def _grouped_numbers(df: pd.DataFrame, delim: str, name: str, notes: list[str]) 
         )
 
 
+def _leading_zeros(df: pd.DataFrame, raw: bytes, delim: str, name: str, notes: list[str]) -> None:
+    """Keep numeric columns with values such as "007" (postcodes, codes) as text, as typed: a number would
+    drop the zeros. Read again, as text, only when such a field occurs at all."""
+    numeric = [
+        i
+        for i, c in enumerate(df.columns)
+        if pd.api.types.is_numeric_dtype(df[c].dtype) and not pd.api.types.is_bool_dtype(df[c].dtype)
+    ]
+    pattern = rb"(?:^|" + re.escape(delim.encode()) + rb')[ "]*[+-]?0[0-9]'
+    if not numeric or re.search(pattern, raw, re.MULTILINE) is None:
+        return
+    typed = pd.read_csv(
+        io.BytesIO(raw),
+        encoding="utf-8",
+        sep=delim,
+        header=0,
+        skip_blank_lines=True,
+        usecols=numeric,
+        dtype=str,
+        low_memory=False,
+    )
+    for j, i in enumerate(numeric):
+        values = typed.iloc[:, j]
+        zeros = values.str.strip().str.match(r"[+-]?0\d", na=False)
+        if zeros.any():
+            column = df.columns[i]
+            df[column] = values.to_numpy()
+            example = values[zeros].iloc[0]
+            notes.append(
+                f"'{name}': column '{column}' has numbers with leading zeros (such as '{example}'); it was "
+                "kept as text, as typed (a number would drop the zeros, as in codes and postcodes). If they "
+                "are quantities, remove the zeros in the file and upload it again."
+            )
+
+
+def _not_a_table(text: str, name: str) -> None:
+    """Refuse JSON and HTML/XML documents, which a CSV reader would turn into nonsense columns."""
+    line = next((t.strip() for t in _lines(text) if t.strip()), "")
+    if line.lower().startswith(("<!doctype", "<html", "<?xml")):
+        kind = "an HTML or XML document"
+    elif line in ("[", "{") or (line.startswith(('{"', '[{"', "[[")) and _json_value(line)):
+        kind = "JSON"
+    else:
+        return
+    raise DataError(
+        f"'{name}' is {kind}, not a table of rows and columns. Export the table as CSV (or Parquet, "
+        "Excel .xlsx) and upload that."
+    )
+
+
+def _json_value(line: str) -> bool:
+    """Whether a line is a JSON object or array (a long line: whether it starts like one)."""
+    if len(line) > _SNIFF_CHARS:
+        return True
+    try:
+        return isinstance(json.loads(line), dict | list)
+    except ValueError:
+        return False
+
+
 def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
     text, encoding = _decode(data, name, notes)
     head = text[:_SNIFF_CHARS]
@@ -477,6 +538,7 @@ def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
         raise DataError(f"'{name}' looks like binary data, not a text table. {_FORMATS_HELP}")
     if "\n" not in text:
         text = text.replace("\r", "\n")
+    _not_a_table(text, name)
     text, declared = _sep_line(text, name, notes)
     text = _drop_repeated_header(text, name, notes)
     delim = declared or _sniff_delimiter(text, name)
@@ -497,6 +559,7 @@ def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
             "Check the quoting of the header row."
         )
     _grouped_numbers(df, delim, name, notes)
+    _leading_zeros(df, raw, delim, name, notes)
     for column in [c for c in df.columns if _big_ints(df[c])]:
         # digits beyond int64 (an account number, say): kept exactly, as text
         df[column] = df[column].astype(str).where(df[column].notna())
@@ -574,8 +637,10 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
             )
         elif pa.types.is_timestamp(field.type) and (count := _outside_ns(table.column(i))):
             raise _outside_dates(name, field.name, count)
-        elif pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type) or (
-            pa.types.is_fixed_size_binary(field.type)
+        elif (
+            pa.types.is_binary(field.type)
+            or pa.types.is_large_binary(field.type)
+            or (pa.types.is_fixed_size_binary(field.type))
         ):  # bytes that are not UTF-8 break every text operation
             text = _binary_as_text(table.column(i), f"'{name}': column '{field.name}'", notes)
             table = table.set_column(i, pa.field(field.name, pa.string()), text)
@@ -758,7 +823,7 @@ def _mixed_as_text(df: pd.DataFrame, name: str, notes: list[str]) -> None:
 
 
 def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: list[str]) -> pd.DataFrame:
-    names = [str(h).strip() for h in header]
+    names = [str(h).replace("\ufeff", "").strip() for h in header]  # a second byte order mark
     keep = [bool(n) or not df.iloc[:, i].isna().all() for i, n in enumerate(names)]
     df = df.iloc[:, [i for i, k in enumerate(keep) if k]].copy()
     names = [n or f"Unnamed: {i}" for i, (n, k) in enumerate(zip(names, keep, strict=True)) if k]
