@@ -36,7 +36,8 @@ SPARK_MASTER = "local[2]"
 
 
 def spark_session(master: str | None = None) -> Any:
-    """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI, few shuffle partitions)."""
+    """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI, few shuffle partitions, its
+    warehouse folder in the temporary directory rather than the working directory)."""
     from pyspark.sql import SparkSession
 
     return (
@@ -45,6 +46,7 @@ def spark_session(master: str | None = None) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(Path(tempfile.gettempdir()) / "dpcore-spark-warehouse"))
         .getOrCreate()
     )
 
