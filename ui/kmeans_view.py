@@ -15,7 +15,6 @@ stays usable, shows a progress bar and can cancel them.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import warnings
@@ -37,6 +36,7 @@ from dpcore.kmeans.blowfish import sensitivity_gain_bound
 from dpcore.kmeans.lloyd import Neighbours
 from dpcore.metrics import assign, elbow_wcss, population_table
 from dpcore.policy import Policy
+from ui.errors import log_unexpected
 
 __all__ = [
     "CALIBRATIONS",
@@ -74,7 +74,6 @@ MCMC_CHAINS = 1  # DP-Lloyd + MCMC chains per ε by default (its own trial count
 BACKGROUND_FITS = 1000  # a comparison with more noisy-Lloyd fits runs in the background (default: 440)
 _PARTS = 64  # comparison parts (one mechanism's trials over an ε grid) kept per server process
 _FIGURES = 32  # figures kept (each holds about 1,600 Python objects for the garbage collector)
-logger = logging.getLogger("dpcore.app")
 
 
 def data_key(prep: PreparedData) -> str:
@@ -358,8 +357,8 @@ class SweepJob:
             pass
         except DPCoreError as err:
             self.error = str(err)
-        except Exception:
-            logger.exception("Unexpected error while running the comparison")
+        except Exception as err:  # a worker thread: log without the message, never raise
+            log_unexpected(err, "running the comparison")
             self.error = "Something went wrong while running the comparison; the details were logged."
 
 
