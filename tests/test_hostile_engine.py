@@ -426,8 +426,9 @@ def _notes(df: pd.DataFrame) -> str:
 def test_two_gzip_members_each_with_the_header_load_as_one_table_and_say_so() -> None:
     """Before: the second member's header became a data row and both columns turned to text."""
     joined = gzip.compress(b"a,b\n1,2\n") + gzip.compress(b"a,b\n3,4\n5,6\n")
-    df = load_table(joined, filename="t.csv.gz")
+    df = load_table(joined, filename="Sales.CSV.gz")
     assert df.to_dict("list") == {"a": [1, 3, 5], "b": [2, 4, 6]}
+    assert [n[: n.index("'", 1) + 1] for n in df.attrs["dpcore_notes"]] == ["'Sales.CSV.gz'", "'Sales.CSV'"]
     assert infer_schema(df).kinds == {"a": "numeric", "b": "numeric"}
     assert re.search(r"2 gzip members.*read one after the other", _notes(df))
     assert re.search(r"line 3 repeats the header.*dropped", _notes(df))

@@ -151,7 +151,7 @@ def _parse(data: bytes, name: str, depth: int, limits: _Limits, notes: list[str]
             raise DataError(
                 f"'{name}' is compressed twice with gzip; decompress it once and upload the result."
             )
-        inner = lower[:-3] if lower.endswith(".gz") else lower
+        inner = name[:-3] if lower.endswith(".gz") else name  # the file inside, named as uploaded
         unpacked, members = _gunzip(data, name, limits.max_bytes)
         if members > 1:
             notes.append(
