@@ -309,23 +309,67 @@ def _is_blank(row: list[str]) -> bool:
     return not row or (len(row) == 1 and not row[0].strip())
 
 
-def _record_widths(text: str, raw: bytes, delim: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Line number and field count of every non-blank record.
+def _slice_widths(raw: bytes, start: int, stop: int, delim: str) -> tuple[np.ndarray, np.ndarray]:
+    """Line numbers (from 1 within the slice) and field counts of the non-blank lines of ``raw[start:stop]``,
+    a slice of whole lines."""
+    buf = np.frombuffer(raw, dtype=np.uint8, count=stop - start, offset=start)
+    breaks = np.flatnonzero(buf == ord("\n"))
+    starts = np.concatenate(([0], breaks + 1))
+    ends = np.concatenate((breaks, [buf.size]))
+    if buf.size and buf[-1] == ord("\n"):  # no line starts after the slice's last line break
+        starts, ends = starts[:-1], ends[:-1]
+    seps = np.flatnonzero(buf == ord(delim))
+    widths = np.searchsorted(seps, ends) - np.searchsorted(seps, starts) + 1
+    keep = np.ones(widths.size, dtype=bool)
+    for i in np.flatnonzero(widths == 1):
+        keep[i] = bool(raw[start + starts[i] : start + ends[i]].strip())
+    return np.flatnonzero(keep) + 1, widths[keep]
+
+
+class _Records(NamedTuple):
+    """The non-blank records: how many, the first one's field count (the header's), and how many differ
+    from it, with the first of those (its line number and field count)."""
+
+    count: int
+    width: int
+    bad: int
+    bad_line: int
+    bad_width: int
+
+
+def _records(text: str, raw: bytes, delim: str, name: str) -> _Records:
+    """Count the fields of every non-blank record and compare them with the header's."""
+    count = width = bad = bad_line = bad_width = 0
+    for lines, widths in _record_widths(text, raw, delim, name):
+        if not lines.size:
+            continue
+        if not count:
+            width = int(widths[0])
+        off = np.flatnonzero(widths != width)
+        if off.size and not bad:
+            bad_line, bad_width = int(lines[off[0]]), int(widths[off[0]])
+        bad += off.size
+        count += lines.size
+    return _Records(count, width, bad, bad_line, bad_width)
+
+
+def _record_widths(text: str, raw: bytes, delim: str, name: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Line numbers and field counts of the non-blank records, in parts.
 
     Without quote characters a record is a line, and the fields are counted vectorised from the positions
-    of the delimiters and newlines; otherwise ``csv.reader`` (strict quoting) splits the records.
+    of the delimiters and newlines, in slices of whole lines (a few MB of index arrays at a time, not
+    about 15 times the file); otherwise ``csv.reader`` (strict quoting) splits the records.
     """
     if b'"' not in raw:
-        buf = np.frombuffer(raw, dtype=np.uint8)
-        breaks = np.flatnonzero(buf == ord("\n"))
-        starts = np.concatenate(([0], breaks + 1))
-        ends = np.concatenate((breaks, [buf.size]))
-        seps = np.flatnonzero(buf == ord(delim))
-        widths = np.searchsorted(seps, ends) - np.searchsorted(seps, starts) + 1
-        keep = np.ones(widths.size, dtype=bool)
-        for i in np.flatnonzero(widths == 1):
-            keep[i] = bool(raw[starts[i] : ends[i]].strip())
-        return np.flatnonzero(keep) + 1, widths[keep]
+        start, done = 0, 0  # byte offset of the slice, lines before it
+        while start < len(raw):
+            stop = raw.find(b"\n", min(start + _SCAN_SLICE, len(raw)))
+            stop = len(raw) if stop < 0 else stop + 1
+            line_nums, widths = _slice_widths(raw, start, stop, delim)
+            yield line_nums + done, widths
+            done += raw.count(b"\n", start, stop)
+            start = stop
+        return
     reader = csv.reader(io.StringIO(text), delimiter=delim, strict=True)
     lines: list[int] = []
     widths_list: list[int] = []
@@ -338,7 +382,7 @@ def _record_widths(text: str, raw: bytes, delim: str, name: str) -> tuple[np.nda
         raise DataError(
             f"'{name}' is not valid CSV near line {reader.line_num}: {err}. Check for an unbalanced quote."
         ) from err
-    return np.asarray(lines, dtype=np.int64), np.asarray(widths_list, dtype=np.int64)
+    yield np.asarray(lines, dtype=np.int64), np.asarray(widths_list, dtype=np.int64)
 
 
 def _lines(text: str) -> Iterator[str]:
@@ -352,8 +396,8 @@ def _lines(text: str) -> Iterator[str]:
 
 def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
     """Return the header fields; raise naming the first line whose field count differs from the header's."""
-    lines, widths = _record_widths(text, raw, delim, name)
-    if lines.size == 0:
+    records = _records(text, raw, delim, name)
+    if records.count == 0:
         raise DataError(
             f"'{name}' contains no rows. Upload a file with a header row and at least one data row."
         )
@@ -364,15 +408,14 @@ def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
             f"'{name}' could not be parsed as {_DELIMITER_NAMES[delim]}-separated text ({err}). "
             "Check for stray line breaks or unbalanced quotes, or save the file again as CSV."
         ) from err
-    bad = np.flatnonzero(widths[1:] != widths[0]) + 1
-    if bad.size:
+    if records.bad:
         sep = _DELIMITER_NAMES[delim]
         raise DataError(
-            f"'{name}': line {lines[bad[0]]} has {widths[bad[0]]} fields but the header has {widths[0]} "
-            f"({sep}-separated; {bad.size} line(s) affected). Fix the missing or extra {sep} on that line, "
-            f"or quote values that contain a {sep}."
+            f"'{name}': line {records.bad_line} has {records.bad_width} fields but the header has "
+            f"{records.width} ({sep}-separated; {records.bad} line(s) affected). Fix the missing or extra "
+            f"{sep} on that line, or quote values that contain a {sep}."
         )
-    if lines.size == 1:
+    if records.count == 1:
         raise DataError(f"'{name}' has a header but no data rows. Upload a file with at least one data row.")
     return header
 
@@ -825,7 +868,7 @@ def _mixed_as_text(df: pd.DataFrame, name: str, notes: list[str]) -> None:
 def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: list[str]) -> pd.DataFrame:
     names = [str(h).replace("\ufeff", "").strip() for h in header]  # a second byte order mark
     keep = [bool(n) or not df.iloc[:, i].isna().all() for i, n in enumerate(names)]
-    df = df.iloc[:, [i for i, k in enumerate(keep) if k]].copy()
+    df = df.iloc[:, [i for i, k in enumerate(keep) if k]]  # copy-on-write: the caller's frame is kept
     names = [n or f"Unnamed: {i}" for i, (n, k) in enumerate(zip(names, keep, strict=True)) if k]
     seen: set[str] = set()
     dupes = sorted({n for n in names if n in seen or seen.add(n)})
