@@ -80,6 +80,7 @@ _FORMATS_HELP = (
 _INT64 = (-(2**63), 2**63 - 1)
 _XML_SUFFIXES = (".xml", ".rels", ".vml")
 _SCAN_SLICE = 4 * 2**20
+_ROWS_SLICE = 2**20  # bytes of CSV lines whose fields are counted at once (index arrays of about 15 MB)
 _NOT_ELEMENT = np.frombuffer(b"/!?", dtype=np.uint8)  # after "<": end tag, comment or declaration, PI
 _TOKENS = ((b"<!--", b"-->"), (b"<?", b"?>"), (b"<![CDATA[", b"]]>"))
 _CELL_REF = re.compile(rb'<(?:\w+:)?c\s[^>]*?\br="([A-Z]{1,3})([0-9]{1,7})"')
@@ -357,13 +358,13 @@ def _record_widths(text: str, raw: bytes, delim: str, name: str) -> Iterator[tup
     """Line numbers and field counts of the non-blank records, in parts.
 
     Without quote characters a record is a line, and the fields are counted vectorised from the positions
-    of the delimiters and newlines, in slices of whole lines (a few MB of index arrays at a time, not
-    about 15 times the file); otherwise ``csv.reader`` (strict quoting) splits the records.
+    of the delimiters and newlines, in slices of whole lines (about 15 MB of index arrays at a time, not
+    15 times the file); otherwise ``csv.reader`` (strict quoting) splits the records.
     """
     if b'"' not in raw:
         start, done = 0, 0  # byte offset of the slice, lines before it
         while start < len(raw):
-            stop = raw.find(b"\n", min(start + _SCAN_SLICE, len(raw)))
+            stop = raw.find(b"\n", min(start + _ROWS_SLICE, len(raw)))
             stop = len(raw) if stop < 0 else stop + 1
             line_nums, widths = _slice_widths(raw, start, stop, delim)
             yield line_nums + done, widths
