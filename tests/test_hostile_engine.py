@@ -512,6 +512,14 @@ def test_json_and_markup_are_named_not_read_as_csv(data: bytes, kind: str) -> No
     assert list(bracketed.columns) == ["[id]", "[name]"]
 
 
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_byte_order_mark_is_read_and_said(codec: str) -> None:
+    """Before: refused as 'binary data' (every other byte is NUL)."""
+    df = load_table("name,val\nZürich,1\nMünchen,2\n".encode(codec), filename="t.csv")
+    assert df.to_dict("list") == {"name": ["Zürich", "München"], "val": [1, 2]}
+    assert re.search(rf"no byte order mark.*read as UTF-16 {codec[-2:].upper()}", _notes(df))
+
+
 def test_a_second_byte_order_mark_is_not_part_of_a_column_name() -> None:
     df = load_table(b"\xef\xbb\xbf\xef\xbb\xbfid,b\n1,2\n", filename="t.csv")
     assert list(df.columns) == ["id", "b"]

@@ -236,7 +236,20 @@ def _decode(data: bytes, name: str, notes: list[str]) -> tuple[str, str]:
     bom = data.startswith(codecs.BOM_UTF8)
     body = data[3:] if bom else data
     if b"\x00" in body:
-        raise DataError(f"'{name}' contains binary data, not text. {_FORMATS_HELP}")
+        codec = _bomless_utf16(body)
+        binary = DataError(f"'{name}' contains binary data, not text. {_FORMATS_HELP}")
+        if codec is None:
+            raise binary
+        try:
+            text = body.decode(codec)
+        except UnicodeDecodeError as err:
+            raise binary from err
+        label = f"UTF-16 {codec[-2:].upper()}"
+        notes.append(
+            f"'{name}' has no byte order mark, but every other byte is zero: it was read as {label} text. "
+            "Check the text; if it looks wrong, save the file as UTF-8 and upload it again."
+        )
+        return text, f"{label} without byte order mark"
     try:
         return body.decode("utf-8"), "UTF-8 with BOM" if bom else "UTF-8"
     except UnicodeDecodeError:
@@ -247,6 +260,20 @@ def _decode(data: bytes, name: str, notes: list[str]) -> tuple[str, str]:
         return body.decode("cp1252"), "Windows-1252"
     except UnicodeDecodeError:
         return body.decode("latin-1"), "Latin-1"
+
+
+def _bomless_utf16(body: bytes) -> str | None:
+    """'utf-16-le' or 'utf-16-be' when the zero bytes of the first 64 KB sit at odd or at even positions
+    (ASCII-range text in UTF-16 without a byte order mark), else None."""
+    sample = np.frombuffer(body[: _SNIFF_CHARS - _SNIFF_CHARS % 2], dtype=np.uint8)
+    if len(body) % 2 or sample.size < 4:
+        return None
+    even, odd = np.mean(sample[0::2] == 0), np.mean(sample[1::2] == 0)
+    if odd >= 0.9 and even <= 0.1:
+        return "utf-16-le"
+    if even >= 0.9 and odd <= 0.1:
+        return "utf-16-be"
+    return None
 
 
 def _legacy_bytes(err: UnicodeError) -> tuple[str, int]:
