@@ -490,7 +490,7 @@ if dataset is None:
     st.page_link("pages/data.py", label="Go to the Data page", icon=":material/table:")
     st.stop()
 st.warning(DIAGNOSTIC_BANNER, icon=":material/visibility:")
-if dataset.name != AIRPORTS:
+if (dataset.origin or {}).get("sample") != "us_airports":  # by where it came from: a renamed sample too
     _sample_button("Use the US airports sample instead")
 coordinates = _coordinates(dataset)
 st.header("2. Public region and parameters")

@@ -136,6 +136,8 @@ def test_a_rename_keeps_the_region_chosen_on_the_locations_page() -> None:
     assert suffix == dataset_id_for_name("Airports 2024")
     assert at.selectbox(key=f"loc_region_{suffix}").value == "Custom (enter the box below)"
     assert at.number_input(key=f"loc_box_0_{suffix}").value == 30.0
+    # still the airports sample: no offer to load it again (under its label, another budget)
+    assert not [b for b in at.button if b.key == "loc_load_airports"]
 
 
 def test_the_budget_set_under_the_new_name_is_the_one_a_release_debits(downloads: dict[str, bytes]) -> None:
