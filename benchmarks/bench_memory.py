@@ -11,6 +11,10 @@ with 100 chains per eps (the page's maximum) over 3 eps on 25k rows (500 steps p
 does not grow with the steps); the location comparison (planar Laplace, mean positions, hotspots; 11 eps,
 50 trials: the maximum) on 930k rows.
 
+Measured on a loaded 2-core machine (peak RSS before the chunking -> after): 25k rows 1261 -> 301 MB,
+100k 4420 -> 310 MB, 400k (11 GB reported) -> 345 MB, 930k (about 26 GB reported) -> 393 MB, 500 trials on 5k
+rows 5477 -> 308 MB, MCMC 2399 -> 434 MB, location comparison on 930k rows 12096 -> 493 MB.
+
     .venv/bin/python benchmarks/bench_memory.py            # every case
     .venv/bin/python benchmarks/bench_memory.py 25k 500t   # some cases
 """
