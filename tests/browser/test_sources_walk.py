@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect
 from dpcore.data import fingerprint, load_table, make_blobs
 from dpcore.data.sources import DatabaseTable, load_source
 from dpcore.ledger import Ledger, ReleaseRecord
-from tests.browser.conftest import Server, open_app, screenshot, start_server, stop_server, wait_for_app
+from tests.browser.conftest import Server, start_server, stop_server, wait_for_app
 from tests.browser.e2e import (
     assert_no_exception,
     choose_radio,
@@ -64,7 +64,8 @@ def warehouse(tables: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def source_server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """This module's server (allow-listed folder, database, row limit); the harness's ``page`` opens it."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DPCORE_DATA_FOLDERS", str(tables))
         env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
@@ -74,18 +75,6 @@ def source_server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPat
         yield running
     finally:
         stop_server(proc)
-
-
-@pytest.fixture
-def page(browser, source_server: Server, request: pytest.FixtureRequest) -> Iterator[Page]:
-    pg = open_app(browser, source_server)
-    try:
-        yield pg
-    finally:
-        try:
-            screenshot(pg, request.node.name)
-        finally:
-            pg.context.close()
 
 
 def _type_bound(page: Page, label: str, text: str) -> None:
@@ -125,6 +114,7 @@ def _prepare_and_release(page: Page, rows: int) -> dict:
     set_number(page, "K (number of clusters)", 3)
     click(page, "Release (spends ε = 1)")
     expect(body.get_by_text("Released DP-Lloyd (SuLQ) at ε = 1").first).to_be_visible()
+    expect(body.get_by_test_id("stDownloadButton").filter(has_text="-manifest.json")).to_be_visible()
     buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
     names = [n.replace("download", "").strip() for n in buttons]
     (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
@@ -132,7 +122,7 @@ def _prepare_and_release(page: Page, rows: int) -> dict:
 
 
 def test_release_from_a_parquet_file_in_an_allow_listed_folder(
-    page: Page, source_server: Server, tables: Path
+    page: Page, server: Server, tables: Path
 ) -> None:
     digest = fingerprint(load_table((tables / "blobs.parquet").read_bytes(), filename="blobs.parquet"))
     go(page, "Data")
@@ -150,7 +140,7 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     manifest = _prepare_and_release(page, 1200)
     assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "tables/blobs.parquet"
     assert manifest["mechanism"] == "dp_lloyd" and manifest["sampling_mode"] == "secure"
-    assert [(r.mechanism, r.epsilon) for r in _recorded(source_server, digest)] == [("dp_lloyd", 1.0)]
+    assert [(r.mechanism, r.epsilon) for r in _recorded(server, digest)] == [("dp_lloyd", 1.0)]
     assert_no_exception(page)
 
     # above the row limit: a labelled sample, under the whole table's fingerprint, not released from
@@ -170,7 +160,7 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     assert_no_exception(page)
 
 
-def test_release_from_a_database_table(page: Page, source_server: Server, warehouse: str) -> None:
+def test_release_from_a_database_table(page: Page, server: Server, warehouse: str) -> None:
     engine = sa.create_engine(warehouse)
     digest = load_source(DatabaseTable("warehouse", "blobs"), engine=engine).fingerprint
     engine.dispose()
@@ -183,5 +173,5 @@ def test_release_from_a_database_table(page: Page, source_server: Server, wareho
     expect(body.get_by_text(digest[:16]).first).to_be_visible()
     manifest = _prepare_and_release(page, 900)
     assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "warehouse: blobs"
-    assert [r.mechanism for r in _recorded(source_server, digest)] == ["dp_lloyd"]
+    assert [r.mechanism for r in _recorded(server, digest)] == ["dp_lloyd"]
     assert_no_exception(page)
