@@ -421,6 +421,8 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: 
             st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
         for note in result.notes:
             st.warning(note)
+        if result.sample:
+            st.info(result.sample, icon=":material/filter_alt:")
     _loss_chart(result)
     accuracy.kmeans_eps_finder(result.frame, [m for m, s in KMEANS.items() if s.is_dp or not blocked])
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])

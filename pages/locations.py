@@ -326,6 +326,8 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
         st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
     frame = stored[1]
     sweep_hs = stored[0][5]  # the HS the comparison ran with: DE x HS is the error in metres
+    if note := view.sample_note(coords.lat.size):
+        st.info(note, icon=":material/filter_alt:")
     st.plotly_chart(error_vs_eps(frame, hs_m=sweep_hs), key="loc_err_all")
     accuracy.locations_eps_finder(frame, sweep_hs, list(LOCATIONS))
     _maps(key, coords, region, params, tiles, eps)

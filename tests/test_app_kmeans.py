@@ -12,15 +12,18 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema, load_sample, prepare
+from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS
 from dpcore.ledger import Ledger
 from dpcore.plan import policy_account, public_bounds
 from dpcore.policy import Blowfish, LocalPDP, PartitionGraph, Policy, PureDP
+from ui import release as ui_release
 from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 120
@@ -327,3 +330,38 @@ def test_release_refuses_a_k_that_was_not_compared(marketing: Dataset):
     at.number_input(key="km_k").set_value(3).run()
     assert at.button(key="kmeans_release").disabled
     assert any("K changed since the last comparison" in w.value for w in at.warning)
+
+
+def test_large_table_compares_on_a_labelled_sample_and_releases_every_row(
+    downloads, monkeypatch: pytest.MonkeyPatch
+):
+    rng = np.random.default_rng(3)
+    n = DIAGNOSTIC_ROWS + 10_000
+    centres = rng.choice([-5.0, 5.0], size=(n, 2))
+    raw = pd.DataFrame(np.clip(centres + rng.normal(size=(n, 2)), -10, 10), columns=["x", "y"])
+    bounds = dict.fromkeys("xy", (-10, 10))
+    large = _dataset(raw, "large", features=["x", "y"], scaling="minmax", bounds=bounds)
+    ledger = _ledger(large, 2.0, 1e-5)
+    released: list[int] = []
+    original = ui_release.make_release
+
+    def spy(ledger, plan, inputs, **kwargs):
+        released.append(inputs.X.shape[0])
+        return original(ledger, plan, inputs, **kwargs)
+
+    monkeypatch.setattr(ui_release, "make_release", spy)
+    at = _page(large)
+    at.select_slider(key="km_eps_range").set_value((0.5, 2.0))
+    at.number_input(key="km_trials").set_value(2)
+    at.button(key="km_run").click().run()
+    assert not at.exception and not _errors(at)
+    label = f"Comparison on a uniform sample of 50,000 of {n:,} rows; the release uses every row."
+    assert at.session_state["km_sweep"].sample.startswith(label)
+    assert [i.value for i in at.info if i.value.startswith(label)]  # shown with the comparison
+    at.number_input(key="km_rel_eps").set_value(0.5).run()
+    at.button(key="kmeans_release").click().run()
+    assert not at.exception and not _errors(at)
+    assert released == [n]  # the release ran on every row, not on the comparison's sample
+    (record,) = ledger.releases(dataset_id=large.dataset_id)
+    manifest = json.loads(next(v for k, v in downloads.items() if k.endswith("-manifest.json")))
+    assert manifest["dataset_fingerprint"] == large.fingerprint and record.mechanism == "dp_lloyd"

@@ -9,7 +9,9 @@ the data key and the settings that mechanism reads, so a second visit, a reload 
 same data shows them at once, and ticking one more mechanism computes that one only; they report progress
 to an ``st.progress`` bar, so they are not in ``st.cache_data`` (element updates would be replayed).
 Long comparisons (DP-Lloyd + MCMC, or many fits) run in a worker thread (:class:`SweepJob`): the page
-stays usable, shows a progress bar and can cancel them.
+stays usable, shows a progress bar and can cancel them. On a table of more than ``DIAGNOSTIC_ROWS`` rows a
+comparison reads a uniform sample of that many (the same for the same data key), and its result says so
+(``SweepResult.sample``); releases read every row.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import streamlit as st
 
 from dpcore import kmeans
 from dpcore.data import PreparedData
+from dpcore.diagnostic_sample import sample_label
 from dpcore.errors import DPCoreError
 from dpcore.kmeans import KMEANS, KMeansInputs, blowfish_gain, centroid_table, noise_shape, sweep
 from dpcore.kmeans.blowfish import sensitivity_gain_bound
 from dpcore.kmeans.lloyd import Neighbours
+from dpcore.kmeans.sweep import diagnostic_rows
 from dpcore.metrics import assign, elbow_wcss, population_table
 from dpcore.policy import Policy
 from ui.errors import log_unexpected
@@ -176,20 +180,24 @@ class SweepParams:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """A finished comparison: its data key, parameters, tidy table and warnings raised on the way."""
+    """A finished comparison: its data key, parameters, tidy table, warnings raised on the way and, when
+    it read a uniform sample of the rows, the label saying so (empty when it read every row)."""
 
     key: str
     params: SweepParams
     frame: pd.DataFrame
     notes: tuple[str, ...] = field(default=())
+    sample: str = ""
 
 
 @dataclass(frozen=True)
 class _Part:
-    """One mechanism's share of a comparison: its rows of the tidy table and the warnings it raised."""
+    """One mechanism's share of a comparison: its rows of the tidy table, the warnings it raised and the
+    sample label of the rows it read."""
 
     frame: pd.DataFrame
     notes: tuple[str, ...]
+    sample: str = ""
 
 
 class _PartMemo:
@@ -249,7 +257,8 @@ def _seed(params: SweepParams, mechanism: str) -> int:
 
 def _assemble(key: str, params: SweepParams, parts: list[_Part]) -> SweepResult:
     frame = pd.concat([p.frame for p in parts], ignore_index=True)
-    return SweepResult(key, params, frame, tuple(dict.fromkeys(n for p in parts for n in p.notes)))
+    notes = tuple(dict.fromkeys(n for p in parts for n in p.notes))
+    return SweepResult(key, params, frame, notes, next((p.sample for p in parts if p.sample), ""))
 
 
 def cached_sweep(key: str, params: SweepParams) -> SweepResult | None:
@@ -274,10 +283,12 @@ def _compute(
     memo: _PartMemo,
 ) -> SweepResult:
     """``dpcore.kmeans.sweep`` for each chosen mechanism ``memo`` lacks (DP-Lloyd + MCMC with its own
-    chain count), memoised as it finishes; warnings become the parts' notes. No Streamlit call here:
-    it runs in worker threads."""
+    chain count) on the rows ``diagnostic_rows`` picks for ``key``, memoised as it finishes; warnings
+    become the parts' notes. No Streamlit call here: it runs in worker threads."""
     parts = {m: memo.get(_part_key(key, params, m)) for m in params.mechanisms}
     todo = [m for m, part in parts.items() if part is None]
+    X, lab = diagnostic_rows(prep.X, labels, key) if todo else (prep.X, labels)
+    sample = sample_label(X.shape[0], prep.X.shape[0])
     shares = np.cumsum([0.0] + [4.0 if m == MCMC else 1.0 for m in todo])
     for m, lo, hi in zip(todo, shares[:-1] / shares[-1], shares[1:] / shares[-1], strict=True):
 
@@ -287,8 +298,8 @@ def _compute(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             frame = sweep(
-                prep.X,
-                labels,
+                X,
+                lab,
                 [m],
                 list(params.eps),
                 trials=params.mcmc_chains if m == MCMC else params.trials,
@@ -301,7 +312,7 @@ def _compute(
                 mcmc_steps=params.mcmc_steps,
                 neighbours=params.neighbours,  # type: ignore[arg-type]
             )
-        parts[m] = _Part(frame, tuple(dict.fromkeys(str(w.message) for w in caught)))
+        parts[m] = _Part(frame, tuple(dict.fromkeys(str(w.message) for w in caught)), sample)
         memo.put(_part_key(key, params, m), parts[m])
     return _assemble(key, params, list(parts.values()))  # type: ignore[arg-type]
 

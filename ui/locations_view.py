@@ -3,7 +3,9 @@
 Nothing here computes privacy or utility: noise, sensitivities, metrics and figures come from
 ``dpcore.location`` and ``dpcore.plots.location``. Cached functions are keyed by ``key`` (the dataset
 fingerprint, its cleaning steps and the chosen columns) plus the parameters; arrays are passed as
-``_lat``/``_lon``/``_users`` (not hashed).
+``_lat``/``_lon``/``_users`` (not hashed). On a table of more than ``DIAGNOSTIC_ROWS`` rows the comparison
+reads a uniform sample of that many rows, the same for the same key (:func:`sample_note` says so); releases
+read every row.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS, diagnostic_sample, sample_label
 from dpcore.errors import DPCoreError
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region, validate_latlon
@@ -49,6 +52,7 @@ __all__ = [
     "release_inputs",
     "release_params",
     "release_scope",
+    "sample_note",
     "sweep",
 ]
 
@@ -131,11 +135,13 @@ def sweep(
     hotspot_k: int,
     theta_m: float,
 ) -> pd.DataFrame:
-    """``dpcore.location.sweep.location_sweep`` (diagnostic noise), cached per data key and parameters."""
+    """``dpcore.location.sweep.location_sweep`` (diagnostic noise), cached per data key and parameters, on
+    every row up to ``DIAGNOSTIC_ROWS``, else on a uniform sample of that many drawn once per ``key``."""
+    rows = diagnostic_sample(len(_lat), key)
     return location_sweep(
-        _lat,
-        _lon,
-        _users,
+        _lat[rows],
+        _lon[rows],
+        _users[rows],
         list(mechanisms),
         list(eps),
         trials,
@@ -147,6 +153,11 @@ def sweep(
         theta_m=theta_m,
         seed=DIAGNOSTIC_SEED,
     )
+
+
+def sample_note(n_rows: int) -> str:
+    """The label of a comparison on ``n_rows`` rows: empty when it read every row."""
+    return sample_label(min(n_rows, DIAGNOSTIC_ROWS), n_rows)
 
 
 @dataclass(frozen=True)

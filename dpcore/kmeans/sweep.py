@@ -5,6 +5,8 @@ released): every mechanism's ``trial`` from the registry (``dpcore.kmeans.regist
 centres for all (eps, trial) pairs, matched to the true centroids of the reference clustering; WCSS,
 labels and ARI come from batched distance computations (:mod:`dpcore.metrics`) over chunks of centre sets,
 so memory stays bounded whatever the rows, trials (at most ``MAX_TRIALS``) and eps (``MAX_EPS_VALUES``).
+``diagnostic_rows`` picks the rows a comparison reads: every row, or beyond ``DIAGNOSTIC_ROWS`` a uniform
+sample of that many, the same for the same table (:func:`dpcore.diagnostic_sample.diagnostic_sample`).
 ``diagnostic_draw`` is one such draw for the detailed view; ``true_clustering`` the reference clustering.
 Releases go through the registry (:func:`dpcore.kmeans.registry.release_centroids`), not through here.
 """
@@ -20,6 +22,7 @@ import pandas as pd
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
+from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS, diagnostic_sample
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import Neighbours
 from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs
@@ -27,7 +30,15 @@ from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
 from dpcore.metrics import ari_many, nearest_sets, scale_to_unit
 from dpcore.registry import MechanismSpec
 
-__all__ = ["MAX_EPS_VALUES", "MAX_TRIALS", "diagnostic_draw", "sweep", "true_clustering"]
+__all__ = [
+    "DIAGNOSTIC_ROWS",
+    "MAX_EPS_VALUES",
+    "MAX_TRIALS",
+    "diagnostic_draw",
+    "diagnostic_rows",
+    "sweep",
+    "true_clustering",
+]
 
 Progress = Callable[[float, str], None]
 MAX_TRIALS = 500  # trials per eps of one comparison (DP-Lloyd + MCMC: its own chain cap)
@@ -215,6 +226,29 @@ def sweep(
     )
     report(1.0, "done")
     return frame
+
+
+def diagnostic_rows(
+    X: np.ndarray, labels: np.ndarray, fingerprint: str, limit: int = DIAGNOSTIC_ROWS
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (X, labels) a comparison reads: all of them up to ``limit``, else a uniform sample of
+    ``limit`` rows drawn once per (``fingerprint``, limit) (diagnostic only: a release reads every row).
+
+    Raises ParameterError when the sample holds no row of some cluster of ``labels`` (a tiny cluster).
+    """
+    data, lab = np.asarray(X), np.asarray(labels)
+    rows = diagnostic_sample(data.shape[0], fingerprint, limit)
+    if rows.size == data.shape[0]:
+        return data, lab
+    kept = lab[rows]
+    missing = np.flatnonzero(np.bincount(kept, minlength=int(lab.max()) + 1) == 0)
+    if missing.size:
+        sizes = ", ".join(f"{int(np.count_nonzero(lab == j)):,}" for j in missing[:3])
+        raise ParameterError(
+            f"the comparison's uniform sample of {rows.size:,} rows has no row of cluster(s) "
+            f"{', '.join(str(j) for j in missing[:3])} ({sizes} rows in the table); choose a smaller K."
+        )
+    return data[rows], kept
 
 
 def diagnostic_draw(
