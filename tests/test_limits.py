@@ -171,7 +171,7 @@ def test_a_mechanism_with_an_unbounded_numeric_parameter_cannot_register() -> No
         Registry("toy").register(spec)
 
 
-def _refused(match: str, run: Callable[[], object]) -> None:
+def _assert_refused(match: str, run: Callable[[], object]) -> None:
     """``run()`` raises a ParameterError matching ``match`` within a second (before any work)."""
     start = time.perf_counter()
     with pytest.raises(ParameterError, match=match):
@@ -182,23 +182,25 @@ def _refused(match: str, run: Callable[[], object]) -> None:
 def test_kmeans_engine_refuses_settings_beyond_their_limits() -> None:
     X, labels = _blobs(300, seed=6)
     args = (X, labels)
-    _refused("trials must be a whole number from 1 to 500", lambda: sweep(*args, ["white"], [1.0], 501))
+    _assert_refused(
+        "trials must be a whole number from 1 to 500", lambda: sweep(*args, ["white"], [1.0], 501)
+    )
     many_eps = list(np.linspace(0.1, 10, 26))
-    _refused("at most 25", lambda: sweep(*args, ["white"], many_eps, 2))
-    _refused(
+    _assert_refused("at most 25", lambda: sweep(*args, ["white"], many_eps, 2))
+    _assert_refused(
         "MCMC chain length must lie in \\[1, 100000\\]",
         lambda: sweep(*args, ["dp_lloyd_mcmc"], [1.0], 1, 0.0, bounds=BOX, mcmc_steps=1_000_000),
     )
-    _refused(
+    _assert_refused(
         "at most 100 diagnostic chains",
         lambda: sweep(*args, ["dp_lloyd_mcmc"], [1.0], 101, 0.0, bounds=BOX, mcmc_steps=10),
     )
-    _refused(
+    _assert_refused(
         "Lloyd rounds must lie in \\[0, 20\\]",
         lambda: sweep(*args, ["dp_lloyd"], [1.0], 1, 0.0, bounds=BOX, n_iter=1000),
     )
-    _refused("K must lie in \\[1, 100\\]", lambda: true_clustering(X, 101))
-    _refused(
+    _assert_refused("K must lie in \\[1, 100\\]", lambda: true_clustering(X, 101))
+    _assert_refused(
         "K must lie in \\[1, 100\\]",
         lambda: release_centroids(
             "dp_lloyd", KMeansInputs(X, None, *BOX), epsilon=1.0, params={"n_clusters": 101}
@@ -209,10 +211,12 @@ def test_kmeans_engine_refuses_settings_beyond_their_limits() -> None:
 def test_mcmc_estimator_refuses_chains_beyond_the_step_limit() -> None:
     X, _ = _blobs(300, seed=7)
     est = LeeKiferKMeans(n_clusters=3, epsilon=1.0, bounds=BOX, n_steps=1_000_000, random_state=0)
-    _refused("from 0 to 100,000", lambda: est.fit(X))
-    _refused("from 0 to 100,000", lambda: est.fit_trials(X, [1.0], 2))
+    _assert_refused("from 0 to 100,000", lambda: est.fit(X))
+    _assert_refused("from 0 to 100,000", lambda: est.fit_trials(X, [1.0], 2))
     release = LeeKiferKMeans(n_clusters=3, epsilon=1.0, bounds=BOX, n_steps=10, random_state=0).fit(X)
-    _refused("from 0 to 100,000", lambda: mcmc_postprocess(release.released_state(), n_steps=1_000_000))
+    _assert_refused(
+        "from 0 to 100,000", lambda: mcmc_postprocess(release.released_state(), n_steps=1_000_000)
+    )
 
 
 def test_location_engine_refuses_settings_beyond_their_limits() -> None:
@@ -223,12 +227,14 @@ def test_location_engine_refuses_settings_beyond_their_limits() -> None:
     def run(mechs: list[str], eps: list[float], trials: int, **kw: object) -> Callable[[], object]:
         return lambda: location_sweep(lat, lon, users, mechs, eps, trials, region=US, **kw)
 
-    _refused("from 1 to 50", run(["dp_mean"], [1.0], 51))
-    _refused("1 to 25 epsilon values", run(["dp_mean"], list(np.linspace(0.1, 5, 26)), 1))
-    _refused("Number of hotspots K must lie in \\[1, 30\\]", run(["dp_hotspots"], [1.0], 1, hotspot_k=31))
-    _refused("Clusters must lie", run(["prilocation"], [1.0], 1, n_clusters=10_001))
-    _refused("cells per side must lie", run(["prilocation"], [1.0], 1, grid_size=5_000))
-    _refused(
+    _assert_refused("from 1 to 50", run(["dp_mean"], [1.0], 51))
+    _assert_refused("1 to 25 epsilon values", run(["dp_mean"], list(np.linspace(0.1, 5, 26)), 1))
+    _assert_refused(
+        "Number of hotspots K must lie in \\[1, 30\\]", run(["dp_hotspots"], [1.0], 1, hotspot_k=31)
+    )
+    _assert_refused("Clusters must lie", run(["prilocation"], [1.0], 1, n_clusters=10_001))
+    _assert_refused("cells per side must lie", run(["prilocation"], [1.0], 1, grid_size=5_000))
+    _assert_refused(
         "n_queries must be a whole number from 1 to 1000", run(["uniform_grid"], [1.0], 1, n_queries=10**6)
     )
 
