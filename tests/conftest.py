@@ -43,3 +43,17 @@ def downloads(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
 
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", record)
     return captured
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (2 cores, no web UI) for every Spark test (~15 s to start)."""
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java: apt-get install default-jre-headless")
+    from dpcore.outofcore.source import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import ibis
@@ -196,22 +195,6 @@ def test_database_and_csv_sources_fingerprint_as_the_data_page(data, tmp_path: P
         assert src.fingerprint == fingerprint(load_table(csv))
     with pytest.raises(ParameterError, match="--table"):
         open_source(url)
-
-
-def spark_available() -> bool:
-    return shutil.which("java") is not None
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local Spark session (2 cores, no web UI) for every Spark test (~15 s to start)."""
-    if not spark_available():
-        pytest.skip("Spark needs Java: apt-get install default-jre-headless")
-    from dpcore.outofcore.source import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.mark.spark

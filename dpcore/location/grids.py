@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -102,50 +103,94 @@ def grid_side(n: float, epsilon: float, c: float) -> int:
     return int(min(MAX_CELLS_PER_SIDE, max(1, round(math.sqrt(max(n, 0.0) * epsilon / c)))))
 
 
+class PointCounts(Protocol):
+    """The points a grid counts, clamped onto the public region: their number and their counts per cell.
+
+    :class:`ClampedPoints` holds them in memory; :class:`dpcore.outofcore.locations.TablePoints` counts
+    them by passes of an engine (DuckDB or Spark) with the same floating-point operations, so both give
+    the same counts."""
+
+    @property
+    def n(self) -> int: ...
+
+    def cell_counts(self, m: int) -> np.ndarray:
+        """(m * m,) points per cell of the m x m grid over the region (row-major, by :func:`cell_index`)."""
+        ...
+
+    def leaf_counts(self, m1: int, m2: np.ndarray) -> np.ndarray:
+        """Points per leaf when level-1 cell c of the m1 x m1 grid is cut into m2[c] x m2[c] (leaves of cell
+        c at offset[c]:offset[c + 1], offset the cumulative sum of m2^2, row-major inside the cell)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ClampedPoints:
+    """Points in memory, validated (``DataError`` for the curator's bad values), clamped onto ``region``."""
+
+    lat: FloatArray
+    lon: FloatArray
+    region: Region
+
+    @classmethod
+    def of(cls, lat: ArrayLike, lon: ArrayLike, region: Region) -> ClampedPoints:
+        if not isinstance(region, Region):
+            raise ParameterError("a density grid needs a public region: pass region=Region(lat_min, ...).")
+        la, lo = region.clip(*validate_latlon(lat, lon, table=True))
+        return cls(la, lo, region)
+
+    @property
+    def n(self) -> int:
+        return int(self.lat.size)
+
+    def cell_counts(self, m: int) -> np.ndarray:
+        r = self.region
+        i = cell_index(self.lat, r.lat_min, r.lat_max, m)
+        j = cell_index(self.lon, r.lon_min, r.lon_max, m)
+        return np.bincount(i * m + j, minlength=m * m)
+
+    def leaf_counts(self, m1: int, m2: np.ndarray) -> np.ndarray:
+        r = self.region
+        i = cell_index(self.lat, r.lat_min, r.lat_max, m1)
+        j = cell_index(self.lon, r.lon_min, r.lon_max, m1)
+        lat_e, lon_e = grid_edges(r, m1)
+        cell = i * m1 + j
+        sub_i = cell_index(self.lat, lat_e[i], lat_e[i + 1], m2[cell])
+        sub_j = cell_index(self.lon, lon_e[j], lon_e[j + 1], m2[cell])
+        offset = np.concatenate([[0], np.cumsum(m2**2)])
+        return np.bincount(offset[cell] + sub_i * m2[cell] + sub_j, minlength=int(offset[-1]))
+
+
 def _prepare(
-    lat: ArrayLike,
-    lon: ArrayLike,
+    points: PointCounts,
     epsilon: float,
-    region: Region,
     neighbours: str,
     n_estimate: float | None,
     count_fraction: float,
     sampler: Sampler,
     levels: list[tuple[str, Fraction]],
     points_per_person: int,
-) -> tuple[FloatArray, FloatArray, BudgetLog, float, str, float]:
-    """Clamped points, the budget log (noisy count first if any, then ``levels``), n for sizing and its
-    source, the per-cell sensitivity s. ``levels`` are shares of the budget left after the count."""
-    if not isinstance(region, Region):
-        raise ParameterError("a density grid needs a public region: pass region=Region(lat_min, ...).")
+) -> tuple[BudgetLog, float, str, float]:
+    """The budget log (noisy count first if any, then ``levels``), n for sizing and its source, the
+    per-cell sensitivity s. ``levels`` are shares of the budget left after the count."""
     if neighbours not in NEIGHBOURS:
         raise ParameterError(f"neighbours must be 'unbounded' or 'bounded' (got {neighbours!r}).")
     g = points_per_person
     if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
         raise ParameterError(f"points_per_person must be a whole number >= 1 (got {g!r}).")
     eps = _check_epsilon(epsilon)
-    la, lo = validate_latlon(lat, lon, table=True)
-    la, lo = region.clip(la, lo)
     s = NEIGHBOURS[neighbours] * int(g)
     if neighbours == "bounded":
-        return (
-            la,
-            lo,
-            split_budget(eps, levels),
-            float(la.size),
-            "public (bounded neighbours keep n fixed)",
-            s,
-        )
+        return split_budget(eps, levels), float(points.n), "public (bounded neighbours keep n fixed)", s
     if n_estimate is not None:
         if not (math.isfinite(n_estimate) and n_estimate > 0):
             raise ParameterError(f"n_estimate must be a positive number (got {n_estimate!r}).")
-        return la, lo, split_budget(eps, levels), float(n_estimate), "curator", s
+        return split_budget(eps, levels), float(n_estimate), "curator", s
     if not (0.0 < count_fraction < 1.0):
         raise ParameterError(f"count_fraction must be in (0, 1), e.g. 0.05 (got {count_fraction!r}).")
     share = Fraction(count_fraction)
     log = split_budget(eps, [("noisy count", share), *((name, (1 - share) * f) for name, f in levels)])
-    n_hat = max(1.0, la.size + float(sampler.laplace(1, s / log[0][1])[0]))
-    return la, lo, log, n_hat, "noisy count", s
+    n_hat = max(1.0, points.n + float(sampler.laplace(1, s / log[0][1])[0]))
+    return log, n_hat, "noisy count", s
 
 
 def _grid(
@@ -179,22 +224,20 @@ def _grid(
     )
 
 
-def _cell_index(
+def cell_index(
     values: FloatArray, lo: float | FloatArray, hi: float | FloatArray, m: int | np.ndarray
 ) -> np.ndarray:
-    """Index in 0..m-1 of each value's cell when [lo, hi] is cut into m equal cells (broadcasts)."""
+    """Index in 0..m-1 of each value's cell when [lo, hi] is cut into m equal cells (broadcasts):
+    clip(floor((v - lo) / (hi - lo) * m), 0, m - 1)."""
     return np.clip(np.floor((values - lo) / (hi - lo) * m).astype(int), 0, m - 1)
 
 
-def _level_one(
-    la: FloatArray, lo: FloatArray, region: Region, m: int
-) -> tuple[np.ndarray, np.ndarray, FloatArray, FloatArray]:
-    """Row and column of each point's cell in the m x m grid over ``region``, and the lat/lon edges."""
-    i = _cell_index(la, region.lat_min, region.lat_max, m)
-    j = _cell_index(lo, region.lon_min, region.lon_max, m)
-    lat_e = np.linspace(region.lat_min, region.lat_max, m + 1)
-    lon_e = np.linspace(region.lon_min, region.lon_max, m + 1)
-    return i, j, lat_e, lon_e
+def grid_edges(region: Region, m: int) -> tuple[FloatArray, FloatArray]:
+    """The lat and lon edges (m + 1 each) of the m x m grid over ``region``."""
+    return (
+        np.linspace(region.lat_min, region.lat_max, m + 1),
+        np.linspace(region.lon_min, region.lon_max, m + 1),
+    )
 
 
 def uniform_grid(
@@ -212,25 +255,44 @@ def uniform_grid(
     rng: Sampler | int | None = None,
 ) -> DensityGrid:
     """UG: eps-DP m x m histogram of the points in ``region`` (Laplace(s / eps) per cell, s = g or 2 g)."""
-    sampler = as_sampler(rng)
-    la, lo, log, n_hat, source, s = _prepare(
-        lat,
-        lon,
+    return uniform_grid_of(
+        ClampedPoints.of(lat, lon, region),
         epsilon,
-        region,
-        neighbours,
-        n_estimate,
-        count_fraction,
-        sampler,
-        [("grid", Fraction(1))],
+        neighbours=neighbours,
+        n_estimate=n_estimate,
+        count_fraction=count_fraction,
+        c=c,
+        grid_size=grid_size,
+        points_per_person=points_per_person,
+        rng=rng,
+    )
+
+
+def uniform_grid_of(
+    points: ClampedPoints | PointCounts,
+    epsilon: float,
+    *,
+    neighbours: str = "unbounded",
+    n_estimate: float | None = None,
+    count_fraction: float = 0.05,
+    c: float = 10.0,
+    grid_size: int | None = None,
+    points_per_person: int = 1,
+    rng: Sampler | int | None = None,
+) -> DensityGrid:
+    """:func:`uniform_grid` of counted points (in memory or in an engine: one pass of cell counts)."""
+    sampler = as_sampler(rng)
+    region: Region = points.region  # type: ignore[union-attr]
+    log, n_hat, source, s = _prepare(
+        points, epsilon, neighbours, n_estimate, count_fraction, sampler, [("grid", Fraction(1))],
         points_per_person,
     )
     eps_grid = log[-1][1]
     m = grid_side(n_hat, eps_grid, c) if grid_size is None else int(grid_size)
     if m < 1:
         raise ParameterError(f"grid_size must be a whole number >= 1 (got {grid_size!r}).")
-    i, j, lat_e, lon_e = _level_one(la, lo, region, m)
-    counts = np.bincount(i * m + j, minlength=m * m).astype(float)
+    lat_e, lon_e = grid_edges(region, m)
+    counts = points.cell_counts(m).astype(float)
     counts = (counts + sampler.laplace(m * m, s / eps_grid)).reshape(m, m)
     ii, jj = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     leaves = np.column_stack(
@@ -267,15 +329,42 @@ def adaptive_grid(
     rng: Sampler | int | None = None,
 ) -> DensityGrid:
     """AG (Qardaji et al. 2013): two-level eps-DP grid with constrained inference (see module docstring)."""
+    return adaptive_grid_of(
+        ClampedPoints.of(lat, lon, region),
+        epsilon,
+        neighbours=neighbours,
+        n_estimate=n_estimate,
+        count_fraction=count_fraction,
+        alpha=alpha,
+        c=c,
+        c2=c2,
+        points_per_person=points_per_person,
+        rng=rng,
+    )
+
+
+def adaptive_grid_of(
+    points: ClampedPoints | PointCounts,
+    epsilon: float,
+    *,
+    neighbours: str = "unbounded",
+    n_estimate: float | None = None,
+    count_fraction: float = 0.05,
+    alpha: float = 0.5,
+    c: float = 10.0,
+    c2: float = 5.0,
+    points_per_person: int = 1,
+    rng: Sampler | int | None = None,
+) -> DensityGrid:
+    """:func:`adaptive_grid` of counted points (in an engine: one pass per level)."""
     if not (0.0 < alpha < 1.0):
         raise ParameterError(f"alpha must be in (0, 1), e.g. 0.5 (got {alpha!r}).")
     sampler = as_sampler(rng)
+    region: Region = points.region  # type: ignore[union-attr]
     a = Fraction(alpha)
-    la, lo, log, n_hat, source, s = _prepare(
-        lat,
-        lon,
+    log, n_hat, source, s = _prepare(
+        points,
         epsilon,
-        region,
         neighbours,
         n_estimate,
         count_fraction,
@@ -286,17 +375,12 @@ def adaptive_grid(
     (_, e1), (_, e2) = log[-2:]
     eps_grid = e1 + e2
     m1 = int(min(MAX_CELLS_PER_SIDE, max(10, math.ceil(math.sqrt(n_hat * eps_grid / c) / 4))))
-    i, j, lat_e, lon_e = _level_one(la, lo, region, m1)
-    cell = i * m1 + j
-    v = np.bincount(cell, minlength=m1 * m1) + sampler.laplace(m1 * m1, s / e1)
+    lat_e, lon_e = grid_edges(region, m1)
+    v = points.cell_counts(m1) + sampler.laplace(m1 * m1, s / e1)
     m2 = np.ceil(np.sqrt(np.maximum(v, 0.0) * e2 / c2)).astype(int).clip(1, 256)
-    # Sub-cell of each point inside its level-1 cell, then a flat leaf id.
-    sub_i = _cell_index(la, lat_e[i], lat_e[i + 1], m2[cell])
-    sub_j = _cell_index(lo, lon_e[j], lon_e[j + 1], m2[cell])
     offset = np.concatenate([[0], np.cumsum(m2**2)])
-    leaf_of_point = offset[cell] + sub_i * m2[cell] + sub_j
     n_leaves = int(offset[-1])
-    u = np.bincount(leaf_of_point, minlength=n_leaves) + sampler.laplace(n_leaves, s / e2)
+    u = points.leaf_counts(m1, m2) + sampler.laplace(n_leaves, s / e2)
     parent = np.repeat(np.arange(m1 * m1), m2**2)
     sum_u = np.bincount(parent, weights=u, minlength=m1 * m1)
     a2m2 = alpha**2 * m2.astype(float) ** 2

@@ -3,7 +3,8 @@
 ``LOCATIONS`` holds one :class:`~dpcore.registry.MechanismSpec` per module of
 ``dpcore.location.mechanisms``; ``LOCATIONS[key].release(inputs, epsilon=..., delta=0.0, params=...,
 sampler=...)`` runs one release from a :class:`LocationInputs`. Every release keeps at most the public
-``max_per_user`` rows of each user (at random, with the release's sampler) when there is a user column,
+``max_per_user`` rows of each user (pseudo-random, salted by the release's sampler: ``content_keys``) when
+there is a user column,
 calibrates its noise for a person with that many rows, and returns its scope sentence.
 """
 
@@ -15,14 +16,23 @@ from typing import Any
 import numpy as np
 
 from dpcore.errors import ParameterError
-from dpcore.location.contribution import cap_per_user, check_max_per_user, scope_sentence, user_codes
+from dpcore.location.contribution import (
+    check_max_per_user,
+    content_keys,
+    keep_smallest,
+    key_salt,
+    scope_sentence,
+    user_codes,
+)
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
+from dpcore.location.grids import ClampedPoints, PointCounts
 from dpcore.mechanisms import Sampler
 from dpcore.registry import Param, Registry
 
 __all__ = [
     "LOCATIONS",
     "MAX_PER_USER",
+    "Counted",
     "Kept",
     "LocationInputs",
     "keep_per_user",
@@ -71,6 +81,15 @@ class LocationInputs:
     def has_users(self) -> bool:
         return self.users is not None
 
+    @property
+    def n_rows(self) -> int:
+        return int(self.lat.size)
+
+    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
+        """The rows a grid counts: :func:`keep_per_user`'s, clamped onto the region."""
+        kept = keep_per_user(self, max_per_user, sampler)
+        return Counted(ClampedPoints.of(kept.lat, kept.lon, self.region), kept.group, kept.scope)
+
 
 @dataclass(frozen=True)
 class Kept:
@@ -88,13 +107,27 @@ class Kept:
         return int(self.lat.size)
 
 
+@dataclass(frozen=True)
+class Counted:
+    """The rows a grid release counts (``points``: in memory or in an engine), at most ``group`` a person."""
+
+    points: PointCounts
+    group: int
+    scope: str
+
+    @property
+    def n(self) -> int:
+        return self.points.n
+
+
 def keep_per_user(inputs: LocationInputs, max_per_user: int, sampler: Sampler) -> Kept:
-    """With users: min(count, m) random rows per user and group m; without: every row, group 1."""
+    """With users: the min(count, m) rows of each user with the smallest keys (``content_keys``, salted by
+    ``sampler``) and group m; without: every row, group 1."""
     m = check_max_per_user(max_per_user)
     if inputs.users is None:
         return Kept(inputs.lat, inputs.lon, None, None, 1, scope_sentence(False, m))
     codes, labels = user_codes(inputs.users, inputs.lat.size)
-    keep = cap_per_user(codes, m, sampler)
+    keep = keep_smallest(codes, content_keys(inputs.lat, inputs.lon, key_salt(sampler)), m)
     return Kept(inputs.lat[keep], inputs.lon[keep], codes[keep], labels, m, scope_sentence(True, m))
 
 
@@ -104,7 +137,7 @@ def no_delta(delta: float) -> None:
         raise ParameterError(f"this location mechanism spends no delta; pass delta = 0 (got {delta!r}).")
 
 
-def kept_details(kept: Kept, inputs: LocationInputs) -> dict[str, Any]:
+def kept_details(kept: Kept | Counted, inputs: LocationInputs) -> dict[str, Any]:
     """Manifest facts every location release shares: scope, the per-user cap, the public region."""
     out: dict[str, Any] = {"scope": kept.scope, "region": inputs.region.to_dict()}
     if inputs.has_users:
@@ -112,9 +145,9 @@ def kept_details(kept: Kept, inputs: LocationInputs) -> dict[str, Any]:
     return out
 
 
-def kept_diagnostics(kept: Kept, inputs: LocationInputs) -> dict[str, Any]:
+def kept_diagnostics(kept: Kept | Counted, inputs: LocationInputs) -> dict[str, Any]:
     """Curator-only counts: rows given and rows used after the per-user cap (data-dependent)."""
-    return {"rows_given": int(inputs.lat.size), "rows_used": kept.n}
+    return {"rows_given": inputs.n_rows, "rows_used": kept.n}
 
 
 # Registers every mechanism (each module imports the names above from this, by then initialised, module).

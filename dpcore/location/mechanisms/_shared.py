@@ -149,25 +149,26 @@ def grid_release(
     params: dict[str, Any],
     sampler: Sampler,
 ) -> MechanismOutput:
-    """Keep at most m rows per user, build the grid with sensitivity m per cell, table of its leaves."""
+    """Keep at most m rows per user, build the grid with sensitivity m per cell, table of its leaves.
+
+    ``inputs`` is a :class:`LocationInputs` or a table in an engine
+    (:class:`dpcore.outofcore.locations.TableLocations`): both give the rows counted."""
     no_delta(delta)
-    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    counted = inputs.counted(params["max_per_user"], sampler)
     grid = build(
-        kept.lat,
-        kept.lon,
+        counted.points,
         epsilon,
-        inputs.region,
         neighbours=params["neighbours"],
-        points_per_person=kept.group,
+        points_per_person=counted.group,
         rng=sampler,
     )
     table = pd.DataFrame(grid.leaves, columns=GRID_COLUMNS)
     figure = density_heatmap(grid, title=f"{label}: released noisy counts (ε = {epsilon:g})")
     details = {
-        **kept_details(kept, inputs),
+        **kept_details(counted, inputs),
         "n_source": grid.n_source,
         "n_estimate": grid.n_estimate,
         "budget_log": [[name, e] for name, e in grid.budget_log],
         "cells_per_side_level_1": int(grid.counts.shape[0]),
     }
-    return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)
+    return MechanismOutput(table, (figure,), details, kept_diagnostics(counted, inputs), counted.scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpcore.location.grids import uniform_grid
+from dpcore.location.grids import uniform_grid_of
 from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, neighbours_param
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
 from dpcore.mechanisms import Sampler
@@ -23,7 +23,7 @@ def release(
     inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
 ) -> MechanismOutput:
     """One uniform grid over ``inputs.region``."""
-    return grid_release(uniform_grid, LABEL, inputs, epsilon, delta, params, sampler)
+    return grid_release(uniform_grid_of, LABEL, inputs, epsilon, delta, params, sampler)
 
 
 SPEC = LOCATIONS.register(

@@ -1,0 +1,207 @@
+"""The density grids of locations out of core: per-user bounding and grid counts as passes of an engine.
+
+:class:`TableLocations` is a location release's input when the table stays in DuckDB or Spark (through
+Ibis): the latitude, longitude and (optional) user columns and the curator's public region. The uniform
+and adaptive grids (Qardaji, Yang and Li 2013) release from it exactly what they release from the same
+rows in memory (:class:`dpcore.location.registry.LocationInputs`), because each step is the in-memory
+step written as an expression with the same floating-point operations in the same order:
+
+1. validation (one aggregate): every coordinate present, finite, |lat| <= 90 and |lon| <= 180, else the
+   in-memory ``DataError``;
+2. per-user bounding: the rows of each user with rank < m by the salted key frac(lat s1 + lon s2)
+   (``dpcore.location.contribution.content_keys``; the salt is drawn from the release's sampler, as in
+   memory); the count of kept rows is sum over users of min(count, m) (one GROUP BY, no sort);
+3. counts: each kept point clamped onto the region, then GROUP BY its cell
+   clip(floor((v - lo) / (hi - lo) * m), 0, m - 1); the adaptive grid's second level joins each row to its
+   level-1 cell's edges and split m2 (one more pass).
+
+Noise is drawn in Python by the release's sampler. Other location mechanisms read the rows in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import ibis
+import ibis.expr.types as ir
+import numpy as np
+from numpy.typing import NDArray
+
+from dpcore.errors import DataError, ParameterError
+from dpcore.location.contribution import check_max_per_user, key_salt, scope_sentence
+from dpcore.location.geometry import Region
+from dpcore.location.grids import grid_edges
+from dpcore.location.registry import Counted
+from dpcore.mechanisms import Sampler
+from dpcore.outofcore.features import const
+
+#: Location mechanisms whose passes run out of core.
+GRID_KEYS = ("uniform_grid", "adaptive_grid")
+
+
+def _cell(
+    v: ir.FloatingValue, lo: ir.FloatingValue, span: ir.FloatingValue, m: ir.FloatingValue, top: object
+):
+    """clip(floor((v - lo) / span * m), 0, top) as an int64 expression (``cell_index``'s operations)."""
+    raw = ((v - lo) / span * m).floor().cast("int64")
+    return ibis.cases((raw < 0, 0), (raw > top, top), else_=raw)
+
+
+@dataclass(frozen=True, eq=False)
+class TablePoints:
+    """Points of an Ibis table (columns ``la``, ``lo``: degrees, already clamped onto ``region``) counted by
+    the engine; the :class:`~dpcore.location.grids.PointCounts` of an out-of-core grid. ``n`` is given."""
+
+    rows: ir.Table
+    region: Region
+    n: int
+
+    def _level_one(self, m: int) -> ir.Table:
+        r, t, top = self.region, self.rows, m - 1
+        i = _cell(t.la, const(r.lat_min), const(r.lat_max - r.lat_min), const(float(m)), top)
+        j = _cell(t.lo, const(r.lon_min), const(r.lon_max - r.lon_min), const(float(m)), top)
+        return t.mutate(cell=i * m + j)
+
+    @staticmethod
+    def _counts(t: ir.Table, key: str, size: int) -> NDArray:
+        out = t.group_by(key).aggregate(n=t.count()).to_pandas()
+        counts = np.zeros(size, dtype=np.int64)
+        counts[out[key].to_numpy(dtype=np.int64)] = out["n"].to_numpy(dtype=np.int64)
+        return counts
+
+    def cell_counts(self, m: int) -> NDArray:
+        return self._counts(self._level_one(m), "cell", m * m)
+
+    def leaf_counts(self, m1: int, m2: NDArray) -> NDArray:
+        lat_e, lon_e = grid_edges(self.region, m1)
+        cells = np.arange(m1 * m1)
+        i, j = cells // m1, cells % m1
+        offset = np.concatenate([[0], np.cumsum(m2**2)])
+        per_cell = ibis.memtable(
+            {
+                "cell": cells.astype(np.int64),
+                "c_lat": lat_e[i],
+                "c_lat_span": lat_e[i + 1] - lat_e[i],
+                "c_lon": lon_e[j],
+                "c_lon_span": lon_e[j + 1] - lon_e[j],
+                "c_m2": m2.astype(np.float64),
+                "c_top": (m2 - 1).astype(np.int64),
+                "c_side": m2.astype(np.int64),
+                "c_offset": offset[:-1].astype(np.int64),
+            }
+        )
+        t = self._level_one(m1).join(per_cell, "cell")
+        sub_i = _cell(t.la, t.c_lat, t.c_lat_span, t.c_m2, t.c_top)
+        sub_j = _cell(t.lo, t.c_lon, t.c_lon_span, t.c_m2, t.c_top)
+        t = t.mutate(leaf=t.c_offset + sub_i * t.c_side + sub_j)
+        return self._counts(t, "leaf", int(offset[-1]))
+
+
+@dataclass(frozen=True, eq=False)
+class TableLocations:
+    """A location release's input in an engine: ``lat``/``lon`` columns in degrees, an optional ``user``
+    column (None: each row is a different person) and the public ``region``. Validated on creation by one
+    aggregate (``DataError`` as for rows in memory)."""
+
+    table: ir.Table
+    lat_column: str
+    lon_column: str
+    user_column: str | None
+    region: Region
+    n_rows: int = field(default=0, init=False)  # the table's rows, counted by the validation
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.region, Region):
+            raise ParameterError(
+                "a location release needs a public region: pass region=Region(lat_min, ...)."
+            )
+        named = [self.lat_column, self.lon_column, *([self.user_column] if self.user_column else [])]
+        missing = [c for c in named if c not in self.table.columns]
+        if missing:
+            raise DataError(
+                f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a table "
+                "with them. Point --source at the same table."
+            )
+        schema = self.table.schema()
+        bad = [c for c in (self.lat_column, self.lon_column) if not schema[c].is_numeric()]
+        if bad:
+            raise DataError(
+                f"Column(s) {', '.join(map(repr, bad))} are not numbers in degrees; convert them in the "
+                "table."
+            )
+        self._validate()
+
+    @cached_property
+    def _coordinates(self) -> ir.Table:
+        t = self.table
+        cols = {"la": t[self.lat_column].cast("float64"), "lo": t[self.lon_column].cast("float64")}
+        if self.user_column is not None:
+            u = t[self.user_column]
+            cols["user"] = (
+                ibis.cases((u.isnan(), ibis.null(u.type())), else_=u) if u.type().is_floating() else u
+            )
+        return t.select(**cols)
+
+    def _validate(self) -> None:
+        """validate_latlon's checks in one aggregate over the table (``n_rows`` is its row count)."""
+        t = self._coordinates
+        finite = (
+            t.la.notnull() & t.lo.notnull() & ~(t.la.isnan() | t.la.isinf() | t.lo.isnan() | t.lo.isinf())
+        )
+        ok = t.filter(finite)
+        stats = t.aggregate(n=t.count(), n_ok=finite.sum()).to_pandas().iloc[0]
+        n, n_ok = int(stats["n"]), int(stats["n_ok"] or 0)
+        if n == 0:
+            raise DataError("no locations were given; pass at least one (latitude, longitude) pair.")
+        if n_ok < n:
+            raise DataError(
+                f"{n - n_ok} location(s) have a missing or infinite latitude/longitude; drop or fill those "
+                "rows first (e.g. with the missing-values step)."
+            )
+        span = ok.aggregate(lat=ok.la.abs().max(), lon=ok.lo.abs().max()).to_pandas().iloc[0]
+        if float(span["lat"]) > 90:
+            raise DataError(
+                f"latitude must be in [-90, 90] degrees (found |lat| up to {float(span['lat']):g}); check "
+                "that the latitude and longitude columns are not swapped and are in degrees."
+            )
+        if float(span["lon"]) > 180:
+            raise DataError(
+                f"longitude must be in [-180, 180] degrees (found |lon| up to {float(span['lon']):g})."
+            )
+        object.__setattr__(self, "n_rows", n)
+
+    @property
+    def has_users(self) -> bool:
+        return self.user_column is not None
+
+    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
+        """The rows a grid counts (see the module docstring), with the sampler drawn as in memory."""
+        m = check_max_per_user(max_per_user)
+        t = self._coordinates
+        if self.user_column is None:
+            rows, n, group = t, self.n_rows, 1
+        else:
+            salt = key_salt(sampler)
+            x = t.la * const(salt[0]) + t.lo * const(salt[1])
+            keyed = t.mutate(key=x - x.floor().cast("float64"))
+            rank = ibis.row_number().over(group_by=keyed.user, order_by=keyed.key)
+            rows = keyed.mutate(rank=rank).filter(ibis._.rank < m)
+            per_user = t.group_by("user").aggregate(c=t.count())
+            capped = ibis.cases((per_user.c > m, m), else_=per_user.c)
+            n, group = int(per_user.aggregate(n=capped.sum()).to_pandas()["n"].iloc[0]), m
+        r = self.region
+        clamp = {
+            "la": ibis.cases(
+                (rows.la < const(r.lat_min), const(r.lat_min)),
+                (rows.la > const(r.lat_max), const(r.lat_max)),
+                else_=rows.la,
+            ),
+            "lo": ibis.cases(
+                (rows.lo < const(r.lon_min), const(r.lon_min)),
+                (rows.lo > const(r.lon_max), const(r.lon_max)),
+                else_=rows.lo,
+            ),
+        }
+        points = TablePoints(rows.select(**clamp), r, n)
+        return Counted(points, group, scope_sentence(self.has_users, m))
