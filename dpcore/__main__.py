@@ -1,9 +1,10 @@
 """Command line: ``python -m dpcore <command>``; each subcommand is one function under one argparse parser.
 
-``run-plan PLAN.json --source PATH_OR_URL [--table NAME] [--engine duckdb|spark]``: re-run a release plan
-saved from the dashboard on the full table as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the
-ledger of ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files
-to ``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2.
+``run-plan PLAN.json --source PATH_OR_URL [--table NAME | --query SELECT] [--engine duckdb|spark]``: re-run
+a release plan saved from the dashboard on the full table (a database's table or one read-only SELECT's
+whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the ledger of
+``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files to
+``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2.
 
 ``init-ledger [URL]``: create the ledger at URL (default ``DPCORE_LEDGER_URL`` or the data folder's SQLite
 file) explicitly (:meth:`dpcore.ledger.Ledger.initialise`); on an existing ledger it changes nothing.
@@ -36,6 +37,7 @@ def run_plan(args: argparse.Namespace) -> int:
         user=args.user or config.local_user(),
         engine=args.engine,
         table=args.table,
+        query=args.query,
         request_id=args.request_id,
     )
     record = release.record
@@ -49,7 +51,9 @@ def _add_run_plan(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("run-plan", help="re-run a saved release plan on the full table (batch job)")
     p.add_argument("plan", help="the release's manifest JSON (or its .json bundle) saved from the dashboard")
     p.add_argument("--source", required=True, help="Parquet file or folder, CSV file, or SQLAlchemy URL")
-    p.add_argument("--table", help="table name, for a SQLAlchemy URL source")
+    rows = p.add_mutually_exclusive_group()
+    rows.add_argument("--table", help="table name, for a SQLAlchemy URL source")
+    rows.add_argument("--query", help="one read-only SELECT, for a SQLAlchemy URL source")
     p.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb", help="default: duckdb")
     p.add_argument("--ledger", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's SQLite)")
     p.add_argument("--artifacts", help="folder for the release files (default: <data folder>/artifacts)")

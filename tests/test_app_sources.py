@@ -128,6 +128,8 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
     release = [b for b in at.button if str(b.label).startswith("Release (spends")]
     assert len(release) == 1 and release[0].disabled
     assert any("A release must use the whole table" in w.value for w in at.warning)
+    command = f"python -m dpcore run-plan PLAN.json --source {folder / 'large.parquet'}\n"
+    assert any(command in w.value for w in at.warning)  # the command for this source
     # the plan for a batch job on the whole table: its name and fingerprint, not the sample's
     (name,) = [n for n in downloads if n.startswith("plan-")]
     manifest = json.loads(downloads[name])

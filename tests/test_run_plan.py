@@ -20,7 +20,7 @@ from dpcore.outofcore.run_plan import parse_preparation, run_plan
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import ApproxDP, PureDP
 from dpcore.report import make_release
-from tests.test_outofcore import BOUNDS, spark, table  # noqa: F401  (spark: the session fixture)
+from tests.test_outofcore import BOUNDS, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,7 +162,7 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_run_plan_on_spark_gives_the_dashboard_s_release(source, tmp_path: Path, spark) -> None:  # noqa: F811
+def test_run_plan_on_spark_gives_the_dashboard_s_release(source, tmp_path: Path, spark) -> None:
     df, path = source
     manifest, dash = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)

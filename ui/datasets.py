@@ -8,8 +8,11 @@ and leaves the previous dataset in place.
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shlex
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -192,6 +195,22 @@ def sample_label(ds: state.Dataset | None) -> str | None:
     return f"Uniform sample of {ds.n_rows:,} of {ds.origin['rows']:,} rows: diagnostics only"
 
 
+def batch_command(origin: Mapping[str, Any]) -> str:
+    """The ``run-plan`` command for the whole table of a source dataset's ``origin``, as a Markdown code
+    block: the file's path, or the database table or SELECT (exactly as typed, newlines kept); a database's
+    URL stays in the operator's config, so a placeholder names its connection."""
+    spec = origin.get("source") or {}
+    where = f"<URL of the database connection {spec.get('connection')}>"
+    rows = {
+        "folder_file": [str(PurePosixPath(str(spec.get("folder"))) / str(spec.get("path")))],
+        "database_table": [where, "--table", str(spec.get("table"))],
+        "database_query": [where, "--query", str(spec.get("sql"))],
+    }.get(str(spec.get("kind")), ["<the table>"])
+    command = " ".join(["python -m dpcore run-plan PLAN.json --source", *map(shlex.quote, rows)])
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", command)), default=0))
+    return f"{fence}bash\n{command}\n{fence}"
+
+
 def release_refusal(ds: state.Dataset | None) -> str | None:
     """Why the dashboard does not release from ``ds`` (a sample of a larger table), or None."""
     sample = sample_of(ds)
@@ -199,8 +218,7 @@ def release_refusal(ds: state.Dataset | None) -> str | None:
         return None
     return (
         f"{sample} A release must use the whole table: download the plan below and run it as a batch job "
-        "on the whole table (`python -m dpcore run-plan PLAN.json --source <the table>`), or load a table "
-        "within the row limit here."
+        f"on the whole table, or load a table within the row limit here.\n\n{batch_command(ds.origin or {})}"
     )
 
 

@@ -108,6 +108,7 @@ def run_plan(
     user: str,
     engine: Engine = "duckdb",
     table: str | None = None,
+    query: str | None = None,
     request_id: str | None = None,
     name: str | None = None,
     spark: Any = None,
@@ -116,12 +117,13 @@ def run_plan(
 
     ``request_id``: default the manifest's own (a plan already released under it is returned, not
     spent again), else ``plan-`` and the first 32 hex digits of the plan's key, so re-running one plan
-    never spends twice. Raises ``DataError`` when the source is not the plan's table.
+    never spends twice. ``table`` or ``query`` (one read-only SELECT) names a database source's rows.
+    Raises ``DataError`` when the source is not the plan's table.
     """
     plan = ReleasePlan.from_manifest(manifest)
     check_supported(plan)
     rid = request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"
-    with open_source(source, engine, table=table, spark=spark) as src:
+    with open_source(source, engine, table=table, query=query, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
                 f"The source's fingerprint {src.fingerprint[:16]} is not the plan's {plan.fingerprint[:16]} "

@@ -1,9 +1,11 @@
 """A batch job's source as an Ibis table on DuckDB (embedded, the default) or Spark, with its fingerprint.
 
 Sources: a Parquet file, a folder of Parquet files (read in sorted path order), a CSV file, or a SQLAlchemy
-URL with a table name. Parquet is fingerprinted in one streaming pass of record batches and read by the
-engine where it lies; a database table is read once in chunks through SQLAlchemy, fingerprinted on the way
-and staged as a Parquet file in a temporary folder; a CSV file is read by the Data page's own reader
+URL with a table name or one read-only SELECT. Parquet is fingerprinted in one streaming pass of record
+batches and read by the engine where it lies; a database table or SELECT is read once in chunks by the Data
+page's own reader (:func:`dpcore.data.sources.sql_chunks`: one read-only transaction, rows in the order of
+all their columns, a query checked by :func:`~dpcore.data.sources.validate_select`), fingerprinted on the
+way and staged as a Parquet file in a temporary folder; a CSV file is read by the Data page's own reader
 (``dpcore.data.load_table``: same delimiter, encoding and type inference, so the same fingerprint), whole.
 The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page would load.
 """
@@ -26,7 +28,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from dpcore.data.fingerprint import FingerprintStream
-from dpcore.data.sources import PARQUET_SUFFIXES, TEXT_SUFFIXES
+from dpcore.data.sources import PARQUET_SUFFIXES, TEXT_SUFFIXES, DatabaseQuery, DatabaseTable, sql_chunks
 from dpcore.errors import DataError, ParameterError
 
 Engine = Literal["duckdb", "spark"]
@@ -128,18 +130,32 @@ def stream_fingerprint(frames: Iterator[pd.DataFrame]) -> str:
 
 
 def open_source(
-    source: str | os.PathLike[str], engine: Engine = "duckdb", *, table: str | None = None, spark: Any = None
+    source: str | os.PathLike[str],
+    engine: Engine = "duckdb",
+    *,
+    table: str | None = None,
+    query: str | None = None,
+    spark: Any = None,
 ) -> Source:
-    """The source as an Ibis table on ``engine`` with its fingerprint (see the module docstring)."""
+    """The source as an Ibis table on ``engine`` with its fingerprint (see the module docstring); a
+    database URL needs exactly one of ``table`` and ``query``, a file neither."""
     text = os.fspath(source)
-    con = connect(engine, spark)
     if is_url(text):
-        if not table:
-            raise ParameterError("A database source needs --table NAME (the table the plan was made on).")
-        return _stage_sql(con, text, table)
+        if (table is None) == (query is None):
+            raise ParameterError(
+                "A database source needs --table NAME or --query 'SELECT ...' (one of them: the table or "
+                "the SELECT the plan was made on)."
+            )
+        return _stage_sql(connect(engine, spark), text, table=table, query=query)
+    if table is not None or query is not None:
+        raise ParameterError(
+            f"--{'table' if table is not None else 'query'} is for a database source; give a SQLAlchemy URL "
+            "as --source, or leave it out for a file."
+        )
     path = Path(text).expanduser()
     if not path.exists():
         raise DataError(f"No file or folder at {path}; give a Parquet file or folder, a CSV file or a URL.")
+    con = connect(engine, spark)
     suffixes = "".join(path.suffixes).lower()
     if path.is_dir() or suffixes.endswith(PARQUET_SUFFIXES):
         files = [str(f) for f in parquet_files(path)]
@@ -173,40 +189,46 @@ def _stable_types(chunk: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _stage_sql(con: Any, url: str, table: str) -> Source:
-    """Read ``table`` at ``url`` once in chunks: fingerprint it and stage it as Parquet for the engine."""
+def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> Source:
+    """Read ``table`` or ``query`` at ``url`` once, as the Data page reads it (:func:`sql_chunks`):
+    fingerprint the rows and stage them as Parquet for the engine."""
     import sqlalchemy as sa
 
-    engine = sa.create_engine(url)
+    try:
+        engine = sa.create_engine(url)
+    except (sa.exc.SQLAlchemyError, ImportError) as err:  # a malformed URL, an unknown or absent driver
+        raise DataError(
+            f"Cannot open the database URL ({err}); give a SQLAlchemy URL such as "
+            "postgresql+psycopg://user@host/db whose driver is installed."
+        ) from err
+    shown = engine.url.render_as_string(hide_password=True)
+    spec = DatabaseTable(shown, table) if table is not None else DatabaseQuery(shown, str(query))
     staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
     staged = Path(staging.name) / "table.parquet"
     writer: pq.ParquetWriter | None = None
 
-    def frames(conn: sa.Connection) -> Iterator[pd.DataFrame]:
+    def frames(total: int, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         nonlocal writer
-        if table not in sa.inspect(conn).get_table_names():
-            raise DataError(f"The database at {engine.url!r} has no table {table!r}.")
-        t = sa.Table(table, sa.MetaData(), autoload_with=conn)
-        rows = sa.select(t).order_by(*t.columns)  # as the Data page reads it: scan order does not matter
-        for chunk in pd.read_sql(rows, conn.execution_options(stream_results=True), chunksize=CHUNK_ROWS):
+        seen = 0
+        for chunk in chunks:
+            seen += len(chunk)
             chunk = chunk.dropna(how="all")
             arrow = pa.Table.from_pandas(_stable_types(chunk), preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(staged, arrow.schema)
             writer.write_table(arrow.cast(writer.schema))
             yield chunk
+        if seen != total:
+            raise DataError(f"'{spec.label}' changed while it was read ({seen:,} of {total:,} rows); rerun.")
 
     try:
         try:
-            with engine.connect() as conn:
-                digest = stream_fingerprint(frames(conn))
+            with sql_chunks(spec, engine, CHUNK_ROWS) as (total, chunks):
+                digest = stream_fingerprint(frames(total, chunks))
         finally:
             if writer is not None:
                 writer.close()
             engine.dispose()
-    except sa.exc.SQLAlchemyError as err:
-        staging.cleanup()
-        raise DataError(f"The database refused the read of {table!r}: {err}".splitlines()[0]) from err
     except BaseException:
         staging.cleanup()
         raise
