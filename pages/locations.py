@@ -13,10 +13,10 @@ import numpy as np
 import streamlit as st
 
 from dpcore.location.geometry import Region
+from dpcore.location.plan_steps import columns_step, region_step
 from dpcore.location.prilocation import LEVELS
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER
 from dpcore.location.sweep import MAX_TRIALS, MECHANISMS
-from dpcore.plan import PrepStep
 from dpcore.plots.location import (
     density_heatmap,
     displacement_histogram,
@@ -476,9 +476,9 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     if outcome.failed:
         return
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
-    public = PrepStep(f"public region: lat {box[0]:g}..{box[1]:g}, lon {box[2]:g}..{box[3]:g}", False)
+    public = (columns_step(*coords.columns), region_step(region))
     release_params = view.release_params(mech, params)
-    plan = current_plan("location", mech, epsilon=eps, params=release_params, scope=scope, steps=(public,))
+    plan = current_plan("location", mech, epsilon=eps, params=release_params, scope=scope, steps=public)
     now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
     stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
     release_panel(key="locations", plan=plan, inputs=inputs, stale=stale)
