@@ -3,8 +3,9 @@
 The plan comes from a release manifest (``<stem>-manifest.json`` or the ``.json`` bundle written by
 :func:`dpcore.report.make_release`, or :meth:`dpcore.plan.ReleasePlan.to_manifest`) and is rebuilt and
 re-validated by :meth:`~dpcore.plan.ReleasePlan.from_manifest`. The job refuses a source whose fingerprint
-is not the plan's, rebuilds the feature space from the plan's preparation steps (public bounds, scaling,
-rows dropped for missing values), runs the mechanism's passes out of core, then releases through
+is not the plan's, rebuilds the release's input from the plan's preparation steps (k-means: public bounds,
+scaling, rows dropped for missing values; locations: rows dropped, the coordinate and user columns, the
+public region), runs the mechanism's passes out of core, then releases through
 :func:`dpcore.report.make_release`: same ledger account, same artifacts, and the request id decides
 whether anything is spent (an id already in the ledger returns the first release and spends nothing).
 """
@@ -20,13 +21,15 @@ from typing import Any
 
 from dpcore.errors import DataError, ParameterError
 from dpcore.ledger import Ledger
+from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.features import SCALINGS, TableFeatures
+from dpcore.outofcore.locations import GRID_KEYS, TableLocations
 from dpcore.outofcore.source import Engine, open_source
 from dpcore.plan import ReleasePlan
 from dpcore.report import Release, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
-OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored")}
+OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored"), "location": GRID_KEYS}
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
 _DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")
@@ -78,15 +81,34 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     return bounds, scaling, dropped
 
 
-def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
-    """The plan's feature space over ``table``: its drop steps applied, then its bounds and scaling."""
-    bounds, scaling, dropped = parse_preparation(plan)
+def drop_missing(table: Any, dropped: list[str]) -> Any:
+    """``table`` without the rows missing a value (null, or NaN in a float column) in ``dropped``."""
     absent = [c for c in dropped if c not in table.columns]
     if absent:
         raise DataError(f"The plan drops rows missing {', '.join(map(repr, absent))}; the source lacks it.")
-    if dropped:
-        table = table.filter([table[c].notnull() for c in dropped])
-    return TableFeatures.from_bounds(table, bounds, scaling)  # type: ignore[arg-type]
+    keep = [table[c].notnull() for c in dropped]
+    keep += [~table[c].isnan() for c in dropped if table.schema()[c].is_floating()]
+    return table.filter(keep) if keep else table
+
+
+def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
+    """The plan's feature space over ``table``: its drop steps applied, then its bounds and scaling."""
+    bounds, scaling, dropped = parse_preparation(plan)
+    return TableFeatures.from_bounds(drop_missing(table, dropped), bounds, scaling)  # type: ignore[arg-type]
+
+
+def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
+    """The plan's location input over ``table``: its drop steps applied, then its columns and region."""
+    derived = plan.data_derived_steps
+    if derived:
+        raise ParameterError(
+            f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
+            "recompute it. Make the plan with dropped rows instead."
+        )
+    steps = [s.step for s in plan.preparation]
+    dropped = [c for step in steps if (m := _DROP.fullmatch(step)) for c in m["columns"].split(", ")]
+    lat, lon, user, region = read_location_steps(steps)
+    return TableLocations(drop_missing(table, dropped), lat, lon, user, region)
 
 
 def check_supported(plan: ReleasePlan) -> None:
@@ -130,11 +152,12 @@ def run_plan(
                 f"(dataset {plan.dataset_name!r}): it is not the table the plan was made on. Point --source "
                 "at that table, or make a new plan on this one."
             )
-        features = plan_features(plan, src.table)
+        read = plan_locations if plan.domain == "location" else plan_features
+        inputs = read(plan, src.table)
         return make_release(
             ledger,
             plan,
-            features,
+            inputs,
             request_id=str(rid),
             user=user,
             artifacts_dir=artifacts_dir,

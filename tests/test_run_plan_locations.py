@@ -1,0 +1,129 @@
+"""``run-plan`` on a location plan: the density grids re-run on the whole table out of core, with the
+dashboard's rows dropped, columns, per-user cap and public region, give the dashboard's release."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.data import fingerprint, load_table
+from dpcore.errors import ParameterError
+from dpcore.ledger import Ledger
+from dpcore.location.contribution import scope_sentence
+from dpcore.location.geometry import Region
+from dpcore.location.plan_steps import columns_step, read_location_steps, region_step
+from dpcore.location.registry import LocationInputs
+from dpcore.outofcore.run_plan import run_plan
+from dpcore.plan import PrepStep, ReleasePlan
+from dpcore.policy import PureDP
+from dpcore.report import make_release
+from tests.test_outofcore_locations import visits
+from tests.test_run_plan import cli
+
+# bounds that :g would round (24.396308 -> 24.3963): the plan must carry them exactly
+REGION = Region(24.396308, 49.384358, -124.848974, -66.885444)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
+    df = visits(3000).rename(columns={"lat": "Latitude", "lon": "Longitude", "user": "person id"})
+    df.loc[[3, 11], "Latitude"] = np.nan  # dropped by the plan's drop step
+    path = tmp_path / "visits.parquet"
+    df.to_parquet(path, index=False)
+    return df, path
+
+
+def location_plan(
+    path: Path,
+    mechanism: str,
+    steps: tuple[PrepStep, ...] | None = None,
+    m: int = 2,
+    neighbours: str = "unbounded",
+) -> ReleasePlan:
+    if steps is None:
+        steps = (
+            PrepStep("drop on Latitude (2 rows removed)", False),
+            columns_step("Latitude", "Longitude", "person id"),
+            region_step(REGION),
+        )
+    return ReleasePlan(
+        domain="location",
+        mechanism=mechanism,
+        epsilon=1.0,
+        policy=PureDP(1.0),
+        dataset_name="visits",
+        fingerprint=fingerprint(load_table(path)),
+        params={"neighbours": neighbours, "max_per_user": m},
+        preparation=steps,
+        mode="demo",
+        seed=21,
+        scope=scope_sentence(True, m),
+    )
+
+
+def dashboard(df: pd.DataFrame, plan: ReleasePlan, tmp_path: Path):
+    clean = df.dropna(subset=["Latitude"])
+    inputs = LocationInputs(
+        clean["Latitude"].to_numpy(),
+        clean["Longitude"].to_numpy(),
+        clean["person id"].astype(str).to_numpy(),
+        REGION,
+    )
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'dash.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    return make_release(
+        ledger,
+        plan,
+        inputs,
+        request_id="dash-loc",
+        user="u",
+        artifacts_dir=tmp_path / "dash",
+        name="location",
+    )
+
+
+def test_the_steps_round_trip_exactly() -> None:
+    steps = [columns_step('lat "deg"', "lon, deg", None).step, region_step(REGION).step]
+    assert read_location_steps(steps) == ('lat "deg"', "lon, deg", None, REGION)
+    assert "24.396308" in steps[1]
+    with pytest.raises(ParameterError, match="Locations page"):
+        read_location_steps(["public region: lat 24.3963..49.3844, lon -124.849..-66.8854"])
+
+
+@pytest.mark.parametrize("mechanism", ["uniform_grid", "adaptive_grid"])
+def test_run_plan_gives_the_dashboard_s_grid(source, tmp_path: Path, mechanism: str) -> None:
+    df, path = source
+    plan = location_plan(path, mechanism)
+    dash = dashboard(df, plan, tmp_path)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(dash.manifest))
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out", "--user", "batch")
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    record = Ledger(url).release_by_request("dash-loc")
+    from dpcore.report import load_artifacts
+
+    files = load_artifacts(record.artifact_path)
+    csv = next(k for k in files if k.endswith(".csv"))
+    assert files[csv] == dash.files[csv]  # the same noisy counts, byte for byte (demo seed)
+    assert Ledger(url).budget(plan.account).epsilon_spent == 1.0
+
+
+def test_mechanisms_that_read_rows_in_memory_and_old_plans_are_refused(source, tmp_path: Path) -> None:
+    _, path = source
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    mean = location_plan(path, "dp_mean", neighbours="bounded").to_manifest()
+    with pytest.raises(ParameterError, match="does not run out of core"):
+        run_plan(mean, path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
+    plan = location_plan(path, "uniform_grid", steps=old)
+    ledger.set_budget(plan.account, epsilon=5.0)
+    with pytest.raises(ParameterError, match="location columns"):
+        run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    assert ledger.budget(plan.account).epsilon_spent == 0.0
