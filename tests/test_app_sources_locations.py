@@ -1,0 +1,78 @@
+"""A large location table from an allow-listed folder (AppTest): the Locations page works on the labelled
+sample, refuses to release from it, and the plan it offers releases the same grid on the whole table as a
+batch job, from the same ledger account and with the page's columns, per-user cap and public region."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore import config
+from dpcore.data import fingerprint, load_table
+from dpcore.ledger import Ledger
+from dpcore.location.plan_steps import read_location_steps
+from dpcore.outofcore.run_plan import run_plan
+from dpcore.plan import ReleasePlan, policy_account
+from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open
+from ui.state import DEFAULT_POLICY
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "tables"
+    root.mkdir()
+    rng = np.random.default_rng(8)
+    n = 900
+    visits = pd.DataFrame(
+        {
+            "latitude": rng.uniform(30.0, 45.0, n),
+            "longitude": rng.uniform(-110.0, -80.0, n),
+            "user": [f"p{u}" for u in rng.integers(0, 150, n)],
+        }
+    )
+    visits.to_parquet(root / "visits.parquet")
+    return root
+
+
+def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
+    folder: Path, downloads: dict[str, bytes], tmp_path: Path
+) -> None:
+    at = _open(_folder_secrets(folder, max_rows=300))
+    _load_folder_file(at, "tables/visits.parquet")
+    ds = at.session_state["dp_dataset"]
+    assert ds.n_rows == 300 and ds.fingerprint == fingerprint(load_table(folder / "visits.parquet"))
+    ledger = Ledger(config.ledger_url())
+    ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 5.0, 1e-5)
+    ledger.close()
+    at.switch_page("pages/locations.py").run()
+    at.selectbox(key="loc_user").set_value("user").run()
+    at.selectbox(key=f"loc_region_{ds.dataset_id}").set_value("Contiguous US (24, 50, -125, -66)").run()
+    at.selectbox(key="loc_rel_mech").set_value("adaptive_grid").run()
+    at.number_input(key="loc_max_per_user").set_value(3).run()
+    _ok(at)
+    release = [b for b in at.button if str(b.label).startswith("Release (spends")]
+    assert len(release) == 1 and release[0].disabled
+    assert any("A release must use the whole table" in w.value for w in at.warning)
+    (name,) = [n for n in downloads if n.startswith("plan-")]
+    manifest = json.loads(downloads[name])
+    plan = ReleasePlan.from_manifest(manifest)
+    assert plan.mechanism == "adaptive_grid" and plan.fingerprint == ds.fingerprint
+    assert plan.params["max_per_user"] == 3 and plan.scope == "per user (at most 3 locations each)"
+    lat, lon, user, region = read_location_steps(s.step for s in plan.preparation)
+    assert (lat, lon, user) == ("latitude", "longitude", "user")
+    assert (region.lat_min, region.lat_max, region.lon_min, region.lon_max) == (24.0, 50.0, -125.0, -66.0)
+    ledger = Ledger(config.ledger_url())
+    rel = run_plan(
+        manifest, folder / "visits.parquet", ledger=ledger, artifacts_dir=tmp_path / "b", user="batch"
+    )
+    assert (
+        rel.record.account == plan.account.key and ledger.budget(plan.account).epsilon_spent == plan.epsilon
+    )
+    details = rel.manifest["details"]
+    assert details["max_per_user"] == 3 and details["region"] == region.to_dict()
+    assert rel.manifest["dataset_fingerprint"] == ds.fingerprint  # the whole table (run_plan checks)
+    ledger.close()
