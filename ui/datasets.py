@@ -211,11 +211,17 @@ def batch_command(origin: Mapping[str, Any]) -> str:
     return f"{fence}bash\n{command}\n{fence}"
 
 
-def release_refusal(ds: state.Dataset | None) -> str | None:
-    """Why the dashboard does not release from ``ds`` (a sample of a larger table), or None."""
+def release_refusal(ds: state.Dataset | None, plan: ReleasePlan) -> str | None:
+    """Why the dashboard does not release ``plan`` from ``ds`` (a sample of a larger table), or None: the
+    batch command for the whole table, or why a batch job would refuse this plan."""
     sample = sample_of(ds)
     if sample is None:
         return None
+    from dpcore.outofcore.run_plan import batch_refusal  # the engines load only for a sample's plan
+
+    problem = batch_refusal(plan)
+    if problem is not None:
+        return f"{sample} A release must use the whole table, as a batch job; this plan cannot: {problem}"
     return (
         f"{sample} A release must use the whole table: download the plan below and run it as a batch job "
         f"on the whole table, or load a table within the row limit here.\n\n{batch_command(ds.origin or {})}"
@@ -224,8 +230,12 @@ def release_refusal(ds: state.Dataset | None) -> str | None:
 
 def offer_whole_table_plan(plan: ReleasePlan, key: str) -> None:
     """On a sample of a larger table: a download of ``plan`` (whose dataset name and fingerprint are the
-    whole table's), for ``python -m dpcore run-plan`` on the whole table."""
+    whole table's), for ``python -m dpcore run-plan`` on the whole table, if a batch job can run it."""
     if sample_of(state.dataset()) is None:
+        return
+    from dpcore.outofcore.run_plan import batch_refusal
+
+    if batch_refusal(plan) is not None:
         return
     st.download_button(
         "Download the plan for the whole table",

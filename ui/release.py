@@ -204,7 +204,7 @@ def release_panel(
     blocked = None
     with user_errors("reading the budget"):
         status = state.ledger().budget(plan.account)
-        blocked = datasets.release_refusal(state.dataset()) or _blocked(plan, status, stale)
+        blocked = datasets.release_refusal(state.dataset(), plan) or _blocked(plan, status, stale)
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "

@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dpcore.errors import DataError, ParameterError
+from dpcore.errors import DataError, DPCoreError, ParameterError
 from dpcore.ledger import Ledger
+from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.features import SCALINGS, TableFeatures
 from dpcore.outofcore.locations import GRID_KEYS, TableLocations
 from dpcore.outofcore.source import Engine, open_source
-from dpcore.plan import ReleasePlan
+from dpcore.plan import ReleasePlan, registry
 from dpcore.report import Release, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
@@ -97,8 +98,9 @@ def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
     return TableFeatures.from_bounds(drop_missing(table, dropped), bounds, scaling)  # type: ignore[arg-type]
 
 
-def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
-    """The plan's location input over ``table``: its drop steps applied, then its columns and region."""
+def location_steps(plan: ReleasePlan) -> tuple[list[str], str, str, str | None, Region]:
+    """(columns whose missing rows are dropped, latitude, longitude and user columns, public region) from a
+    location plan's steps; data-derived preparation (an imputation) is refused."""
     derived = plan.data_derived_steps
     if derived:
         raise ParameterError(
@@ -107,8 +109,27 @@ def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
         )
     steps = [s.step for s in plan.preparation]
     dropped = [c for step in steps if (m := _DROP.fullmatch(step)) for c in m["columns"].split(", ")]
-    lat, lon, user, region = read_location_steps(steps)
+    return (dropped, *read_location_steps(steps))
+
+
+def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
+    """The plan's location input over ``table``: its drop steps applied, then its columns and region."""
+    dropped, lat, lon, user, region = location_steps(plan)
     return TableLocations(drop_missing(table, dropped), lat, lon, user, region)
+
+
+def batch_refusal(plan: ReleasePlan) -> str | None:
+    """Why a batch job would refuse ``plan`` before reading any row (its mechanism has no out-of-core
+    passes, or its preparation cannot be replayed), or None."""
+    try:
+        check_supported(plan)
+        if plan.domain == "location":
+            location_steps(plan)
+        else:
+            parse_preparation(plan)
+    except DPCoreError as err:
+        return str(err)
+    return None
 
 
 def check_supported(plan: ReleasePlan) -> None:
@@ -116,8 +137,9 @@ def check_supported(plan: ReleasePlan) -> None:
     supported = OUT_OF_CORE.get(plan.domain, ())
     if plan.mechanism not in supported:
         raise ParameterError(
-            f"{plan.spec.label} does not run out of core yet; batch jobs run "
-            f"{', '.join(supported) or 'no mechanism'} for {plan.domain}. Release it from the dashboard."
+            f"{plan.spec.label} reads the rows in memory: it does not run out of core in a batch job. "
+            f"Batch jobs run {', '.join(registry(plan.domain)[k].label for k in supported) or 'nothing'}; "
+            "choose one of them, or release from the dashboard a table within its row limit."
         )
 
 
