@@ -217,3 +217,41 @@ def test_command_line_refusals_of_the_source_print_one_line(tmp_path: Path) -> N
         bad = cli(plan_file, "--source", url, "--table", "t", *ledger)
         assert bad.returncode == 2 and "Cannot open the database URL" in bad.stderr, bad.stderr
         assert "Traceback" not in bad.stderr
+
+
+def test_a_column_whose_first_or_last_chunks_are_all_missing_is_staged(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows come sorted, so missing values gather in the first chunks (SQLite sorts NULL first) or the last
+    (PostgreSQL): a text or date column missing in a whole chunk is staged with its type, every value kept;
+    a column with numbers in some chunks and text in others is refused, as the Data page refuses it."""
+    n = 60
+    missing = np.arange(n) < 25
+    df = pd.DataFrame(
+        {
+            "city": np.where(missing, None, np.where(np.arange(n) % 2, "Oslo", "Bergen")),
+            "when": pd.Series(pd.date_range("2024-01-01", periods=n, freq="h")).where(~missing),
+            "x": np.arange(n, dtype=float),
+        }
+    )
+    engine = sa.create_engine(ledger_url)
+    df.to_sql("people", engine, index=False)
+    page = load_source(DatabaseTable("w", "people"), engine=engine, max_rows=10)
+    monkeypatch.setattr("dpcore.outofcore.source.CHUNK_ROWS", 10)
+    with open_source(ledger_url, table="people") as src:
+        assert src.fingerprint == page.fingerprint
+        staged = src.table.to_pandas()
+    assert staged["city"].notna().sum() == n - 25 and set(staged["city"].dropna()) == {"Oslo", "Bergen"}
+    assert staged["when"].notna().sum() == n - 25
+    assert sorted(staged["when"].dropna().dt.tz_localize(None)) == list(df["when"].dropna())
+    assert staged["x"].sum() == df["x"].sum()
+    if engine.dialect.name == "sqlite":  # a column without a declared type keeps numbers and text apart
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE codes (code, x REAL)")
+            conn.exec_driver_sql("INSERT INTO codes VALUES " + ", ".join(f"({k}, {k})" for k in range(20)))
+            conn.exec_driver_sql("INSERT INTO codes VALUES ('c1', 1.5)")
+        with pytest.raises(DataError, match="mixing types"):
+            load_source(DatabaseTable("w", "codes"), engine=engine)
+        with pytest.raises(DataError, match="has a column mixing types \\('code'"):
+            open_source(ledger_url, table="codes")
+    engine.dispose()

@@ -172,13 +172,17 @@ def open_source(
     raise DataError(f"{path.name}: give a Parquet file or folder, a CSV file or a database URL (--table).")
 
 
-def _stable_types(chunk: pd.DataFrame) -> pd.DataFrame:
-    """One staging type per column whatever a chunk holds (a chunk's missing values turn integers into
-    floats and bools into objects): numbers and bools as float64, dates as they are, the rest as text."""
+def _stable_types(chunk: pd.DataFrame) -> pa.Table:
+    """A chunk with one staging type per column whatever it holds (a chunk's missing values turn integers
+    into floats and bools into objects): numbers and bools as float64, dates as they are, the rest as
+    text, and a column missing in every row of the chunk as Arrow's null type (its type comes from
+    other chunks)."""
     out = {}
     for name in chunk.columns:
         s = chunk[name]
-        if pd.api.types.is_datetime64_any_dtype(s):
+        if s.isna().all():
+            out[name] = pd.Series([None] * len(s), index=s.index, dtype=object)
+        elif pd.api.types.is_datetime64_any_dtype(s):
             out[name] = s
         elif pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
             out[name] = s.astype("float64")
@@ -186,7 +190,63 @@ def _stable_types(chunk: pd.DataFrame) -> pd.DataFrame:
             out[name] = pd.to_numeric(s, errors="coerce").astype("float64")
         else:
             out[name] = s.astype("string")
-    return pd.DataFrame(out)
+    return pa.Table.from_pandas(pd.DataFrame(out, index=chunk.index), preserve_index=False)
+
+
+#: The staging types (:func:`_stable_types`), by kind: a chunk of another kind in a column is refused.
+_KINDS = (
+    pa.types.is_floating,
+    pa.types.is_timestamp,
+    lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+)
+
+
+class _Staging:
+    """Chunks written to one Parquet file. A column missing in every row so far is staged as float64 nulls
+    until a chunk gives it a type, which rewrites what is staged (in batches); a column with numbers in
+    one chunk and text in another is refused, as the Data page refuses it."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path, self.label = path, label
+        self.writer: pq.ParquetWriter | None = None
+        self.missing: set[str] = set()  # columns missing in every row so far
+
+    def write(self, chunk: pa.Table) -> None:
+        if self.writer is None:
+            self.missing = {f.name for f in chunk.schema if pa.types.is_null(f.type)}
+            first = [f.with_type(pa.float64()) if f.name in self.missing else f for f in chunk.schema]
+            self.writer = pq.ParquetWriter(self.path, pa.schema(first))
+        typed = {f.name: f.type for f in chunk.schema if not pa.types.is_null(f.type)}
+        for name, staged in zip(self.writer.schema.names, self.writer.schema.types, strict=True):
+            new = typed.get(name)
+            if new is not None and name not in self.missing and not any(k(staged) and k(new) for k in _KINDS):
+                raise DataError(
+                    f"'{self.label}' has a column mixing types ({name!r}: {staged} and {new}); cast it to "
+                    "one type in the query and run again."
+                )
+        if self.missing & typed.keys():
+            self._rewrite(pa.schema([f.with_type(typed.get(f.name, f.type)) for f in self.writer.schema]))
+            self.missing -= typed.keys()
+        self.writer.write_table(chunk.cast(self.writer.schema))
+
+    def _rewrite(self, schema: pa.Schema) -> None:
+        """Stage again what is staged under ``schema`` (the columns still missing as nulls of their type)."""
+        assert self.writer is not None
+        self.writer.close()
+        old = self.path.with_suffix(".old")
+        self.path.rename(old)
+        self.writer = pq.ParquetWriter(self.path, schema)
+        for batch in pq.ParquetFile(old).iter_batches(batch_size=CHUNK_ROWS):
+            columns = [
+                pa.nulls(batch.num_rows, f.type) if f.name in self.missing else batch[f.name].cast(f.type)
+                for f in schema
+            ]
+            self.writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+        old.unlink()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> Source:
@@ -205,18 +265,14 @@ def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> S
     spec = DatabaseTable(shown, table) if table is not None else DatabaseQuery(shown, str(query))
     staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
     staged = Path(staging.name) / "table.parquet"
-    writer: pq.ParquetWriter | None = None
+    writer = _Staging(staged, spec.label)
 
     def frames(total: int, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        nonlocal writer
         seen = 0
         for chunk in chunks:
             seen += len(chunk)
             chunk = chunk.dropna(how="all")
-            arrow = pa.Table.from_pandas(_stable_types(chunk), preserve_index=False)
-            if writer is None:
-                writer = pq.ParquetWriter(staged, arrow.schema)
-            writer.write_table(arrow.cast(writer.schema))
+            writer.write(_stable_types(chunk))
             yield chunk
         if seen != total:
             raise DataError(f"'{spec.label}' changed while it was read ({seen:,} of {total:,} rows); rerun.")
@@ -226,8 +282,7 @@ def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> S
             with sql_chunks(spec, engine, CHUNK_ROWS) as (total, chunks):
                 digest = stream_fingerprint(frames(total, chunks))
         finally:
-            if writer is not None:
-                writer.close()
+            writer.close()
             engine.dispose()
     except BaseException:
         staging.cleanup()
