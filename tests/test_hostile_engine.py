@@ -160,6 +160,18 @@ XLSX_ROWS = _xlsx_with_rows(1_200_000)
 WIDE = 10_000
 WIDE_CSV = (",".join(f"c{i}" for i in range(WIDE)) + "\n" + ",".join(["1"] * WIDE) + "\n").encode()
 WIDE_PARQUET = _parquet(pa.table({f"c{i}": [1.0, 2.0] for i in range(WIDE)}))
+
+
+def _text_bomb(rows: int, value_mb: int = 1) -> bytes:
+    """A plain text column (no Arrow schema stored) written dictionary-encoded: one long value repeated,
+    a few kB on disk and rows x value_mb MB once read."""
+    one = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["x" * value_mb * MB]))
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"s": one, "n": pa.array(range(rows))}), buf, store_schema=False)
+    return buf.getvalue()
+
+
+PARQUET_TEXT_BOMB = _text_bomb(1500)  # 1.5 GB of text (0.1 MB on disk); loading it took 3.2 GB of memory
 NESTED = "nested columns .*Flatten them into one column per value"
 OLD_DATES = r"1 timestamp\(s\) outside 1677-09-22 to 2262-04-11.*Replace them with empty cells"
 
@@ -211,6 +223,7 @@ BAD_FILES: list[tuple[str, bytes, str, str]] = [
         "t.parquet",
         r"nested columns.*'a' \(map<string, int64",
     ),
+    ("parquet text bomb", PARQUET_TEXT_BOMB, "t.parquet", r"holds 1\.5 GB of values once read.*at most 1 GB"),
     ("parquet year 1", _parquet(_stamps(1, 2000)), "t.parquet", OLD_DATES),
     ("parquet year 9999", _parquet(_stamps(2000, 9999)), "t.parquet", OLD_DATES),
     (
@@ -375,6 +388,24 @@ def test_parquet_binary_columns_load_as_text_or_hex_and_say_so() -> None:
     assert re.search(r"'b' holds binary values that are not text.*hexadecimal", _notes(table))
     assert re.search(r"'u' holds binary values; they are valid UTF-8 and were read as text", _notes(table))
     assert set(infer_schema(table).kinds) == {"b", "u", "n"}
+
+
+def test_parquet_text_measured_as_dictionaries_loads_as_a_plain_read_does() -> None:
+    """The text-bomb check reads text columns as dictionaries; what loads is what pyarrow's plain read
+    gives (strings stay strings, a saved categorical stays categorical, large strings and nulls kept)."""
+    frame = pd.DataFrame(
+        {
+            "city": ["Oslo", "Bergen", None, "Oslo"],
+            "cat": pd.Categorical(["a", "b", "a", None]),
+            "big": pa.array(["x", "y", "z", None], pa.large_string()).to_pandas(),
+            "n": [1.0, 2.0, 3.0, 4.0],
+        }
+    )
+    data = _parquet(frame)
+    table = load_table(data, filename="t.parquet")
+    expected = pq.read_table(io.BytesIO(data)).to_pandas()
+    pd.testing.assert_frame_equal(table, expected, check_like=False)
+    assert isinstance(table["cat"].dtype, pd.CategoricalDtype)
 
 
 def test_parquet_timestamps_in_range_keep_their_unit() -> None:

@@ -59,6 +59,7 @@ MAX_COLUMNS = 500
 MAX_XML_RUN = 2**20
 MAX_XLSX_ELEMENTS = 1_000_000
 MAX_XLSX_CELLS = 2_000_000
+MAX_DECODED_BYTES = 2**30  # a Parquet file's values once decoded (dictionary-encoded text expands)
 NOTES_ATTR = "dpcore_notes"
 
 _DELIMITERS = (",", ";", "\t", "|")
@@ -697,10 +698,21 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
             f"{', '.join(nested[:5])}. Flatten them into one column per value, or leave them out, and "
             "export the file again."
         )
+    rows = file.metadata.num_rows
+    if rows * max(len(schema), 1) * 8 > MAX_DECODED_BYTES:
+        raise _too_large_decoded(name, len(data), rows * len(schema) * 8)
+    text = [f.name for f in schema if _text_type(f.type)]  # read as dictionaries: measured, then decoded
     try:
-        table = file.read()
+        table = pq.ParquetFile(io.BytesIO(data), read_dictionary=text).read() if text else file.read()
     except Exception as err:
         raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
+    decoded = sum(_decoded_bytes(col) for col in table.columns)
+    if decoded > MAX_DECODED_BYTES:
+        raise _too_large_decoded(name, len(data), decoded)
+    for field in schema:
+        if field.name in text:  # back to the file's own type, as a plain read gives it
+            i = table.schema.get_field_index(field.name)
+            table = table.set_column(i, field, table.column(i).cast(field.type))
     for i, field in enumerate(table.schema):
         if _half_float(field.type):  # pandas has no float16 index (category codes): exact as float64
             table = table.set_column(
@@ -716,6 +728,31 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
             text = _binary_as_text(table.column(i), f"'{name}': column '{field.name}'", notes)
             table = table.set_column(i, pa.field(field.name, pa.string()), text)
     return table
+
+
+def _text_type(t: pa.DataType) -> bool:
+    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return any(kind(t) for kind in kinds)
+
+
+def _decoded_bytes(col: pa.ChunkedArray) -> int:
+    """Bytes of ``col`` once its dictionaries are expanded (sum of the value lengths the indices pick)."""
+    total = 0
+    for chunk in col.chunks:
+        if pa.types.is_dictionary(chunk.type) and _text_type(chunk.type.value_type):
+            picked = pc.take(pc.binary_length(chunk.dictionary), chunk.indices)
+            total += int(pc.sum(picked).as_py() or 0) + 8 * len(chunk)
+        else:
+            total += chunk.nbytes
+    return total
+
+
+def _too_large_decoded(name: str, size: int, decoded: int) -> DataError:
+    return DataError(
+        f"'{name}' ({size / 2**20:,.1f} MB on disk) holds {decoded / 2**30:,.1f} GB of values once read "
+        f"(repeated long texts compress to almost nothing); at most {MAX_DECODED_BYTES / 2**30:g} GB can be "
+        "loaded. Keep only the columns you need, or shorten the long text values, and export it again."
+    )
 
 
 def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
