@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -241,31 +241,11 @@ def grid_edges(region: Region, m: int) -> tuple[FloatArray, FloatArray]:
 
 
 def uniform_grid(
-    lat: ArrayLike,
-    lon: ArrayLike,
-    epsilon: float,
-    region: Region,
-    *,
-    neighbours: str = "unbounded",
-    n_estimate: float | None = None,
-    count_fraction: float = 0.05,
-    c: float = 10.0,
-    grid_size: int | None = None,
-    points_per_person: int = 1,
-    rng: Sampler | int | None = None,
+    lat: ArrayLike, lon: ArrayLike, epsilon: float, region: Region, **options: Any
 ) -> DensityGrid:
-    """UG: eps-DP m x m histogram of the points in ``region`` (Laplace(s / eps) per cell, s = g or 2 g)."""
-    return uniform_grid_of(
-        ClampedPoints.of(lat, lon, region),
-        epsilon,
-        neighbours=neighbours,
-        n_estimate=n_estimate,
-        count_fraction=count_fraction,
-        c=c,
-        grid_size=grid_size,
-        points_per_person=points_per_person,
-        rng=rng,
-    )
+    """UG: eps-DP m x m histogram of the points in ``region`` (Laplace(s / eps) per cell, s = g or 2 g);
+    ``options`` as :func:`uniform_grid_of`."""
+    return uniform_grid_of(ClampedPoints.of(lat, lon, region), epsilon, **options)
 
 
 def uniform_grid_of(
@@ -280,7 +260,10 @@ def uniform_grid_of(
     points_per_person: int = 1,
     rng: Sampler | int | None = None,
 ) -> DensityGrid:
-    """:func:`uniform_grid` of counted points (in memory or in an engine: one pass of cell counts)."""
+    """:func:`uniform_grid` of counted points (in memory or in an engine: one pass of cell counts).
+
+    neighbours: "unbounded" or "bounded"; n_estimate: a public estimate of n (unbounded), else a noisy count
+    with ``count_fraction`` of eps; c: the grid-size constant; grid_size: m itself; points_per_person: g."""
     sampler = as_sampler(rng)
     region: Region = points.region  # type: ignore[union-attr]
     log, n_hat, source, s = _prepare(
@@ -314,33 +297,11 @@ def uniform_grid_of(
 
 
 def adaptive_grid(
-    lat: ArrayLike,
-    lon: ArrayLike,
-    epsilon: float,
-    region: Region,
-    *,
-    neighbours: str = "unbounded",
-    n_estimate: float | None = None,
-    count_fraction: float = 0.05,
-    alpha: float = 0.5,
-    c: float = 10.0,
-    c2: float = 5.0,
-    points_per_person: int = 1,
-    rng: Sampler | int | None = None,
+    lat: ArrayLike, lon: ArrayLike, epsilon: float, region: Region, **options: Any
 ) -> DensityGrid:
-    """AG (Qardaji et al. 2013): two-level eps-DP grid with constrained inference (see module docstring)."""
-    return adaptive_grid_of(
-        ClampedPoints.of(lat, lon, region),
-        epsilon,
-        neighbours=neighbours,
-        n_estimate=n_estimate,
-        count_fraction=count_fraction,
-        alpha=alpha,
-        c=c,
-        c2=c2,
-        points_per_person=points_per_person,
-        rng=rng,
-    )
+    """AG (Qardaji et al. 2013): two-level eps-DP grid with constrained inference (see module docstring);
+    ``options`` as :func:`adaptive_grid_of`."""
+    return adaptive_grid_of(ClampedPoints.of(lat, lon, region), epsilon, **options)
 
 
 def adaptive_grid_of(
