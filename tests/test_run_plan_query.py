@@ -255,3 +255,14 @@ def test_a_column_whose_first_or_last_chunks_are_all_missing_is_staged(
         with pytest.raises(DataError, match="has a column mixing types \\('code'"):
             open_source(ledger_url, table="codes")
     engine.dispose()
+
+
+def test_a_select_ending_in_a_comment_is_read(warehouse: str) -> None:
+    """The SELECT is wrapped as a subquery to count and order its rows: a trailing ``--`` comment must not
+    swallow the wrapper's closing parenthesis (on the Data page and in the batch job alike)."""
+    sql = "SELECT a, b, c, note FROM people -- every row"
+    engine = sa.create_engine(warehouse)
+    page = load_source(DatabaseQuery("w", sql), engine=engine, max_rows=MAX_ROWS)
+    engine.dispose()
+    with open_source(warehouse, query=sql) as src, open_source(warehouse, table="people") as whole:
+        assert src.fingerprint == page.fingerprint == whole.fingerprint

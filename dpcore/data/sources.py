@@ -334,7 +334,7 @@ def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tu
         table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
         return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
     sql = validate_select(spec.sql, conn.dialect.name)
-    inner = f"({sql}) AS dpcore_q"
+    inner = f"({sql}\n) AS dpcore_q"  # a line break: a trailing -- comment ends before the parenthesis
     names = list(conn.execute(sa.text(f"SELECT * FROM {inner} WHERE 1 = 0")).keys())
     order = ", ".join(str(i + 1) for i in range(len(names)))
     return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner} ORDER BY {order}")
