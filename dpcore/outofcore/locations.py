@@ -149,9 +149,15 @@ class TableLocations:
         finite = (
             t.la.notnull() & t.lo.notnull() & ~(t.la.isnan() | t.la.isinf() | t.lo.isnan() | t.lo.isinf())
         )
-        ok = t.filter(finite)
-        stats = t.aggregate(n=t.count(), n_ok=finite.sum()).to_pandas().iloc[0]
-        n, n_ok = int(stats["n"]), int(stats["n_ok"] or 0)
+        null = ibis.null("float64")
+        stats = t.aggregate(
+            n=t.count(),
+            n_ok=finite.sum(),
+            lat=ibis.cases((finite, t.la.abs()), else_=null).max(),
+            lon=ibis.cases((finite, t.lo.abs()), else_=null).max(),
+        ).to_pandas()
+        span = stats.iloc[0]
+        n, n_ok = int(span["n"]), int(span["n_ok"] or 0)
         if n == 0:
             raise DataError("no locations were given; pass at least one (latitude, longitude) pair.")
         if n_ok < n:
@@ -159,7 +165,6 @@ class TableLocations:
                 f"{n - n_ok} location(s) have a missing or infinite latitude/longitude; drop or fill those "
                 "rows first (e.g. with the missing-values step)."
             )
-        span = ok.aggregate(lat=ok.la.abs().max(), lon=ok.lo.abs().max()).to_pandas().iloc[0]
         if float(span["lat"]) > 90:
             raise DataError(
                 f"latitude must be in [-90, 90] degrees (found |lat| up to {float(span['lat']):g}); check "
