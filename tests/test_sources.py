@@ -224,6 +224,19 @@ def test_a_csv_file_from_a_folder_reads_as_an_upload(folder: Path) -> None:
     assert loaded.fingerprint == fingerprint(upload) and loaded.n_rows == 300 and len(loaded.table) == 50
 
 
+def test_a_folder_file_whose_text_inflates_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
+    """A 0.1 MB Parquet file of one 1 MB text repeated 1,500 times (1.5 GB once read) is refused by the
+    streaming read with a message; before, each batch was expanded in memory."""
+    from tests.test_hostile_engine import PARQUET_TEXT_BOMB
+
+    root = tmp_path / "allowed"
+    root.mkdir()
+    (root / "bomb.parquet").write_bytes(PARQUET_TEXT_BOMB)
+    spec = FolderFile(str(root), "bomb.parquet")
+    with pytest.raises(DataError, match=r"MB of values in 1,500 rows once read.*shorten the long text"):
+        load_source(spec, folders=[str(root)], max_rows=100)
+
+
 def test_the_sample_is_uniform_and_repeatable(tmp_path: Path) -> None:
     """Each row is kept with probability m / n: the kept positions over many seeds fill ten equal bins
     evenly (chi-square test), the rows are distinct rows of the table, and a seed draws the same rows."""

@@ -60,6 +60,7 @@ MAX_XML_RUN = 2**20
 MAX_XLSX_ELEMENTS = 1_000_000
 MAX_XLSX_CELLS = 2_000_000
 MAX_DECODED_BYTES = 2**30  # a Parquet file's values once decoded (dictionary-encoded text expands)
+MAX_BATCH_BYTES = 2**28  # one streamed batch of a large Parquet file, once decoded
 NOTES_ATTR = "dpcore_notes"
 
 _DELIMITERS = (",", ";", "\t", "|")
@@ -701,12 +702,12 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
     rows = file.metadata.num_rows
     if rows * max(len(schema), 1) * 8 > MAX_DECODED_BYTES:
         raise _too_large_decoded(name, len(data), rows * len(schema) * 8)
-    text = [f.name for f in schema if _text_type(f.type)]  # read as dictionaries: measured, then decoded
+    text = [f.name for f in schema if text_type(f.type)]  # read as dictionaries: measured, then decoded
     try:
         table = pq.ParquetFile(io.BytesIO(data), read_dictionary=text).read() if text else file.read()
     except Exception as err:
         raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
-    decoded = sum(_decoded_bytes(col) for col in table.columns)
+    decoded = sum(decoded_bytes(col) for col in table.columns)
     if decoded > MAX_DECODED_BYTES:
         raise _too_large_decoded(name, len(data), decoded)
     for field in schema:
@@ -730,16 +731,17 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
     return table
 
 
-def _text_type(t: pa.DataType) -> bool:
+def text_type(t: pa.DataType) -> bool:
+    """True for Arrow string and binary types (the ones dictionary encoding can inflate)."""
     kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     return any(kind(t) for kind in kinds)
 
 
-def _decoded_bytes(col: pa.ChunkedArray) -> int:
+def decoded_bytes(col: pa.Array | pa.ChunkedArray) -> int:
     """Bytes of ``col`` once its dictionaries are expanded (sum of the value lengths the indices pick)."""
     total = 0
-    for chunk in col.chunks:
-        if pa.types.is_dictionary(chunk.type) and _text_type(chunk.type.value_type):
+    for chunk in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
+        if pa.types.is_dictionary(chunk.type) and text_type(chunk.type.value_type):
             picked = pc.take(pc.binary_length(chunk.dictionary), chunk.indices)
             total += int(pc.sum(picked).as_py() or 0) + 8 * len(chunk)
         else:
@@ -753,6 +755,31 @@ def _too_large_decoded(name: str, size: int, decoded: int) -> DataError:
         f"(repeated long texts compress to almost nothing); at most {MAX_DECODED_BYTES / 2**30:g} GB can be "
         "loaded. Keep only the columns you need, or shorten the long text values, and export it again."
     )
+
+
+def parquet_batches(path: str | PathLike[str], name: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The record batches of a Parquet file, each measured before its text is expanded (text columns
+    are read as dictionaries, then decoded to the file's own types): a batch holding more than
+    ``MAX_BATCH_BYTES`` of values once read raises ``DataError`` before it is allocated."""
+    file = pq.ParquetFile(path)
+    schema = file.schema_arrow
+    text = {f.name for f in schema if text_type(f.type)}
+    reader = pq.ParquetFile(path, read_dictionary=sorted(text)) if text else file
+    for batch in reader.iter_batches(batch_size=batch_rows):
+        size = sum(decoded_bytes(col) for col in batch.columns)
+        if size > MAX_BATCH_BYTES:
+            raise DataError(
+                f"'{name}' holds {size / 2**20:,.0f} MB of values in {batch.num_rows:,} rows once read "
+                f"(repeated long texts compress to almost nothing); at most {MAX_BATCH_BYTES // 2**20} MB "
+                "per batch can be read. Keep only the columns you need, or shorten the long text values."
+            )
+        if text:
+            columns = [
+                col.cast(schema.field(f.name).type) if f.name in text else col
+                for col, f in zip(batch.columns, batch.schema, strict=True)
+            ]
+            batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        yield batch
 
 
 def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:

@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
-from dpcore.data.io import load_table
+from dpcore.data.io import load_table, parquet_batches
 from dpcore.errors import DataError
 
 __all__ = [
@@ -441,8 +441,8 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
 
     def chunks() -> Iterator[pd.DataFrame]:
         try:
-            for file in files:
-                for batch in file.iter_batches(batch_size=BATCH_ROWS):
+            for path in paths:
+                for batch in parquet_batches(path, spec.label, BATCH_ROWS):
                     yield batch.to_pandas().rename(columns=lambda c: str(c).strip())  # as load_table does
         except (pa.ArrowException, OSError) as err:
             raise DataError(f"'{spec.label}' could not be read ({_first_line(err)}).") from err
