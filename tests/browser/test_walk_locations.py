@@ -33,7 +33,7 @@ from ui.state import DEFAULT_POLICY
 pytestmark = pytest.mark.browser
 
 GRID = "Uniform density grid"
-REGION = "public region: lat 24..50, lon -125..-66"  # the sample's documented public box
+REGION = "public region: lat 24.0..50.0, lon -125.0..-66.0"  # the sample's documented box, exactly
 
 
 def test_locations_compare_release_download_and_ledger(page: Page, server: Server) -> None:
@@ -78,6 +78,8 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
     assert manifest["account"] == account.key and manifest["user"] == "e2e-curator"
     # the region is a public input the curator gave (a preparation step), and nothing read from the data
     assert {"step": REGION, "data_derived": False} in manifest["preparation"]
+    columns = 'location columns: latitude "latitude", longitude "longitude", user none'
+    assert {"step": columns, "data_derived": False} in manifest["preparation"]
     assert not any(step["data_derived"] for step in manifest["preparation"])
     plan = ReleasePlan.from_manifest(manifest)  # rebuilt from the manifest: same guarantee, same account
     assert plan.account == account and plan.cost == (0.5, 0.0)
