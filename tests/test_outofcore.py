@@ -23,7 +23,7 @@ from dpcore.kmeans.mcmc import LeeKiferKMeans
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
-from dpcore.outofcore import TableFeatures, colored
+from dpcore.outofcore import TableFeatures, colored, features
 from dpcore.outofcore.source import open_source
 from dpcore.policy import DistanceThresholdGraph, FullDomainGraph
 
@@ -259,3 +259,57 @@ def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path)
         colored.colored_release(feat, 3, epsilon=1.0, delta=0.0, sampler=Sampler(4))
     with pytest.raises(ParameterError, match="secure sampling"):
         colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler.diagnostic(1))
+
+
+def temp_tables(con) -> list[str]:
+    rows = con.raw_sql("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+    return [row[0] for row in rows]
+
+
+def memory_limit(con) -> str:
+    return con.raw_sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+
+
+@pytest.mark.parametrize("user_limit", [None, "3GB", "200MB"])
+def test_cached_rows_cap_duckdb_memory_then_are_dropped_and_the_setting_restored(data, user_limit) -> None:
+    _, path = data
+    con = ibis.duckdb.connect()
+    if user_limit is not None:
+        con.raw_sql(f"SET memory_limit = '{user_limit}'")
+    before = memory_limit(con)
+    feat = TableFeatures.from_bounds(con.read_parquet(str(path)), BOUNDS)
+    with features.cached(feat.centred()) as rows:
+        assert len(temp_tables(con)) == 1
+        if user_limit is None:  # DuckDB's default (80% of the RAM) lowered to the cap (shown to 0.1 GiB)
+            capped, cap = features._bytes(memory_limit(con)), features.MEMORY_LIMIT
+            assert cap - 2**30 / 10 < capped <= cap < features._bytes(before)
+        else:  # the user's own limit stays
+            assert memory_limit(con) == before
+        assert np.array_equal(rows.to_pandas().to_numpy(), feat.centred().to_pandas().to_numpy())
+    assert temp_tables(con) == [] and memory_limit(con) == before
+    with pytest.raises(RuntimeError), features.cached(feat.centred()):
+        raise RuntimeError("a pass failed")
+    assert temp_tables(con) == [] and memory_limit(con) == before  # released on errors too
+
+
+def test_cached_and_source_passes_give_the_same_n_and_statistics(data) -> None:
+    df, path = data
+    feat = duckdb_features(path)
+    centres = np.random.default_rng(1).uniform(-0.8, 0.8, (1, 3, 3))
+    with feat.centred_rows() as (n, rows), feat.centred_rows(cache_limit=0) as (n_src, src):
+        assert rows.op() != src.op()  # one cached, one over the Parquet file
+        assert n == n_src == len(df)
+        a, b = feat.nearest_statistics(centres, rows), feat.nearest_statistics(centres, src)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_nearest_label_ties_between_later_centres_go_to_the_lowest_index(data) -> None:
+    df, path = data
+    feat, inputs = duckdb_features(path), in_memory(df)
+    Xc = np.clip(inputs.X, inputs.lower, inputs.upper) - (inputs.lower + inputs.upper) / 2
+    centres = np.array([[[0.9, 0.9, 0.9], [-0.5, 0.2, -0.3], [0.4, 0.6, 0.2], [-0.5, 0.2, -0.3]]])
+    counts, sums = feat.nearest_statistics(centres)  # centre 3 is a copy of centre 1
+    want_n, want_s = cluster_statistics(Xc, nearest_sets(Xc, centres)[0], 4)
+    assert counts[0, 3] == 0 and counts[0, 1] > 0
+    assert np.array_equal(counts, want_n)
+    np.testing.assert_allclose(sums, want_s, rtol=1e-12, atol=1e-9)

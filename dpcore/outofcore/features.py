@@ -10,16 +10,21 @@ the data (standardising) and encodings of categories or dates are not computed o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import duckdb
 import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
+import sqlglot as sg
+import sqlglot.expressions as sge
 from numpy.typing import NDArray
 
 from dpcore.errors import DataError, ParameterError
@@ -32,6 +37,12 @@ from dpcore.registry import MechanismOutput
 Scaling = Literal["minmax", "none"]
 SCALINGS: tuple[str, ...] = ("minmax", "none")
 _IN_MEMORY = frozenset({"X", "labels", "true_centers", "require_labels"})
+MEMORY_LIMIT = 1_500_000_000  # bytes DuckDB may hold while prepared rows are cached (the rest spills)
+# largest cache (8 bytes a value): beyond it so much would spill that each pass re-reading it from disk
+# costs more than reading the source again (measured on DuckDB: about a quarter spilled still wins)
+CACHE_LIMIT = 3 * MEMORY_LIMIT // 2
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS |= {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def total(terms: Sequence[ir.NumericValue]) -> ir.NumericValue:
@@ -47,19 +58,87 @@ def const(value: float) -> ir.FloatingValue:
 
 def nearest_label(t: ir.Table, centres: NDArray) -> ir.Table:
     """``t`` (columns x0..x{d-1}) with ``label``, the index of the nearest of the K centres (K, d) (ties to
-    the lowest index): squared distances d_k = sum_j (x_j - c_kj)^2 as columns, then the first k at
-    their minimum (c wins if d_c <= d_o for every o > c, the first such c); each stage is its own SELECT.
-    Products, not POWER (several times slower in DuckDB)."""
+    the lowest index), by the expansion of ||x - c_k||^2 that the in-memory ``dpcore.metrics.nearest_sets``
+    uses, relative to the first centre: s_0 = 0 and s_k = ||x - c_k||^2 - ||x - c_0||^2 = (||c_k||^2 -
+    ||c_0||^2) - 2 x.(c_k - c_0) as columns (K - 1 dot products, no POWER), then the first k at their
+    minimum (c wins if s_c <= s_o for every o > c, the first such c); each stage is its own SELECT. Equal
+    centres get equal scores (a copy of c_0 exactly 0), so the lowest index wins."""
     k, d = centres.shape
     if k == 1:
         return t.mutate(label=ibis.literal(0))
-    diff = {(c, j): t[f"x{j}"] - const(centres[c, j]) for c in range(k) for j in range(d)}
-    dist = {f"d{c}": total([diff[c, j] * diff[c, j] for j in range(d)]) for c in range(k)}
-    t = t.mutate(**dist)
-    dk = [t[name] for name in dist]
+    step = 2.0 * (centres[1:] - centres[0])
+    sq = np.einsum("kj,kj->k", centres, centres)
+    score = {
+        f"d{c}": const(sq[c] - sq[0]) - total([t[f"x{j}"] * const(step[c - 1, j]) for j in range(d)])
+        for c in range(1, k)
+    }
+    t = t.mutate(**score)
+    dk = [const(0.0), *(t[name] for name in score)]
     wins = [functools.reduce(operator.and_, [dk[c] <= dk[o] for o in range(c + 1, k)]) for c in range(k - 1)]
     first = [(won, c) for c, won in enumerate(wins)]
-    return t.mutate(label=ibis.cases(*first, else_=k - 1)).drop(*dist)
+    return t.mutate(label=ibis.cases(*first, else_=k - 1)).drop(*score)
+
+
+def _bytes(setting: str) -> float:
+    """DuckDB's memory text ("18.8 GiB", "953.6 MiB") in bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", setting)
+    return float(m[1]) * _UNITS[m[2]] if m and m[2] in _UNITS else float("inf")
+
+
+def _memory_setting(con: duckdb.DuckDBPyConnection) -> str:
+    return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+
+
+@functools.cache
+def _default_memory() -> str:
+    """DuckDB's default ``memory_limit`` on this machine, as text."""
+    with duckdb.connect() as con:
+        return _memory_setting(con)
+
+
+@contextlib.contextmanager
+def _duckdb_memory(backend: object, limit: int) -> Iterator[None]:
+    """DuckDB's ``memory_limit`` lowered to ``limit`` bytes for the block, then RESET, when the connection
+    has DuckDB's default; a limit its user set is theirs and stays (DuckDB reads it back rounded, so it
+    could not be restored exactly). Other engines: untouched."""
+    if getattr(backend, "name", None) != "duckdb":
+        yield
+        return
+    con = backend.con  # type: ignore[attr-defined]
+    before = _memory_setting(con)
+    if before != _default_memory() or _bytes(before) <= limit:
+        yield
+        return
+    con.execute(f"SET memory_limit = '{int(limit)}B'")
+    try:
+        yield
+    finally:
+        con.execute("RESET memory_limit")
+
+
+@contextlib.contextmanager
+def cached(table: ir.Table, memory_limit: int = MEMORY_LIMIT) -> Iterator[ir.Table]:
+    """``table`` computed once and kept by its engine for the passes that follow (Ibis ``cache``: a DuckDB
+    temporary table, a persisted Spark DataFrame), released on leaving the block. Meanwhile DuckDB holds
+    at most ``memory_limit`` bytes (unless its user set a limit) and spills the rest to its
+    ``temp_directory``, so memory stays bounded whatever the table's size."""
+    with _duckdb_memory(table.get_backend(), memory_limit):
+        kept = table.cache()
+        try:
+            yield kept
+        finally:
+            _release(kept)
+
+
+def _release(kept: ir.Table) -> None:
+    """Drop a cached table. Ibis 12 writes its DROP with sqlglot's former ``this`` argument, which sqlglot
+    30 renders without the name ("DROP TABLE IF EXISTS", a syntax error on DuckDB); the table is then
+    dropped here by name with the current ``tables`` argument."""
+    try:
+        kept.release()
+    except Exception:
+        name = kept.op().name  # type: ignore[attr-defined]
+        kept.get_backend().raw_sql(sge.Drop(kind="TABLE", tables=[sg.table(name, quoted=True)], exists=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,7 +273,7 @@ class TableFeatures:
         return out
 
     def n_rows(self) -> int:
-        """Number of rows with every feature present (one COUNT; Parquet answers it from metadata)."""
+        """Number of rows with every feature present (one COUNT pass: the filter reads every row)."""
         return int(self.rows.count().execute())
 
     def inverse_transform(self, centres: NDArray) -> pd.DataFrame:
@@ -215,14 +294,14 @@ class TableFeatures:
             **{f"x{j}": x - const(mid[j]) if mid[j] else x for j, x in enumerate(self.scaled())}
         )
 
-    def nearest_statistics(self, centres: NDArray) -> tuple[NDArray, NDArray]:
-        """Per-cluster counts (B, K) and sums (B, K, d) of :meth:`centred` rows under nearest-centre
-        assignment to each of B centre sets (B, K, d) (centred coordinates; ties to the lowest index).
-        One GROUP BY pass over the table per centre set: the distances ||x - c_k||^2 are SQL expressions
-        over the K public centres, the label the first k attaining their minimum."""
+    def nearest_statistics(self, centres: NDArray, rows: ir.Table | None = None) -> tuple[NDArray, NDArray]:
+        """Per-cluster counts (B, K) and sums (B, K, d) of :meth:`centred` rows (or ``rows``, the same
+        columns, e.g. cached) under nearest-centre assignment to each of B centre sets (B, K, d) (centred
+        coordinates; ties to the lowest index). One GROUP BY pass over the rows per centre set: the label
+        is a SQL expression over the K public centres (:func:`nearest_label`)."""
         b, k, d = centres.shape
         counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
-        base = self.centred()
+        base = self.centred() if rows is None else rows
         for r in range(b):
             t = nearest_label(base, centres[r])
             agg = t.group_by("label").aggregate(
@@ -253,11 +332,28 @@ class TableFeatures:
         )
         return run.output
 
+    @contextlib.contextmanager
+    def centred_rows(self, cache_limit: int = CACHE_LIMIT) -> Iterator[tuple[int, ir.Table]]:
+        """(n, the :meth:`centred` rows) for the passes of one release: computed once and :func:`cached`
+        when their values (8 bytes each, counted on the source's rows) fit ``cache_limit`` bytes, n then
+        their COUNT; otherwise the expression over the source, read again by every pass, and n from one
+        COUNT pass."""
+        if int(self.table.count().execute()) * self.n_features * 8 > cache_limit:
+            yield self.n_rows(), self.centred()
+            return
+        with cached(self.centred()) as rows:
+            yield int(rows.count().execute()), rows
+
     def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase:
-        """Fit DP-Lloyd or Blowfish k-means by T passes of :meth:`nearest_statistics` (plus one COUNT):
-        the same budget schedule, initial centres and noise draws as ``estimator.fit`` on the rows."""
+        """Fit DP-Lloyd or Blowfish k-means by T passes of :meth:`nearest_statistics` over the
+        :meth:`centred_rows` (cached once when they fit): the same budget schedule, initial centres and
+        noise draws as ``estimator.fit`` on the rows."""
         if type(estimator) not in (DPLloydKMeans, BlowfishKMeans):
             raise ParameterError(
                 f"{type(estimator).__name__} does not run out of core; use DP-Lloyd or Blowfish k-means."
             )
-        return estimator.fit_statistics(self.n_rows(), self.n_features, self.nearest_statistics)
+        with self.centred_rows() as (n, rows):
+            statistics: Callable[[NDArray], tuple[NDArray, NDArray]] = functools.partial(
+                self.nearest_statistics, rows=rows
+            )
+            return estimator.fit_statistics(n, self.n_features, statistics)
