@@ -6,10 +6,13 @@ Generates an n x 10 Parquet table (K = 4 Gaussian blobs in [0, 1]^10, row groups
 temporary folder unless --dir), then measures in one process:
 
 * one full DuckDB scan: SUM of every column (the unit; the best of three runs);
-* a DP-Lloyd release with T rounds (bounded neighbours, n public): one COUNT from the Parquet metadata and T
-  passes of per-cluster counts and clipped sums (``dpcore.outofcore.TableFeatures``), noise in Python;
+* a DP-Lloyd release with T rounds (bounded neighbours, n public; ``dpcore.outofcore.TableFeatures``): the
+  prepared (filtered, clipped, scaled, centred) rows computed once from the Parquet file into a DuckDB
+  temporary table (DuckDB's memory capped at ``features.MEMORY_LIMIT`` meanwhile, the rest spilled to
+  disk), n its COUNT, then T passes of per-cluster counts and sums over it; noise in Python;
 * a colored release (``dpcore.outofcore.colored``): the clustering (k-means on a uniform sample of the
-  rows), then its passes (assignment with per-cluster moments, candidate rows, certificate passes).
+  rows), then its passes over the Parquet file (assignment with per-cluster moments, candidate rows,
+  certificate passes).
 
 Scans = time / one scan; "colored" counts the passes beyond the clustering. Peak = the process's maximum
 resident set size (numpy generation included). Targets: lloyd <= T + 2 scans, colored <= 4, peak < 2 GB.
