@@ -22,7 +22,7 @@ from dpcore.kmeans import (
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
-from dpcore.kmeans.covariance import _leave_one_out, _solve_cluster
+from dpcore.kmeans.covariance import _leave_one_out, solve_cluster
 from dpcore.mechanisms import Sampler, gaussian_ratio
 
 EPS, DELTA = 1.0, 1e-5
@@ -184,7 +184,7 @@ def test_lemma5_smallest_norm_choice_violates_constraints(marketing, marketing_c
     for u in diffs:
         d = np.linalg.matrix_rank(u)
         smallest = np.argsort(np.einsum("ij,ij->i", u, u))[:d]
-        sol = _solve_cluster(u[smallest], 1e-6)  # exact optimum for those constraints only
+        sol = solve_cluster(u[smallest], 1e-6)  # exact optimum for those constraints only
         z = u @ (sol.basis / np.sqrt(sol.eigenvalues))
         ratios = np.einsum("ij,ij->i", z, z)
         worst.append(ratios.max())

@@ -262,7 +262,7 @@ def _leave_one_out(
     return x, lab, centers, counts, diffs
 
 
-def _rounding_margin(eigenvalues: np.ndarray, d: int) -> float:
+def rounding_margin(eigenvalues: np.ndarray, d: int) -> float:
     """1 + the relative rounding error of u' Sigma^-1 u evaluated from (basis, eigenvalues): to first order
     at most 2 d sqrt(r) eps sqrt(max / min eigenvalue), counted twice (the pass that scaled Sigma, any later
     check), plus 1e-12."""
@@ -406,7 +406,7 @@ def _cho_apply(factor: np.ndarray | None, mat: np.ndarray, b: np.ndarray) -> np.
 
 
 @dataclass(frozen=True)
-class _ClusterSolution:
+class ClusterSolution:
     basis: np.ndarray  # d x r, orthonormal
     eigenvalues: np.ndarray  # r, unit shape (gamma = 1)
     lower: float  # dual lower bound phi^2 on the unit trace
@@ -467,7 +467,7 @@ def _shape(g: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vt.T, sing**2
 
 
-def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterSolution:
+def solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> ClusterSolution:
     """Trace-optimal Sigma (unit gamma) for one cluster's u_p, with relative gap <= tol when reached.
 
     Works in the cluster's whitened coordinates y (u = y a): min tr(a a' G^-1) s.t. y_p' G y_p <= 1, whose
@@ -477,7 +477,7 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
     cols, w, a = _whiten(u)
     r = w.shape[1]
     if r == 0:
-        return _ClusterSolution(np.zeros((d, 0)), np.zeros(0), 0.0, 0.0, np.zeros(0, int), np.zeros(0))
+        return ClusterSolution(np.zeros((d, 0)), np.zeros(0), 0.0, 0.0, np.zeros(0, int), np.zeros(0))
     uc = u if cols.size == d else u[:, cols]
     # Start near the central path: there G ~ sqrt(weight / mu) along the eigenvectors of weight = a a'.
     vecs, sing, _ = linalg.svd(a, full_matrices=False, check_finite=False)
@@ -527,21 +527,22 @@ def _solve_cluster(u: np.ndarray, tol: float, max_rounds: int = 60) -> _ClusterS
     full = np.zeros((d, r))
     full[cols] = upper[1]
     keep = lower[2] > 0
-    eig = upper[2] * _rounding_margin(upper[2], d)
+    eig = upper[2] * rounding_margin(upper[2], d)
     gap = float(eig.sum()) / lower[0] - 1.0
-    return _ClusterSolution(full, eig, lower[0], gap, lower[1][keep], lower[2][keep])
+    return ClusterSolution(full, eig, lower[0], gap, lower[1][keep], lower[2][keep])
 
 
 # ---------------------------------------------------------------- public API
 
 
 @functools.cache
-def _threadpools() -> ThreadpoolController:
+def threadpools() -> ThreadpoolController:
     """The loaded thread pools, scanned once (a scan costs milliseconds: a tenth of a solve)."""
     return ThreadpoolController()
 
 
-def _gamma(epsilon: float, delta: float, calibration: Calibration) -> float:
+def noise_gamma(epsilon: float, delta: float, calibration: Calibration) -> float:
+    """gamma = s*(eps, delta)^2, the Gaussian calibration's ratio squared: Sigma scales as 1 / gamma."""
     return gaussian_ratio(epsilon, delta, calibration) ** 2
 
 
@@ -561,13 +562,13 @@ def colored_noise_covariance(
     one of its own rows, with the partition held fixed. Every constraint Delta_p' Sigma^+ Delta_p <= gamma
     holds by construction; ``gap`` <= tol certifies optimality of the total trace.
     """
-    gamma = _gamma(epsilon, delta, calibration)
+    gamma = noise_gamma(epsilon, delta, calibration)
     if not (0 < tol < 1):
         raise ParameterError(f"tol must be in (0, 1) (got {tol!r}); the default 1e-6 is a good choice.")
     _, lab, centers, counts, diffs = _leave_one_out(X, labels)
     # Thin (n x d) @ (d x r) products and small dense algebra: BLAS threads only add overhead here.
-    with _threadpools().limit(limits=1, user_api="blas"):
-        sols = [_solve_cluster(u, tol) for u in diffs]
+    with threadpools().limit(limits=1, user_api="blas"):
+        sols = [solve_cluster(u, tol) for u in diffs]
     dual = np.zeros(lab.size)
     for k, sol in enumerate(sols):
         dual[np.flatnonzero(lab == k)[sol.dual_rows]] = sol.dual_weights
@@ -599,11 +600,11 @@ def _white(
     delta: float,
     calibration: Calibration,
 ) -> NoiseCovariance:
-    gamma = _gamma(epsilon, delta, calibration)
+    gamma = noise_gamma(epsilon, delta, calibration)
     _, _, centers, counts, diffs = _leave_one_out(X, labels)
     k, d = centers.shape
     sens2 = np.array([float(np.einsum("ij,ij->i", u, u).max()) for u in diffs])
-    sens2 *= _rounding_margin(np.ones(d), d)
+    sens2 *= rounding_margin(np.ones(d), d)
     if kind == "white":
         sens2 = np.full(k, sens2.max())
     bases = tuple(np.eye(d) if s > 0 else np.zeros((d, 0)) for s in sens2)  # 0: a constant cluster

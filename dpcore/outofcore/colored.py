@@ -38,11 +38,11 @@ from sklearn.cluster import KMeans
 from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import (
     NoiseCovariance,
-    _gamma,
-    _rounding_margin,
-    _solve_cluster,
-    _threadpools,
+    noise_gamma,
+    rounding_margin,
     singleton_message,
+    solve_cluster,
+    threadpools,
 )
 from dpcore.kmeans.registry import centroid_output, check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
@@ -187,7 +187,7 @@ def colored_release(
     check_release_sampler(sampler)
     if not delta > 0:
         raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
-    gamma = _gamma(epsilon, delta, calibration)
+    gamma = noise_gamma(epsilon, delta, calibration)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     m_centres, sample = sample_centres(features, n_clusters, sampler, sample_rows)
@@ -214,8 +214,8 @@ def colored_release(
     lowers: list[float] = []
     for attempt in range(1, max_certificates + 1):
         mark = time.perf_counter()
-        with _threadpools().limit(limits=1, user_api="blas"):  # small dense algebra, as in memory
-            sols = [_solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
+        with threadpools().limit(limits=1, user_api="blas"):  # small dense algebra, as in memory
+            sols = [solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
         timings["solver"] = timings.get("solver", 0.0) + time.perf_counter() - mark
         factors = [s.basis / np.sqrt(s.eigenvalues) if s.eigenvalues.size else s.basis for s in sols]
         c_t = _quadratic(t, factors, "q")
@@ -240,7 +240,7 @@ def colored_release(
         bases, lowers = [s.basis for s in sols], [s.lower for s in sols]
         # scaled by the largest constraint value of ALL rows: feasible whatever rows the solver saw
         eigs = [
-            s.eigenvalues * max(1.0, float(w) * _rounding_margin(s.eigenvalues, d))
+            s.eigenvalues * max(1.0, float(w) * rounding_margin(s.eigenvalues, d))
             for s, w in zip(sols, worst, strict=True)
         ]
         if added.empty:
