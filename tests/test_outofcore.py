@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
+from scipy import stats
 
 from dpcore.data import fingerprint, infer_schema, load_table, prepare
 from dpcore.data.sources import DatabaseTable, FolderFile, load_source
@@ -218,6 +219,12 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
     X = in_memory(small).X
     labels = nearest_sets(X, run.centres[None])[0][0]
     assert run.covariance.max_constraint(X, labels) <= 1.0 and run.covariance.gap <= 1e-5
+    # ... and DuckDB draws the same sample, so the same seed gives the same clustering and release
+    duck = colored.colored_release(
+        duckdb_features(part), 3, epsilon=1.0, delta=1e-6, sampler=Sampler(2), sample_rows=300
+    )
+    assert np.array_equal(duck.centres, run.centres)
+    pd.testing.assert_frame_equal(duck.output.table, run.output.table, check_exact=False, rtol=1e-12)
 
 
 def colored_case(tmp_path: Path, constant: bool = False) -> tuple[TableFeatures, KMeansInputs]:
@@ -313,3 +320,31 @@ def test_nearest_label_ties_between_later_centres_go_to_the_lowest_index(data) -
     assert counts[0, 3] == 0 and counts[0, 1] > 0
     assert np.array_equal(counts, want_n)
     np.testing.assert_allclose(sums, want_s, rtol=1e-12, atol=1e-9)
+
+
+def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction(tmp_path: Path) -> None:
+    """Over 200 fresh salts each of 2,000 distinct rows is kept about 0.1 of the time: per-row counts
+    spread as Binomial(200, 0.1) (a rule that ignored the salt would keep a row always or never), the
+    rows come in key order and the same salt draws the same rows again."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.uniform(-1, 1, (2000, 3)), columns=["x0", "x1", "x2"])
+    path = tmp_path / "rows.parquet"
+    df.to_parquet(path, index=False)
+    t = ibis.duckdb.connect().read_parquet(str(path))
+    lower, upper = np.full(3, -1.0), np.full(3, 1.0)
+    position = {tuple(r): i for i, r in enumerate(df.to_numpy())}
+    counts = np.zeros(2000)
+    sampler = Sampler(6)
+    for _ in range(200):
+        salt = colored.KEY_SCALE * (1.0 + sampler.rng.random(3))
+        kept = colored.keyed_sample(t, lower, upper, salt, 0.1)
+        rows = np.array([position[tuple(r)] for r in kept])
+        assert len(np.unique(rows)) == len(rows)
+        counts[rows] += 1
+    assert abs(counts.mean() - 20.0) < 0.5  # 200 x 0.1 rows kept per row on average
+    assert 12.0 < counts.var() < 25.0 and counts.min() >= 1  # binomial spread: 200 x 0.1 x 0.9 = 18
+    assert stats.chisquare(np.bincount(np.arange(2000) // 200, weights=counts)).pvalue > 1e-3
+    assert np.array_equal(colored.keyed_sample(t, lower, upper, salt, 0.1), kept)
+    x = sum((kept[:, j] - lower[j]) / (upper[j] - lower[j]) * salt[j] for j in range(3))
+    key = x - np.floor(x)  # numpy's key, bit for bit the engine's: ascending and below the fraction
+    assert np.all(np.diff(key) >= 0) and key.max() < 0.1

@@ -9,7 +9,8 @@ of cluster k, u_p = (x_p - c_k) / (n_k - 1).
 Passes (DuckDB or Spark through Ibis; the rows never come to Python, only the sample and the few
 rows the certificates name):
 
-0. clustering: k-means on a uniform sample of at most ``sample_rows`` rows (public centres m_k);
+0. clustering: k-means on a Bernoulli sample of about ``sample_rows`` rows (public centres m_k), the
+   rows whose salted key of their own values falls below the sampling fraction (the same in every engine);
 1. assignment and moments: each row to its nearest m_k; per cluster n_k, sum x, min and max per
    feature, giving the true centroids c_k (exact where a feature is constant in the cluster);
 2. certificates: the exact solver of ``dpcore.kmeans.covariance`` runs in memory on the sample's rows of
@@ -51,6 +52,7 @@ from dpcore.registry import MechanismOutput
 
 KEY = "colored"
 SAMPLE_ROWS = 100_000
+KEY_SCALE = 65536.0  # the sample key's multipliers lie in [2^16, 2^17)
 ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
 NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
@@ -71,31 +73,37 @@ class ColoredRun:
 def sample_centres(
     features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
 ) -> tuple[NDArray, NDArray]:
-    """k-means centres (K, d) of a uniform (Bernoulli) sample of about ``sample_rows`` scaled rows (seeded
-    from the sampler), and the sample; the local guarantee holds with this clustering fixed."""
+    """k-means centres (K, d) of a Bernoulli sample of about ``sample_rows`` scaled rows
+    (:func:`keyed_sample`, salted and seeded from the sampler), and the sample; the local guarantee holds
+    with this clustering fixed. Every engine draws the same sample in the same order, so the same seed
+    gives the same centres."""
     n = features.n_rows()
     seed = int(sampler.rng.integers(2**31 - 1))
+    salt = KEY_SCALE * (1.0 + sampler.rng.random(features.n_features))
     rows = features.rows
     scaled = rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))})
-    if n <= sample_rows:
-        X = scaled.to_pandas().to_numpy()
-    else:
-        X = seeded_sample(scaled, sample_rows / n, seed)
+    X = keyed_sample(scaled, features.lower, features.upper, salt, min(1.0, sample_rows / n))
     if X.shape[0] < 2 * k:
         raise ParameterError(f"The table has too few rows ({X.shape[0]}) for K = {k} clusters.")
     centres = KMeans(k, n_init=4, random_state=seed).fit(X).cluster_centers_
     return centres, X
 
 
-def seeded_sample(t: ir.Table, fraction: float, seed: int) -> NDArray:
-    """A Bernoulli sample (each row kept with probability ``fraction``) drawn with ``seed``, as an array.
-    Ibis draws seeded samples on DuckDB; on Spark (where it cannot) the session's DataFrame.sample does."""
-    backend = t.get_backend()
-    if backend.name == "pyspark":
-        frame = backend.session.sql(ibis.to_sql(t, dialect="pyspark"))
-        kept = frame.sample(withReplacement=False, fraction=fraction, seed=seed)
-        return kept.toPandas().to_numpy(dtype=float)
-    return t.sample(fraction, method="row", seed=seed).to_pandas().to_numpy(dtype=float)
+def keyed_sample(t: ir.Table, lower: NDArray, upper: NDArray, salt: NDArray, fraction: float) -> NDArray:
+    """The rows of ``t`` (x0..x{d-1} in [lower, upper]) whose key frac(sum_j z_j s_j), z_j = (x_j - lower_j)
+    / (upper_j - lower_j) and s the ``salt``, is below ``fraction`` (all rows when it is 1), ordered by key.
+
+    A Bernoulli sample whose membership and order depend only on each row's values and the salt: DuckDB,
+    Spark and numpy compute the key with the same operations, bit for bit, so they keep the same rows in
+    the same order (an engine's own sampling and scan order differ). Equal rows share a key."""
+    d = len(salt)
+    span = np.where(upper > lower, upper - lower, 1.0)
+    z = [(t[f"x{j}"] - const(lower[j])) / const(span[j]) * const(salt[j]) for j in range(d)]
+    x = total(z)
+    keyed = t.mutate(key=x - x.floor().cast("float64"))
+    if fraction < 1.0:
+        keyed = keyed.filter(keyed.key < const(fraction))
+    return keyed.order_by("key").drop("key").to_pandas().to_numpy(dtype=float)
 
 
 def _labelled(features: TableFeatures, centres: NDArray) -> ir.Table:
@@ -276,7 +284,7 @@ def colored_release(
         "n_features": d,
         "calibration": calibration,
         "clustering": (
-            f"k-means on a uniform sample of at most {sample_rows:,} rows, then every row assigned to the "
+            f"k-means on a Bernoulli sample of about {sample_rows:,} rows, then every row assigned to the "
             "nearest of its centres (held fixed by the guarantee)"
         ),
     }
