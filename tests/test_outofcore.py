@@ -299,6 +299,20 @@ def test_cached_rows_cap_duckdb_memory_then_are_dropped_and_the_setting_restored
     assert temp_tables(con) == [] and memory_limit(con) == before  # released on errors too
 
 
+def test_a_cache_spills_to_the_temporary_folder_not_the_working_folder(data, tmp_path, monkeypatch) -> None:
+    """DuckDB's default spill folder is ``.tmp`` in the working directory (the app's checkout): a cache
+    spills to ``features.SPILL_FOLDER`` instead, and the connection's setting comes back afterwards."""
+    _, path = data
+    monkeypatch.chdir(tmp_path)
+    con = ibis.duckdb.connect()
+    setting = lambda: con.raw_sql("SELECT current_setting('temp_directory')").fetchall()[0][0]  # noqa: E731
+    assert setting() == ".tmp"
+    feat = TableFeatures.from_bounds(con.read_parquet(str(path)), BOUNDS)
+    with features.cached(feat.centred(), memory_limit=2**20):  # 1 MiB: the cache spills
+        assert setting() == str(features.SPILL_FOLDER)
+    assert setting() == ".tmp" and not (tmp_path / ".tmp").exists()
+
+
 def test_cached_and_source_passes_give_the_same_n_and_statistics(data) -> None:
     df, path = data
     feat = duckdb_features(path)

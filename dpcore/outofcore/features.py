@@ -14,9 +14,11 @@ import contextlib
 import functools
 import operator
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import duckdb
 import ibis
@@ -38,6 +40,7 @@ Scaling = Literal["minmax", "none"]
 SCALINGS: tuple[str, ...] = ("minmax", "none")
 _IN_MEMORY = frozenset({"X", "labels", "true_centers", "require_labels"})
 MEMORY_LIMIT = 1_500_000_000  # bytes DuckDB may hold while prepared rows are cached (the rest spills)
+SPILL_FOLDER = Path(tempfile.gettempdir()) / "dpcore-duckdb"  # where DuckDB spills, not the working folder
 # largest cache (8 bytes a value): beyond it so much spills that a pass over the cache costs as much as
 # one over the source (DuckDB, 20M x 10 rows: a sixth spilled, passes ~25% faster; 45% spilled, no faster)
 CACHE_LIMIT = 3 * MEMORY_LIMIT // 2
@@ -105,15 +108,30 @@ def _duckdb_memory(backend: object, limit: int) -> Iterator[None]:
         yield
         return
     con = backend.con  # type: ignore[attr-defined]
-    before = _memory_setting(con)
-    if before != _default_memory() or _bytes(before) <= limit:
+    with _spill_folder(con):
+        before = _memory_setting(con)
+        if before != _default_memory() or _bytes(before) <= limit:
+            yield
+            return
+        con.execute(f"SET memory_limit = '{int(limit)}B'")
+        try:
+            yield
+        finally:
+            con.execute("RESET memory_limit")
+
+
+@contextlib.contextmanager
+def _spill_folder(con: Any) -> Iterator[None]:
+    """DuckDB's default spill folder is ``.tmp`` in the working directory (the app's checkout, perhaps
+    read-only): for the block it is :data:`SPILL_FOLDER` in the system's temporary directory instead."""
+    if con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] != ".tmp":
         yield
         return
-    con.execute(f"SET memory_limit = '{int(limit)}B'")
+    con.execute(f"SET temp_directory = '{SPILL_FOLDER}'")
     try:
         yield
     finally:
-        con.execute("RESET memory_limit")
+        con.execute("RESET temp_directory")
 
 
 @contextlib.contextmanager
