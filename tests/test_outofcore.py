@@ -24,7 +24,7 @@ from dpcore.kmeans.mcmc import LeeKiferKMeans
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
-from dpcore.outofcore import TableFeatures, colored, features
+from dpcore.outofcore import TableFeatures, clustering, colored, features
 from dpcore.outofcore.source import open_source
 from dpcore.policy import DistanceThresholdGraph, FullDomainGraph
 
@@ -350,15 +350,15 @@ def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction(tmp_path: Pa
     counts = np.zeros(2000)
     sampler = Sampler(6)
     for _ in range(200):
-        salt = colored.KEY_SCALE * (1.0 + sampler.rng.random(3))
-        kept = colored.keyed_sample(t, lower, upper, salt, 0.1)
+        salt = clustering.KEY_SCALE * (1.0 + sampler.rng.random(3))
+        kept = clustering.keyed_sample(t, lower, upper, salt, 0.1)
         rows = np.array([position[tuple(r)] for r in kept])
         assert len(np.unique(rows)) == len(rows)
         counts[rows] += 1
     assert abs(counts.mean() - 20.0) < 0.5  # 200 x 0.1 rows kept per row on average
     assert 12.0 < counts.var() < 25.0 and counts.min() >= 1  # binomial spread: 200 x 0.1 x 0.9 = 18
     assert stats.chisquare(np.bincount(np.arange(2000) // 200, weights=counts)).pvalue > 1e-3
-    assert np.array_equal(colored.keyed_sample(t, lower, upper, salt, 0.1), kept)
+    assert np.array_equal(clustering.keyed_sample(t, lower, upper, salt, 0.1), kept)
     x = sum((kept[:, j] - lower[j]) / (upper[j] - lower[j]) * salt[j] for j in range(3))
     key = x - np.floor(x)  # numpy's key, bit for bit the engine's: ascending and below the fraction
     assert np.all(np.diff(key) >= 0) and key.max() < 0.1

@@ -34,25 +34,22 @@ import ibis
 import ibis.expr.types as ir
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.cluster import KMeans
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import (
     NoiseCovariance,
     noise_gamma,
     rounding_margin,
-    singleton_message,
     solve_cluster,
     threadpools,
 )
 from dpcore.kmeans.registry import centroid_output, check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.features import TableFeatures, const, nearest_label, total
+from dpcore.outofcore.clustering import SAMPLE_ROWS, clustered_shifts, joined
+from dpcore.outofcore.features import TableFeatures, const, total
 from dpcore.registry import MechanismOutput
 
 KEY = "colored"
-SAMPLE_ROWS = 100_000
-KEY_SCALE = 65536.0  # the sample key's multipliers lie in [2^16, 2^17)
 ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
 NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
@@ -68,82 +65,6 @@ class ColoredRun:
     centres: NDArray
     passes: int
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def sample_centres(
-    features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
-) -> tuple[NDArray, NDArray]:
-    """k-means centres (K, d) of a Bernoulli sample of about ``sample_rows`` scaled rows
-    (:func:`keyed_sample`, salted and seeded from the sampler), and the sample; the local guarantee holds
-    with this clustering fixed. Every engine draws the same sample in the same order, so the same seed
-    gives the same centres."""
-    n = features.n_rows()
-    seed = int(sampler.rng.integers(2**31 - 1))
-    salt = KEY_SCALE * (1.0 + sampler.rng.random(features.n_features))
-    rows = features.rows
-    scaled = rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))})
-    X = keyed_sample(scaled, features.lower, features.upper, salt, min(1.0, sample_rows / n))
-    if X.shape[0] < 2 * k:
-        raise ParameterError(f"The table has too few rows ({X.shape[0]}) for K = {k} clusters.")
-    centres = KMeans(k, n_init=4, random_state=seed).fit(X).cluster_centers_
-    return centres, X
-
-
-def keyed_sample(t: ir.Table, lower: NDArray, upper: NDArray, salt: NDArray, fraction: float) -> NDArray:
-    """The rows of ``t`` (x0..x{d-1} in [lower, upper]) whose key frac(sum_j z_j s_j), z_j = (x_j - lower_j)
-    / (upper_j - lower_j) and s the ``salt``, is below ``fraction`` (all rows when it is 1), ordered by key.
-
-    A Bernoulli sample whose membership and order depend only on each row's values and the salt: DuckDB,
-    Spark and numpy compute the key with the same operations, bit for bit, so they keep the same rows in
-    the same order (an engine's own sampling and scan order differ). Equal rows share a key."""
-    d = len(salt)
-    span = np.where(upper > lower, upper - lower, 1.0)
-    z = [(t[f"x{j}"] - const(lower[j])) / const(span[j]) * const(salt[j]) for j in range(d)]
-    x = total(z)
-    keyed = t.mutate(key=x - x.floor().cast("float64"))
-    if fraction < 1.0:
-        keyed = keyed.filter(keyed.key < const(fraction))
-    return keyed.order_by("key").drop("key").to_pandas().to_numpy(dtype=float)
-
-
-def _labelled(features: TableFeatures, centres: NDArray) -> ir.Table:
-    """Scaled rows x0..x{d-1} with ``label``, the nearest centre (ties to the lowest index)."""
-    rows = features.rows
-    return nearest_label(rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))}), centres)
-
-
-def _joined(t: ir.Table, columns: dict[str, NDArray]) -> ir.Table:
-    """``t`` with per-cluster constants as columns: ``columns[name][label]`` (a K-row table joined on the
-    label, so each row reads its cluster's values without a CASE per value)."""
-    k = len(next(iter(columns.values())))
-    values = {n: np.asarray(v, dtype=float) for n, v in columns.items()}
-    consts = ibis.memtable({"label": np.arange(k, dtype=np.int64), **values})
-    return t.join(consts, "label")
-
-
-def _moments(t: ir.Table, k: int, d: int) -> dict[str, NDArray]:
-    """Pass 1: per cluster n, sums, min and max per feature (true centroids; constant features)."""
-    aggs: dict[str, Any] = {"n": t.count()}
-    for j in range(d):
-        aggs[f"s{j}"] = t[f"x{j}"].sum()
-        aggs[f"lo{j}"] = t[f"x{j}"].min()
-        aggs[f"hi{j}"] = t[f"x{j}"].max()
-    out = t.group_by("label").aggregate(**aggs).to_pandas().sort_values("label")
-    if len(out) < k:
-        raise ParameterError(f"A cluster of the sample's clustering got no row of the table; choose K < {k}.")
-    n = out["n"].to_numpy(dtype=float)
-    if np.any(n < 2):
-        raise ParameterError(singleton_message(int(np.flatnonzero(n < 2)[0])))
-    col = lambda p: out[[f"{p}{j}" for j in range(d)]].to_numpy(dtype=float)  # noqa: E731
-    return {"n": n, "sums": col("s"), "lo": col("lo"), "hi": col("hi")}
-
-
-def _centred(t: ir.Table, centers: NDArray, counts: NDArray) -> ir.Table:
-    """``t`` with u0..u{d-1}: u_j = (x_j - c_label,j) / (n_label - 1)."""
-    d = centers.shape[1]
-    t = _joined(t, {"size": counts - 1.0, **{f"c{j}": centers[:, j] for j in range(d)}})
-    u = {f"u{j}": (t[f"x{j}"] - t[f"c{j}"]) / t.size for j in range(d)}
-    return t.mutate(**u).drop("size", *[f"c{j}" for j in range(d)])
 
 
 def _outermost(v: NDArray, m: int) -> NDArray:
@@ -172,7 +93,7 @@ def _quadratic(t: ir.Table, factors: list[NDArray], name: str) -> ir.Table:
         return t.mutate(**{name: const(0.0)})
     padded = [np.pad(f, ((0, 0), (0, r_max - f.shape[1]))) for f in factors]
     names = {(j, col): f"f{j}_{col}" for j in range(d) for col in range(r_max)}
-    t = _joined(t, {v: np.array([f[j, col] for f in padded]) for (j, col), v in names.items()})
+    t = joined(t, {v: np.array([f[j, col] for f in padded]) for (j, col), v in names.items()})
     proj = {f"p{col}": total([t[f"u{j}"] * t[names[j, col]] for j in range(d)]) for col in range(r_max)}
     t = t.mutate(**proj).drop(*names.values())
     return t.mutate(**{name: total([t[p] * t[p] for p in proj])}).drop(*proj)
@@ -196,21 +117,12 @@ def colored_release(
     if not delta > 0:
         raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)
-    timings: dict[str, float] = {}
     start = time.perf_counter()
-    m_centres, sample = sample_centres(features, n_clusters, sampler, sample_rows)
-    timings["clustering"] = time.perf_counter() - start
+    shifts = clustered_shifts(features, n_clusters, sampler, sample_rows)
+    timings, m_centres, sample = shifts.timings, shifts.centres, shifts.sample
+    t, n, centers = shifts.rows, shifts.counts, shifts.centers
     k, d = m_centres.shape
-
     xs = [f"x{j}" for j in range(d)]
-    t = _labelled(features, m_centres)
-    mom = _moments(t, k, d)
-    timings["moments"] = time.perf_counter() - start - timings["clustering"]
-    n = mom["n"]
-    centers = mom["sums"] / n[:, None]
-    constant = mom["lo"] == mom["hi"]
-    centers[constant] = mom["lo"][constant]  # exact, so those u_p are exactly 0
-    t = _centred(t, centers, n)
     passes = 1
 
     # the exact solver starts on the sample's rows of each cluster; certificate passes add the table's
