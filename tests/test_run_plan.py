@@ -140,14 +140,14 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
     assert parse_preparation(plan) == (BOUNDS, "minmax", ["a"])
-    white = ReleasePlan(
-        domain="kmeans", mechanism="white", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
+    mcmc = ReleasePlan(
+        domain="kmeans", mechanism="dp_lloyd_mcmc", epsilon=1.0, policy=PureDP(1.0),
         dataset_name="people", fingerprint=plan.fingerprint, params={"n_clusters": 3},
         preparation=plan.preparation,
     )
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     with pytest.raises(ParameterError, match="does not run out of core"):
-        run_plan(white.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+        run_plan(mcmc.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
     imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
     demo = ReleasePlan(
         domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",

@@ -334,21 +334,17 @@ class TableFeatures:
     def local_release(
         self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
     ) -> MechanismOutput:
-        """The colored mechanism by its passes (:mod:`dpcore.outofcore.colored`); the other local
-        mechanisms do not run out of core."""
-        if key != "colored":
-            raise ParameterError(f"{key} does not run out of core; the colored mechanism does.")
+        """The local mechanisms by their passes: colored (:mod:`dpcore.outofcore.colored`), white and white
+        per cluster (:mod:`dpcore.outofcore.white`)."""
         from dpcore.outofcore.colored import colored_release
+        from dpcore.outofcore.white import KEYS, white_release
 
-        run = colored_release(
-            self,
-            params["n_clusters"],
-            epsilon=epsilon,
-            delta=delta,
-            sampler=sampler,
-            calibration=params["calibration"],
-        )
-        return run.output
+        kw = {"epsilon": epsilon, "delta": delta, "sampler": sampler, "calibration": params["calibration"]}
+        if key == "colored":
+            return colored_release(self, params["n_clusters"], **kw).output
+        if key in KEYS:
+            return white_release(self, key, params["n_clusters"], **kw).output
+        raise ParameterError(f"{key} does not run out of core; the colored and white mechanisms do.")
 
     @contextlib.contextmanager
     def centred_rows(self, cache_limit: int = CACHE_LIMIT) -> Iterator[tuple[int, ir.Table]]:
