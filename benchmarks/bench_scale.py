@@ -14,6 +14,9 @@ temporary folder unless --dir), then measures in one process:
   rows), then its passes over the Parquet file (assignment with per-cluster moments, candidate rows,
   certificate passes).
 
+Then, on a separate 1M-row table (``--spark-rows``), the same two releases with the same demo seed on DuckDB
+and on Spark local[2], printing the largest difference of a released value.
+
 Scans = time / one scan; "colored" counts the passes beyond the clustering. Peak = the process's maximum
 resident set size (numpy generation included). Targets: lloyd <= T + 2 scans, colored <= 4, peak < 2 GB.
 The last line reads ``lloyd <x> scans T=<t>, colored <y> scans, peak <z> GB``.
@@ -60,12 +63,46 @@ def timed(fn, *args, **kw) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
+def spark_check(folder: Path, rows: int, rounds: int) -> None:
+    """The same DP-Lloyd and colored releases (demo seed) on DuckDB and on Spark local[2] over an n-row
+    table: prints the largest difference of a released value (0: identical; sums in another order may
+    differ in the last bits)."""
+    from dpcore.outofcore.source import connect, read_parquet, spark_session
+
+    path = folder / f"spark-{rows}x{D}.parquet"
+    generate(path, rows)
+    bounds = {f"x{j}": (0.0, 1.0) for j in range(D)}
+    params = {"n_clusters": K, "n_iter": rounds, "neighbours": "bounded"}
+    session = spark_session()
+    try:
+        tables = {}
+        for engine in ("duckdb", "spark"):
+            feat = TableFeatures.from_bounds(read_parquet(connect(engine, session), [str(path)]), bounds)
+            lloyd = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(SEED), params=params)
+            colored = colored_release(feat, K, epsilon=1.0, delta=1e-6, sampler=Sampler(SEED))
+            tables[engine] = (lloyd.table, colored.output.table)
+    finally:
+        session.stop()
+        path.unlink(missing_ok=True)
+    diffs = [
+        float(np.abs(a.select_dtypes("number").to_numpy() - b.select_dtypes("number").to_numpy()).max())
+        for a, b in zip(tables["duckdb"], tables["spark"], strict=True)
+    ]
+    print(
+        f"Spark local[2] vs DuckDB on {rows:,} rows, demo seed {SEED}: largest difference of a released "
+        f"value DP-Lloyd {diffs[0]:.2g}, colored {diffs[1]:.2g}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=20_000_000)
     ap.add_argument("--rounds", type=int, default=5, help="DP-Lloyd rounds T")
     ap.add_argument("--dir", type=Path, help="folder for the table (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated table")
+    ap.add_argument(
+        "--spark-rows", type=int, default=1_000_000, help="rows of the Spark-vs-DuckDB check (0: skip it)"
+    )
     args = ap.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="dpcore-bench-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -95,7 +132,9 @@ def main() -> None:
             f"colored release: clustering {t_cluster:.2f} s ({t_cluster / scan:.2f} scans), then "
             f"{passes:.2f} s = {passes / scan:.2f} scans in {out.passes} passes; gap {out.covariance.gap:.2e}"
         )
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (before Spark)
+        if args.spark_rows:
+            spark_check(folder, args.spark_rows, args.rounds)
         lloyd, colored = t_lloyd / scan, passes / scan
         print(f"lloyd {lloyd:.2f} scans T={args.rounds}, colored {colored:.2f} scans, peak {peak:.2f} GB")
     finally:

@@ -38,14 +38,15 @@ SPARK_MASTER = "local[2]"
 
 
 def spark_session(master: str | None = None) -> Any:
-    """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI, few shuffle partitions, its
-    warehouse folder in the temporary directory rather than the working directory)."""
+    """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI or progress bars, few shuffle
+    partitions, its warehouse folder in the temporary directory rather than the working directory)."""
     from pyspark.sql import SparkSession
 
     return (
         SparkSession.builder.master(master or os.environ.get("DPCORE_SPARK_MASTER") or SPARK_MASTER)
         .appName("dpcore")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(Path(tempfile.gettempdir()) / "dpcore-spark-warehouse"))
