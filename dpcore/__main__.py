@@ -6,6 +6,9 @@ whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the le
 ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files to
 ``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2.
 
+``adopt-dataset ID NAME [--ledger URL]``: give the budget and releases of a dataset whose id is its
+table's fingerprint (ledgers written before dataset names carried budgets) the name NAME.
+
 ``init-ledger [URL]``: create the ledger at URL (default ``DPCORE_LEDGER_URL`` or the data folder's SQLite
 file) explicitly (:meth:`dpcore.ledger.Ledger.initialise`); on an existing ledger it changes nothing.
 """
@@ -72,6 +75,29 @@ def init_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def adopt_dataset(args: argparse.Namespace) -> int:
+    """Give a fingerprint-keyed dataset's budget a name (:meth:`dpcore.ledger.Ledger.adopt_dataset`)."""
+    from dpcore.ledger import Ledger
+
+    ledger = Ledger(args.ledger or config.ledger_url())
+    try:
+        new_id = ledger.adopt_dataset(args.dataset_id, args.name)
+        print(f"dataset {args.dataset_id} is now {args.name!r} (id {new_id}); its budget and releases moved")
+    finally:
+        ledger.close()
+    return 0
+
+
+def _add_adopt_dataset(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "adopt-dataset", help="give a budget keyed by a table's fingerprint (older ledgers) a dataset name"
+    )
+    p.add_argument("dataset_id", help="the dataset id shown on the Ledger page and in the refusal")
+    p.add_argument("name", help="the dataset name to release it under from now on (not already in use)")
+    p.add_argument("--ledger", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's SQLite)")
+    p.set_defaults(command=adopt_dataset)
+
+
 def _add_init_ledger(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("init-ledger", help="create the budget ledger (the only way a ledger is created)")
     p.add_argument("url", nargs="?", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's)")
@@ -83,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m dpcore", description="dpcore command line")
     commands = top.add_subparsers(title="commands", required=True)
     _add_run_plan(commands)
+    _add_adopt_dataset(commands)
     _add_init_ledger(commands)
     return top
 

@@ -409,6 +409,53 @@ class Ledger:
             else:
                 conn.execute(_datasets.update().where(_datasets.c.dataset_id == dataset_id).values(**values))
 
+    def adopt_dataset(self, old_id: str, name: str) -> str:
+        """Move dataset ``old_id``'s accounts, releases and record to the id of ``name`` (one transaction),
+        for a ledger written before dataset names carried budgets, whose accounts are keyed by the table's
+        fingerprint; budgets, spends and request ids are kept as they are. Refused when ``old_id`` has no
+        account or release, or when ``name`` already has some (two budgets are never merged). Returns the
+        new id."""
+        old_id, new_id = _text(old_id, "dataset_id"), dataset_id_for_name(name)
+        if new_id == old_id:
+            return new_id
+        with self._tx(write=True) as conn:
+            taken = _dataset_rows(conn, new_id)
+            if any(taken):
+                raise LedgerError(
+                    f"The name {name!r} already has {taken[0]} account(s) and {taken[1]} release(s) in this "
+                    "ledger; two budgets are never merged. Choose a name that is not in use."
+                )
+            if not any(_dataset_rows(conn, old_id)):
+                raise LedgerError(
+                    f"The ledger has no account or release of dataset {old_id!r}; nothing moved."
+                )
+            keys = set()
+            for table in (_budgets, _releases):
+                keys |= set(
+                    conn.execute(sa.select(table.c.account).where(table.c.dataset_id == old_id)).scalars()
+                )
+            for old_key in keys:
+                acc = Account.parse(old_key)
+                moved = {
+                    "account": Account(new_id, acc.definition, acc.relation, acc.mode).key,
+                    "dataset_id": new_id,
+                }
+                for table in (_budgets, _releases):
+                    conn.execute(table.update().where(table.c.account == old_key).values(**moved))
+            record = (
+                conn.execute(sa.select(_datasets).where(_datasets.c.dataset_id == old_id)).mappings().first()
+            )
+            conn.execute(_datasets.delete().where(_datasets.c.dataset_id.in_([old_id, new_id])))
+            conn.execute(
+                _datasets.insert().values(
+                    dataset_id=new_id,
+                    name=_text(str(name)[:_MAX_ID], "name"),
+                    fingerprint=None if record is None else record["fingerprint"],
+                    first_seen=_now() if record is None else record["first_seen"],
+                )
+            )
+        return new_id
+
     def set_budget(self, account: Account | str, epsilon: float, delta: float = 0.0) -> BudgetStatus:
         """Set (create, raise or lower) the account's total budget; never below what is already spent."""
         acc = Account.parse(account)
@@ -772,6 +819,13 @@ def _database_fault(err: sa.exc.DBAPIError, url: sa.URL) -> LedgerError:
     )
 
 
+def _dataset_rows(conn: sa.Connection, dataset_id: str) -> tuple[int, int]:
+    """(accounts, releases) of ``dataset_id``."""
+    count = sa.select(sa.func.count())
+    return tuple(  # type: ignore[return-value]
+        conn.execute(count.select_from(t).where(t.c.dataset_id == dataset_id)).scalar_one()
+        for t in (_budgets, _releases)
+    )
 
 
 def _lock_budget_query(account: str) -> sa.Select[Any]:
@@ -842,12 +896,14 @@ def _check_same_data_same_name(conn: sa.Connection, row: Mapping[str, Any], acc:
     another dataset: renaming a dataset must not give it a second budget."""
     if row["dataset_fingerprint"] is None:
         return
-    query = sa.select(_releases.c.dataset_id, _datasets.c.name).outerjoin(
-        _datasets, _datasets.c.dataset_id == _releases.c.dataset_id
-    ).where(
-        _releases.c.dataset_fingerprint == row["dataset_fingerprint"],
-        _releases.c.sampling_mode == row["sampling_mode"],
-        _releases.c.dataset_id != row["dataset_id"],
+    query = (
+        sa.select(_releases.c.dataset_id, _datasets.c.name)
+        .outerjoin(_datasets, _datasets.c.dataset_id == _releases.c.dataset_id)
+        .where(
+            _releases.c.dataset_fingerprint == row["dataset_fingerprint"],
+            _releases.c.sampling_mode == row["sampling_mode"],
+            _releases.c.dataset_id != row["dataset_id"],
+        )
     )
     other = conn.execute(query.limit(1)).first()
     if other is None:
@@ -865,8 +921,8 @@ def _check_same_data_same_name(conn: sa.Connection, row: Mapping[str, Any], acc:
         f"{head} (id {other_id}), whose account is keyed by the table's fingerprint (written before dataset "
         "names carried budgets), so no dataset name reaches it and a release under any name would start a "
         "second budget for the same data. Nothing was debited. Its budget and releases stay on the Ledger "
-        f"page under id {other_id}; this table cannot be released again from this ledger unless the data "
-        "changes."
+        f"page under id {other_id}. Give that budget a name once with `python -m dpcore adopt-dataset "
+        f"{other_id} NAME` (the ledger's URL in DPCORE_LEDGER_URL or --ledger), then release under that name."
     )
 
 
