@@ -11,6 +11,7 @@ mechanisms' passes read (:func:`clustered_shifts`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,11 @@ from numpy.typing import NDArray
 from sklearn.cluster import KMeans
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.covariance import singleton_message
+from dpcore.kmeans.covariance import NoiseCovariance, singleton_message
+from dpcore.kmeans.registry import centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.features import TableFeatures, const, nearest_label, total
+from dpcore.registry import MechanismOutput
 
 SAMPLE_ROWS = 100_000
 KEY_SCALE = 65536.0  # the sample key's multipliers lie in [2^16, 2^17)
@@ -44,15 +47,21 @@ class Shifts:
 
 
 def clustered_shifts(
-    features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
+    features: TableFeatures,
+    k: int,
+    sampler: Sampler,
+    sample_rows: int = SAMPLE_ROWS,
+    keep: Callable[[ir.Table], ir.Table] | None = None,
 ) -> Shifts:
     """The clustering (:func:`sample_centres`), one pass of :func:`moments` under it, and the shifts: c_k =
-    sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p are 0."""
+    sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p are 0.
+    ``keep`` (e.g. a cache) is applied to the labelled rows before the moments pass, which then reads it."""
     start = time.perf_counter()
     centres, sample = sample_centres(features, k, sampler, sample_rows)
     timings = {"clustering": time.perf_counter() - start}
     d = centres.shape[1]
     t = labelled(features, centres)
+    t = keep(t) if keep is not None else t
     mom = moments(t, k, d)
     timings["moments"] = time.perf_counter() - start - timings["clustering"]
     n = mom["n"]
@@ -136,3 +145,29 @@ def centred_shifts(t: ir.Table, centers: NDArray, counts: NDArray) -> ir.Table:
     t = joined(t, {"size": counts - 1.0, **{f"c{j}": centers[:, j] for j in range(d)}})
     u = {f"u{j}": (t[f"x{j}"] - t[f"c{j}"]) / t.size for j in range(d)}
     return t.mutate(**u).drop("size", *[f"c{j}" for j in range(d)])
+
+
+def local_output(
+    key: str, features: TableFeatures, cov: NoiseCovariance, sampler: Sampler, sample_rows: int
+) -> MechanismOutput:
+    """A local mechanism's release from its covariance: c_k + N(0, Sigma_k) drawn once by ``sampler``, the
+    table and details as in memory plus how the clustering was made."""
+    k, d = cov.centers.shape
+    details: dict[str, Any] = {
+        "n_clusters": k,
+        "n_features": d,
+        "calibration": cov.calibration,
+        "clustering": (
+            f"k-means on a Bernoulli sample of about {sample_rows:,} rows, then every row assigned to the "
+            "nearest of its centres (held fixed by the guarantee)"
+        ),
+    }
+    if cov.caveats:
+        details["caveats"] = list(cov.caveats)
+    return centroid_output(
+        key,
+        features,  # type: ignore[arg-type]
+        cov.release(sampler),
+        details,
+        {"true_centers": cov.centers, "noise_trace": cov.trace, "optimality_gap": cov.gap},
+    )

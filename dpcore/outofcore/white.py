@@ -15,16 +15,15 @@ noise is drawn once in Python by the release's sampler.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import NoiseCovariance, noise_gamma, rounding_margin
-from dpcore.kmeans.registry import centroid_output, check_release_sampler
+from dpcore.kmeans.registry import check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.clustering import SAMPLE_ROWS, clustered_shifts
+from dpcore.outofcore.clustering import SAMPLE_ROWS, clustered_shifts, local_output
 from dpcore.outofcore.features import TableFeatures, total
 from dpcore.registry import MechanismOutput
 
@@ -86,22 +85,4 @@ def white_release(
         unit_eigenvalues=tuple(np.full(b.shape[1], s) for b, s in zip(bases, sens2, strict=True)),
         cluster_gaps=np.zeros(k),
     )
-    details: dict[str, Any] = {
-        "n_clusters": k,
-        "n_features": d,
-        "calibration": calibration,
-        "clustering": (
-            f"k-means on a Bernoulli sample of about {sample_rows:,} rows, then every row assigned to the "
-            "nearest of its centres (held fixed by the guarantee)"
-        ),
-    }
-    if cov.caveats:
-        details["caveats"] = list(cov.caveats)
-    output = centroid_output(
-        key,
-        features,  # type: ignore[arg-type]
-        cov.release(sampler),
-        details,
-        {"true_centers": shifts.centers, "noise_trace": cov.trace, "optimality_gap": cov.gap},
-    )
-    return WhiteRun(output, cov, shifts.centres)
+    return WhiteRun(local_output(key, features, cov, sampler, sample_rows), cov, shifts.centres)
