@@ -362,3 +362,87 @@ def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction(tmp_path: Pa
     x = sum((kept[:, j] - lower[j]) / (upper[j] - lower[j]) * salt[j] for j in range(3))
     key = x - np.floor(x)  # numpy's key, bit for bit the engine's: ascending and below the fraction
     assert np.all(np.diff(key) >= 0) and key.max() < 0.1
+
+
+def test_a_certificate_pass_keeps_every_row_whose_quadratic_form_is_above_near(monkeypatch) -> None:
+    """The bound q = ||u' F_k||^2 <= s_k^2 ||u||^2 (with its rounding margin) skips rows in full-rank
+    clusters only: rows crafted one ulp apart around q = NEAR along F_k's top direction, and random ones,
+    are kept whenever their computed q is above NEAR; a rank-deficient cluster keeps every row."""
+    rng = np.random.default_rng(7)
+    d, near = 4, colored.NEAR
+    factors = [rng.normal(size=(d, d)), 3.0 * rng.normal(size=(d, d)), rng.normal(size=(d, 2))]
+    rows, labels = [], []
+    for k, f in enumerate(factors):
+        top, s = np.linalg.svd(f)[:2]
+        ulps = 1.0 + np.arange(-300, 301) * np.finfo(float).eps
+        rows += [top[:, 0] * math.sqrt(near) / s[0] * ulps[:, None]]  # q within a few ulps of NEAR
+        directions = rng.normal(size=(3000, d))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        rows += [directions * math.sqrt(near) / s[0] * rng.uniform(0.5, 1.6, (3000, 1))]
+        labels += [k] * (601 + 3000)
+    u = np.vstack(rows)
+    df = pd.DataFrame(u, columns=[f"u{j}" for j in range(d)]).assign(label=labels, id=np.arange(len(u)))
+    t = ibis.memtable(df)
+    q = colored._quadratic(t, factors, "q").to_pandas().set_index("id").q.sort_index()
+    kept = colored._quadratic(colored._candidates(t, factors, d), factors, "q").to_pandas().set_index("id")
+    assert set(q.index[q > near]) <= set(kept.index)
+    assert np.array_equal(kept.q.to_numpy(), q[kept.index].to_numpy())  # the same values, bit for bit
+    boundary = q[np.isin(q.index, np.flatnonzero(np.arange(len(u)) % 3601 < 601))]
+    assert (boundary > near).sum() > 100 and (boundary <= near).sum() > 100  # rows on both sides
+    in_full_rank = np.asarray(labels) < 2
+    assert set(np.flatnonzero(~in_full_rank)) <= set(kept.index)  # rank-deficient: every row
+    assert len(kept) < 0.9 * len(u)  # the bound skips rows of the full-rank clusters
+    # the crafted rows sit on the bound: a cut 1e-12 too high would lose rows above NEAR
+    monkeypatch.setattr(colored, "BOUND_MARGIN", -1e-12)
+    tight = colored._candidates(t, factors, d).to_pandas()
+    assert not set(q.index[q > near]) <= set(tight.id)
+
+
+def test_the_bound_and_the_cache_leave_the_colored_release_unchanged(tmp_path: Path, monkeypatch) -> None:
+    """The same rows come back from every certificate pass, hence the same covariance, with and without
+    the bound's filter, and with the labelled rows cached or read from the Parquet file each pass (the
+    cache is dropped afterwards); every row's constraint holds."""
+    feat, inputs = colored_case(tmp_path)
+    top_rows, candidates = colored._top_rows, colored._candidates
+    found: list[pd.DataFrame] = []
+    scored: list[int] = []
+
+    def spy_top(*args):
+        rows = top_rows(*args)
+        found.append(rows.drop("rank").to_pandas().sort_values(["label", "score", "x0", "x1", "x2"]))
+        return rows
+
+    def unfiltered(t, factors, d):
+        return t.mutate(norm2=features.total([t[f"u{j}"] * t[f"u{j}"] for j in range(d)]))
+
+    def counted(pick, counts):
+        def scoring(*args):
+            rows = pick(*args)
+            counts.append(int(rows.count().execute()))
+            return rows
+
+        return scoring
+
+    monkeypatch.setattr(colored, "_top_rows", spy_top)
+    runs = {}
+    for case, pick, limit in [
+        ("filtered", candidates, features.CACHE_LIMIT),
+        ("unfiltered", unfiltered, features.CACHE_LIMIT),
+        ("uncached", candidates, 0),
+    ]:
+        monkeypatch.setattr(colored, "CACHE_LIMIT", limit)
+        monkeypatch.setattr(colored, "_candidates", counted(pick, scored))
+        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4), sample_rows=40)
+        runs[case] = run
+        assert temp_tables(feat.table.get_backend()) == []
+    passes = runs["filtered"].passes - 1
+    assert passes >= 2 and all(run.passes - 1 == passes for run in runs.values())
+    for a, b, c in zip(found[:passes], found[passes : 2 * passes], found[2 * passes :], strict=True):
+        assert a.to_numpy().tolist() == b.to_numpy().tolist() == c.to_numpy().tolist()
+    assert max(scored[:passes]) < len(inputs.X) == scored[passes]  # the bound skipped rows
+    for run in runs.values():
+        for name in ("centers", "counts", "bases", "unit_eigenvalues"):
+            a, b = getattr(run.covariance, name), getattr(runs["filtered"].covariance, name)
+            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+        labels = nearest_sets(inputs.X, run.centres[None])[0][0]
+        assert run.covariance.max_constraint(inputs.X, labels) <= 1.0

@@ -12,12 +12,16 @@ rows the certificates name):
 0. clustering: k-means on a Bernoulli sample of about ``sample_rows`` rows (public centres m_k), the
    rows whose salted key of their own values falls below the sampling fraction (the same in every engine);
 1. assignment and moments: each row to its nearest m_k; per cluster n_k, sum x, min and max per
-   feature, giving the true centroids c_k (exact where a feature is constant in the cluster);
+   feature, giving the true centroids c_k (exact where a feature is constant in the cluster). The
+   labelled rows are cached by the engine on the way when they fit ``CACHE_LIMIT`` (spilling beyond its
+   memory cap), so this pass and the certificate passes read them rather than the source;
 2. certificates: the exact solver of ``dpcore.kmeans.covariance`` runs in memory on the sample's rows of
    each cluster (as u_p with the table's c_k and n_k); one pass computes every row's u_p' Sigma_k^+ u_p
    (and, when Sigma_k has rank < d, the part of u_p outside its span) and returns the rows above
    1 + tol / 2 and the near-binding ones above ``NEAR`` (at most ``ADDED`` per cluster, largest first,
-   so each cluster's largest value is among them); if any is above, they join the solver's rows and
+   so each cluster's largest value is among them; in a full-rank cluster the form is only evaluated
+   where the bound ||F_k||_2^2 ||u_p||^2, Sigma_k^+ = F_k F_k', allows more than ``NEAR``:
+   :func:`_candidates`); if any is above, they join the solver's rows and
    the solver runs again (at most ``max_certificates`` passes). The final
    Sigma_k is scaled by the largest constraint value over ALL rows (times the solver's rounding margin),
    so every row's constraint holds whatever rows the solver saw; the solver's dual weights on its rows
@@ -26,9 +30,9 @@ rows the certificates name):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -43,16 +47,17 @@ from dpcore.kmeans.covariance import (
     solve_cluster,
     threadpools,
 )
-from dpcore.kmeans.registry import centroid_output, check_release_sampler
+from dpcore.kmeans.registry import check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.clustering import SAMPLE_ROWS, clustered_shifts, joined
-from dpcore.outofcore.features import TableFeatures, const, total
+from dpcore.outofcore.clustering import SAMPLE_ROWS, Shifts, clustered_shifts, joined, local_output
+from dpcore.outofcore.features import CACHE_LIMIT, TableFeatures, cached, const, total
 from dpcore.registry import MechanismOutput
 
 KEY = "colored"
 ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
 NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
+BOUND_MARGIN = 1e-6  # relative rounding allowance of the bound that skips a row's quadratic form
 
 
 @dataclass
@@ -99,26 +104,33 @@ def _quadratic(t: ir.Table, factors: list[NDArray], name: str) -> ir.Table:
     return t.mutate(**{name: total([t[p] * t[p] for p in proj])}).drop(*proj)
 
 
-def colored_release(
-    features: TableFeatures,
-    n_clusters: int,
-    *,
-    epsilon: float,
-    delta: float,
-    sampler: Sampler,
-    calibration: Calibration = "analytic",
-    tol: float = 1e-6,
-    sample_rows: int = SAMPLE_ROWS,
-    max_certificates: int = 3,
-) -> ColoredRun:
-    """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
-    ``max_certificates`` passes; noise drawn once by ``sampler`` (secure, or a labelled demo seed)."""
-    check_release_sampler(sampler)
-    if not delta > 0:
-        raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
-    gamma = noise_gamma(epsilon, delta, calibration)
-    start = time.perf_counter()
-    shifts = clustered_shifts(features, n_clusters, sampler, sample_rows)
+def _candidates(t: ir.Table, factors: list[NDArray], d: int) -> ir.Table:
+    """The rows of ``t`` (with norm2 = ||u||^2) a certificate pass must score: in a cluster whose factor
+    F_k has full rank d, those with ||u||^2 > NEAR / (s_k^2 (1 + BOUND_MARGIN)), s_k = ||F_k||_2; in a
+    cluster of lower rank, every row (the part of u outside the span needs every row).
+
+    Exactly, q = ||u' F_k||^2 <= s_k^2 ||u||^2. With rounding (unit u = 2^-53, g_n = n u / (1 - n u); the
+    engine's u columns are the inputs of both sums): the computed norm2 >= (1 - g_d) ||u||^2 (a sum of
+    squares); each computed projection p_c is within g_d ||u|| ||F_c|| of the exact one (Cauchy-Schwarz),
+    so sqrt(sum_c p_c^2) <= ||u|| (s_k + g_d ||F_k||_F) <= ||u|| s_k (1 + g_d sqrt(d)), and the computed
+    q <= (1 + g_{d+1}) (1 + g_d sqrt(d))^2 s_k^2 ||u||^2 <= (1 + 1e-9) s_k^2 norm2 for d < 10^4. numpy's
+    s_k (an SVD, backward stable) is within a relative 1e-9 of the exact one for such d as well, so a
+    row left out (norm2 <= the cut) has a computed q <= NEAR: it is neither near-binding nor violating
+    (NEAR < 1 <= 1 + tol / 2), and the pass returns the same rows as one scoring every row."""
+    cut = [
+        NEAR / (np.linalg.norm(f, 2) ** 2 * (1.0 + BOUND_MARGIN)) if f.shape[1] == d else -1.0
+        for f in factors
+    ]
+    t = joined(t.mutate(norm2=total([t[f"u{j}"] * t[f"u{j}"] for j in range(d)])), {"cut": np.array(cut)})
+    return t.filter(t.norm2 > t.cut).drop("cut")
+
+
+def _certified(
+    shifts: Shifts, tol: float, max_certificates: int
+) -> tuple[list[NDArray], list[NDArray], list[float], int]:
+    """The solver and its certificate passes (module docstring, 2.) on the clustering's rows: per cluster
+    the basis of Sigma_k, its eigenvalues scaled to hold on every row, the solver's lower bound; and the
+    number of passes (the moments pass included)."""
     timings, m_centres, sample = shifts.timings, shifts.centres, shifts.sample
     t, n, centers = shifts.rows, shifts.counts, shifts.centers
     k, d = m_centres.shape
@@ -138,11 +150,10 @@ def colored_release(
             sols = [solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
         timings["solver"] = timings.get("solver", 0.0) + time.perf_counter() - mark
         factors = [s.basis / np.sqrt(s.eigenvalues) if s.eigenvalues.size else s.basis for s in sols]
-        c_t = _quadratic(t, factors, "q")
+        c_t = _quadratic(_candidates(t, factors, d), factors, "q")
         outside: ir.BooleanValue = ibis.literal(False)
         if any(s.basis.shape[1] < d for s in sols):  # a row outside span(Sigma_k) has no noise at all
             c_t = _quadratic(c_t, [s.basis for s in sols], "inside")
-            c_t = c_t.mutate(norm2=total([c_t[f"u{j}"] * c_t[f"u{j}"] for j in range(d)]))
             outside = c_t.norm2 - c_t.inside > 1e-9 * c_t.norm2  # ||u||^2 - ||B'u||^2, B orthonormal
         c_t = c_t.mutate(outside=outside)
         c_t = c_t.mutate(bad=c_t.outside | (c_t.q > 1.0 + tol / 2))
@@ -175,6 +186,35 @@ def colored_release(
         for c in range(k):
             new = found.loc[found.label == c, xs].to_numpy(dtype=float)
             pool[c] = np.unique(np.vstack([pool[c], new]), axis=0)
+    return bases, eigs, lowers, passes
+
+
+def colored_release(
+    features: TableFeatures,
+    n_clusters: int,
+    *,
+    epsilon: float,
+    delta: float,
+    sampler: Sampler,
+    calibration: Calibration = "analytic",
+    tol: float = 1e-6,
+    sample_rows: int = SAMPLE_ROWS,
+    max_certificates: int = 3,
+) -> ColoredRun:
+    """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
+    ``max_certificates`` passes; noise drawn once by ``sampler`` (secure, or a labelled demo seed)."""
+    check_release_sampler(sampler)
+    if not delta > 0:
+        raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
+    gamma = noise_gamma(epsilon, delta, calibration)
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        # the labelled rows cached once when they fit (the moments pass builds it): every pass reads them
+        fits = int(features.table.count().execute()) * features.n_features * 8 <= CACHE_LIMIT
+        keep = (lambda rows: stack.enter_context(cached(rows))) if fits else None
+        shifts = clustered_shifts(features, n_clusters, sampler, sample_rows, keep)
+        bases, eigs, lowers, passes = _certified(shifts, tol, max_certificates)
+    timings, m_centres, centers, n = shifts.timings, shifts.centres, shifts.centers, shifts.counts
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
     gaps = [up / lo - 1.0 if lo > 0 else 0.0 for up, lo in zip(upper, lowers, strict=True)]
@@ -191,23 +231,6 @@ def colored_release(
         unit_eigenvalues=tuple(eigs),
         cluster_gaps=np.array(gaps),
     )
-    details: dict[str, Any] = {
-        "n_clusters": k,
-        "n_features": d,
-        "calibration": calibration,
-        "clustering": (
-            f"k-means on a Bernoulli sample of about {sample_rows:,} rows, then every row assigned to the "
-            "nearest of its centres (held fixed by the guarantee)"
-        ),
-    }
-    if cov.caveats:
-        details["caveats"] = list(cov.caveats)
-    output = centroid_output(
-        KEY,
-        features,  # type: ignore[arg-type]
-        cov.release(sampler),
-        details,
-        {"true_centers": centers, "noise_trace": cov.trace, "optimality_gap": cov.gap},
-    )
+    output = local_output(KEY, features, cov, sampler, sample_rows)
     timings["total"] = time.perf_counter() - start
     return ColoredRun(output, cov, m_centres, passes, timings)
