@@ -446,3 +446,20 @@ def test_the_bound_and_the_cache_leave_the_colored_release_unchanged(tmp_path: P
             assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
         labels = nearest_sets(inputs.X, run.centres[None])[0][0]
         assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
+
+
+def test_a_spilled_cache_is_dropped_and_the_connection_keeps_the_spill_folder(tmp_path, monkeypatch) -> None:
+    """DuckDB refuses to switch a temporary folder it has spilled to: after a cache that spilled (32 MB of
+    rows under a 64 MiB cap) the connection keeps ``features.SPILL_FOLDER`` (never the working folder),
+    and later caches and passes run."""
+    monkeypatch.chdir(tmp_path)
+    rows = pd.DataFrame(np.random.default_rng(0).random((1_000_000, 4)), columns=list("abcd"))
+    rows.to_parquet(tmp_path / "big.parquet", index=False)
+    con = ibis.duckdb.connect()
+    t = con.read_parquet(str(tmp_path / "big.parquet"))
+    for _ in range(2):
+        with features.cached(t, memory_limit=64 * 2**20) as kept:
+            assert int(kept.count().execute()) == len(rows)
+        assert temp_tables(con) == [] and not (tmp_path / ".tmp").exists()
+        setting = con.raw_sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
+        assert setting == str(features.SPILL_FOLDER)

@@ -123,7 +123,8 @@ def _duckdb_memory(backend: object, limit: int) -> Iterator[None]:
 @contextlib.contextmanager
 def _spill_folder(con: Any) -> Iterator[None]:
     """DuckDB's default spill folder is ``.tmp`` in the working directory (the app's checkout, perhaps
-    read-only): for the block it is :data:`SPILL_FOLDER` in the system's temporary directory instead."""
+    read-only): for the block it is :data:`SPILL_FOLDER` in the system's temporary directory instead (and
+    stays so once DuckDB has spilled there: it refuses to switch a folder it has used)."""
     if con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] != ".tmp":
         yield
         return
@@ -131,7 +132,8 @@ def _spill_folder(con: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        con.execute("RESET temp_directory")
+        with contextlib.suppress(duckdb.NotImplementedException):
+            con.execute("RESET temp_directory")
 
 
 @contextlib.contextmanager
