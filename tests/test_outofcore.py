@@ -365,36 +365,42 @@ def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction(tmp_path: Pa
 
 
 def test_a_certificate_pass_keeps_every_row_whose_quadratic_form_is_above_near(monkeypatch) -> None:
-    """The bound q = ||u' F_k||^2 <= s_k^2 ||u||^2 (with its rounding margin) skips rows in full-rank
-    clusters only: rows crafted one ulp apart around q = NEAR along F_k's top direction, and random ones,
-    are kept whenever their computed q is above NEAR; a rank-deficient cluster keeps every row."""
+    """The bound q = ||u' F_k||^2 <= s_k^2 (||x - m_k|| + ||m_k - c_k||)^2 / (n_k - 1)^2 (with its rounding
+    margin) skips rows in full-rank clusters only: rows crafted one ulp apart around q = NEAR where the
+    bound is tight (x - c_k along F_k's top direction, m_k between c_k and x), and random ones, are
+    kept whenever their computed q is above NEAR; a rank-deficient cluster keeps every row."""
     rng = np.random.default_rng(7)
-    d, near = 4, colored.NEAR
+    d, near, k = 4, colored.NEAR, 3
     factors = [rng.normal(size=(d, d)), 3.0 * rng.normal(size=(d, d)), rng.normal(size=(d, 2))]
+    centers, counts = rng.uniform(-0.5, 0.5, (k, d)), np.array([1001.0, 2501.0, 801.0])
+    centres = np.empty((k, d))
     rows, labels = [], []
-    for k, f in enumerate(factors):
+    for c, f in enumerate(factors):
         top, s = np.linalg.svd(f)[:2]
+        reach = math.sqrt(near) / s[0] * (counts[c] - 1.0)  # ||x - c_k|| where q = NEAR along top
+        centres[c] = centers[c] + 0.01 * reach * top[:, 0]  # ||x - c_k|| = ||x - m_k|| + ||m_k - c_k||
         ulps = 1.0 + np.arange(-300, 301) * np.finfo(float).eps
-        rows += [top[:, 0] * math.sqrt(near) / s[0] * ulps[:, None]]  # q within a few ulps of NEAR
+        rows += [centers[c] + top[:, 0] * reach * ulps[:, None]]
         directions = rng.normal(size=(3000, d))
         directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-        rows += [directions * math.sqrt(near) / s[0] * rng.uniform(0.5, 1.6, (3000, 1))]
-        labels += [k] * (601 + 3000)
-    u = np.vstack(rows)
-    df = pd.DataFrame(u, columns=[f"u{j}" for j in range(d)]).assign(label=labels, id=np.arange(len(u)))
-    t = ibis.memtable(df)
-    q = colored._quadratic(t, factors, "q").to_pandas().set_index("id").q.sort_index()
-    kept = colored._quadratic(colored._candidates(t, factors, d), factors, "q").to_pandas().set_index("id")
+        rows += [centers[c] + directions * reach * rng.uniform(0.5, 1.6, (3000, 1))]
+        labels += [c] * (601 + 3000)
+    x = np.vstack(rows)
+    df = pd.DataFrame(x, columns=[f"x{j}" for j in range(d)]).assign(label=labels, id=np.arange(len(x)))
+    t = colored._with_radius(ibis.memtable(df), centres)
+    every = colored._quadratic(clustering.centred_shifts(t, centers, counts), factors, "q")
+    q = every.to_pandas().set_index("id").q.sort_index()
+    candidates = colored._candidates(t, factors, centres, centers, counts)
+    kept = colored._quadratic(candidates, factors, "q").to_pandas().set_index("id")
     assert set(q.index[q > near]) <= set(kept.index)
     assert np.array_equal(kept.q.to_numpy(), q[kept.index].to_numpy())  # the same values, bit for bit
-    boundary = q[np.isin(q.index, np.flatnonzero(np.arange(len(u)) % 3601 < 601))]
+    boundary = q[np.arange(len(x)) % 3601 < 601]
     assert (boundary > near).sum() > 100 and (boundary <= near).sum() > 100  # rows on both sides
-    in_full_rank = np.asarray(labels) < 2
-    assert set(np.flatnonzero(~in_full_rank)) <= set(kept.index)  # rank-deficient: every row
-    assert len(kept) < 0.9 * len(u)  # the bound skips rows of the full-rank clusters
+    assert set(np.flatnonzero(np.asarray(labels) == 2)) <= set(kept.index)  # rank-deficient: every row
+    assert len(kept) < 0.9 * len(x)  # the bound skips rows of the full-rank clusters
     # the crafted rows sit on the bound: a cut 1e-12 too high would lose rows above NEAR
     monkeypatch.setattr(colored, "BOUND_MARGIN", -1e-12)
-    tight = colored._candidates(t, factors, d).to_pandas()
+    tight = colored._candidates(t, factors, centres, centers, counts).to_pandas()
     assert not set(q.index[q > near]) <= set(tight.id)
 
 
@@ -412,8 +418,8 @@ def test_the_bound_and_the_cache_leave_the_colored_release_unchanged(tmp_path: P
         found.append(rows.drop("rank").to_pandas().sort_values(["label", "score", "x0", "x1", "x2"]))
         return rows
 
-    def unfiltered(t, factors, d):
-        return t.mutate(norm2=features.total([t[f"u{j}"] * t[f"u{j}"] for j in range(d)]))
+    def unfiltered(rows, factors, centres, centers, counts):
+        return clustering.centred_shifts(rows, centers, counts)
 
     def counted(pick, counts):
         def scoring(*args):

@@ -31,6 +31,7 @@ rows the certificates name):
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -49,7 +50,14 @@ from dpcore.kmeans.covariance import (
 )
 from dpcore.kmeans.registry import check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.clustering import SAMPLE_ROWS, Shifts, clustered_shifts, joined, local_output
+from dpcore.outofcore.clustering import (
+    SAMPLE_ROWS,
+    Shifts,
+    centred_shifts,
+    clustered_shifts,
+    joined,
+    local_output,
+)
 from dpcore.outofcore.features import CACHE_LIMIT, TableFeatures, cached, const, total
 from dpcore.registry import MechanismOutput
 
@@ -104,35 +112,53 @@ def _quadratic(t: ir.Table, factors: list[NDArray], name: str) -> ir.Table:
     return t.mutate(**{name: total([t[p] * t[p] for p in proj])}).drop(*proj)
 
 
-def _candidates(t: ir.Table, factors: list[NDArray], d: int) -> ir.Table:
-    """The rows of ``t`` (with norm2 = ||u||^2) a certificate pass must score: in a cluster whose factor
-    F_k has full rank d, those with ||u||^2 > NEAR / (s_k^2 (1 + BOUND_MARGIN)), s_k = ||F_k||_2; in a
-    cluster of lower rank, every row (the part of u outside the span needs every row).
+def _with_radius(t: ir.Table, centres: NDArray) -> ir.Table:
+    """The labelled rows ``t`` with r2 = ||x - m_label||^2, m the clustering's centres (K, d)."""
+    d = centres.shape[1]
+    t = joined(t, {f"m{j}": centres[:, j] for j in range(d)})
+    diff = [t[f"x{j}"] - t[f"m{j}"] for j in range(d)]
+    return t.mutate(r2=total([v * v for v in diff])).drop(*[f"m{j}" for j in range(d)])
 
-    Exactly, q = ||u' F_k||^2 <= s_k^2 ||u||^2. With rounding (unit u = 2^-53, g_n = n u / (1 - n u); the
-    engine's u columns are the inputs of both sums): the computed norm2 >= (1 - g_d) ||u||^2 (a sum of
-    squares); each computed projection p_c is within g_d ||u|| ||F_c|| of the exact one (Cauchy-Schwarz),
-    so sqrt(sum_c p_c^2) <= ||u|| (s_k + g_d ||F_k||_F) <= ||u|| s_k (1 + g_d sqrt(d)), and the computed
-    q <= (1 + g_{d+1}) (1 + g_d sqrt(d))^2 s_k^2 ||u||^2 <= (1 + 1e-9) s_k^2 norm2 for d < 10^4. numpy's
-    s_k (an SVD, backward stable) is within a relative 1e-9 of the exact one for such d as well, so a
-    row left out (norm2 <= the cut) has a computed q <= NEAR: it is neither near-binding nor violating
-    (NEAR < 1 <= 1 + tol / 2), and the pass returns the same rows as one scoring every row."""
-    cut = [
-        NEAR / (np.linalg.norm(f, 2) ** 2 * (1.0 + BOUND_MARGIN)) if f.shape[1] == d else -1.0
-        for f in factors
-    ]
-    t = joined(t.mutate(norm2=total([t[f"u{j}"] * t[f"u{j}"] for j in range(d)])), {"cut": np.array(cut)})
-    return t.filter(t.norm2 > t.cut).drop("cut")
+
+def _candidates(
+    rows: ir.Table, factors: list[NDArray], centres: NDArray, centers: NDArray, counts: NDArray
+) -> ir.Table:
+    """The labelled rows (with r2, :func:`_with_radius`) a certificate pass must score, with their shifts
+    u: in a cluster whose factor F_k (Sigma_k^+ = F_k F_k') has full rank d, those with r2 > rho_k^2 /
+    (1 + M), rho_k = sqrt(NEAR / (1 + M)) (n_k - 1) / s_k - (1 + M) g_k, s_k = ||F_k||_2, g_k = ||m_k -
+    c_k||, M = BOUND_MARGIN (all rows when rho_k <= 0); in a cluster of lower rank every row (the part of u
+    outside the span needs every row). Only r2 and the label are read to leave a row out.
+
+    Exactly, q = ||u' F_k||^2 <= s_k^2 ||u||^2 and ||u|| (n_k - 1) = ||x - c_k|| <= ||x - m_k|| + g_k. With
+    rounding (unit e = 2^-53; the engine's u columns are the inputs of the form): each computed projection
+    p_c is within d e ||u|| ||F_c|| of the exact one (Cauchy-Schwarz), so the computed q <= (1 + (d + 1)
+    e)(1 + d e sqrt(d))^2 s_k^2 ||u||^2; u_j is one subtraction and one division, so ||u|| <= (1 + 2e)
+    ||x - c_k|| / (n_k - 1); ||x - m_k||^2 <= r2 / ((1 - d e)(1 - e)^2) for the computed r2; numpy's s_k
+    (an SVD, backward stable) and g_k carry relative errors of a few d e. For d < 10^4 all these factors
+    are within 1 + 1e-9, far inside 1 + M, so r2 <= rho_k^2 / (1 + M) gives ||x - m_k|| <= (1 + 1e-9)
+    rho_k / sqrt(1 + M), ||x - c_k|| <= (1 + 1e-9) sqrt(NEAR) (n_k - 1) / (s_k (1 + M)) and a computed
+    q <= NEAR: the row is neither near-binding nor violating (NEAR < 1 <= 1 + tol / 2), and the pass
+    returns the same rows as one scoring every row."""
+    d = centres.shape[1]
+    cut = np.full(len(factors), -1.0)
+    for c, f in enumerate(factors):
+        if f.shape[1] == d:
+            gap = float(np.linalg.norm(centres[c] - centers[c]))
+            rho = math.sqrt(NEAR / (1.0 + BOUND_MARGIN)) * (counts[c] - 1.0) / np.linalg.norm(f, 2)
+            rho -= (1.0 + BOUND_MARGIN) * gap
+            cut[c] = rho * rho / (1.0 + BOUND_MARGIN) if rho > 0 else -1.0
+    t = joined(rows, {"cut": cut})
+    return centred_shifts(t.filter(t.r2 > t.cut).drop("cut"), centers, counts)
 
 
 def _certified(
-    shifts: Shifts, tol: float, max_certificates: int
+    shifts: Shifts, rows: ir.Table, tol: float, max_certificates: int
 ) -> tuple[list[NDArray], list[NDArray], list[float], int]:
-    """The solver and its certificate passes (module docstring, 2.) on the clustering's rows: per cluster
-    the basis of Sigma_k, its eigenvalues scaled to hold on every row, the solver's lower bound; and the
-    number of passes (the moments pass included)."""
+    """The solver and its certificate passes (module docstring, 2.) over the labelled ``rows`` (with r2)
+    of the clustering ``shifts``: per cluster the basis of Sigma_k, its eigenvalues scaled to hold on every
+    row, the solver's lower bound; and the number of passes (the moments pass included)."""
     timings, m_centres, sample = shifts.timings, shifts.centres, shifts.sample
-    t, n, centers = shifts.rows, shifts.counts, shifts.centers
+    n, centers = shifts.counts, shifts.centers
     k, d = m_centres.shape
     xs = [f"x{j}" for j in range(d)]
     passes = 1
@@ -150,10 +176,11 @@ def _certified(
             sols = [solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
         timings["solver"] = timings.get("solver", 0.0) + time.perf_counter() - mark
         factors = [s.basis / np.sqrt(s.eigenvalues) if s.eigenvalues.size else s.basis for s in sols]
-        c_t = _quadratic(_candidates(t, factors, d), factors, "q")
+        c_t = _quadratic(_candidates(rows, factors, m_centres, centers, n), factors, "q")
         outside: ir.BooleanValue = ibis.literal(False)
         if any(s.basis.shape[1] < d for s in sols):  # a row outside span(Sigma_k) has no noise at all
             c_t = _quadratic(c_t, [s.basis for s in sols], "inside")
+            c_t = c_t.mutate(norm2=total([c_t[f"u{j}"] * c_t[f"u{j}"] for j in range(d)]))
             outside = c_t.norm2 - c_t.inside > 1e-9 * c_t.norm2  # ||u||^2 - ||B'u||^2, B orthonormal
         c_t = c_t.mutate(outside=outside)
         c_t = c_t.mutate(bad=c_t.outside | (c_t.q > 1.0 + tol / 2))
@@ -209,11 +236,18 @@ def colored_release(
     gamma = noise_gamma(epsilon, delta, calibration)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        # the labelled rows cached once when they fit (the moments pass builds it): every pass reads them
+        # the labelled rows with r2, cached once when they fit (the moments pass builds the cache): every
+        # pass reads them
         fits = int(features.table.count().execute()) * features.n_features * 8 <= CACHE_LIMIT
-        keep = (lambda rows: stack.enter_context(cached(rows))) if fits else None
+        kept: list[ir.Table] = []
+
+        def keep(t: ir.Table, centres: NDArray) -> ir.Table:
+            t = _with_radius(t, centres)
+            kept.append(stack.enter_context(cached(t)) if fits else t)
+            return kept[0]
+
         shifts = clustered_shifts(features, n_clusters, sampler, sample_rows, keep)
-        bases, eigs, lowers, passes = _certified(shifts, tol, max_certificates)
+        bases, eigs, lowers, passes = _certified(shifts, kept[0], tol, max_certificates)
     timings, m_centres, centers, n = shifts.timings, shifts.centres, shifts.centers, shifts.counts
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
