@@ -390,7 +390,7 @@ def test_a_certificate_pass_keeps_every_row_whose_quadratic_form_is_above_near(m
     t = colored._with_radius(ibis.memtable(df), centres)
     every = colored._quadratic(clustering.centred_shifts(t, centers, counts), factors, "q")
     q = every.to_pandas().set_index("id").q.sort_index()
-    candidates = colored._candidates(t, factors, centres, centers, counts)
+    candidates = colored._candidates(t, colored._cuts(factors, centres, centers, counts), centers, counts)
     kept = colored._quadratic(candidates, factors, "q").to_pandas().set_index("id")
     assert set(q.index[q > near]) <= set(kept.index)
     assert np.array_equal(kept.q.to_numpy(), q[kept.index].to_numpy())  # the same values, bit for bit
@@ -400,16 +400,17 @@ def test_a_certificate_pass_keeps_every_row_whose_quadratic_form_is_above_near(m
     assert len(kept) < 0.9 * len(x)  # the bound skips rows of the full-rank clusters
     # the crafted rows sit on the bound: a cut 1e-12 too high would lose rows above NEAR
     monkeypatch.setattr(colored, "BOUND_MARGIN", -1e-12)
-    tight = colored._candidates(t, factors, centres, centers, counts).to_pandas()
+    tight = colored._candidates(t, colored._cuts(factors, centres, centers, counts), centers, counts)
+    tight = tight.to_pandas()
     assert not set(q.index[q > near]) <= set(tight.id)
 
 
-def test_the_bound_and_the_cache_leave_the_colored_release_unchanged(tmp_path: Path, monkeypatch) -> None:
-    """The same rows come back from every certificate pass, hence the same covariance, with and without
-    the bound's filter, and with the labelled rows cached or read from the Parquet file each pass (the
-    cache is dropped afterwards); every row's constraint holds."""
+def test_the_bound_and_the_outer_rows_leave_the_colored_release_unchanged(tmp_path: Path, monkeypatch):
+    """The same rows come back from every certificate pass, hence the same covariance, whether the passes
+    score the cached outer rows under the bound (as released), every row (no bound), or the table's rows
+    under the bound (a floor no cut reaches); the cache is dropped; every row's constraint holds."""
     feat, inputs = colored_case(tmp_path)
-    top_rows, candidates = colored._top_rows, colored._candidates
+    top_rows, candidates, cuts = colored._top_rows, colored._candidates, colored._cuts
     found: list[pd.DataFrame] = []
     scored: list[int] = []
 
@@ -418,37 +419,36 @@ def test_the_bound_and_the_cache_leave_the_colored_release_unchanged(tmp_path: P
         found.append(rows.drop("rank").to_pandas().sort_values(["label", "score", "x0", "x1", "x2"]))
         return rows
 
-    def unfiltered(rows, factors, centres, centers, counts):
-        return clustering.centred_shifts(rows, centers, counts)
-
-    def counted(pick, counts):
-        def scoring(*args):
-            rows = pick(*args)
-            counts.append(int(rows.count().execute()))
-            return rows
-
-        return scoring
+    def counted(*args):
+        rows = candidates(*args)
+        scored.append(int(rows.count().execute()))
+        return rows
 
     monkeypatch.setattr(colored, "_top_rows", spy_top)
+    monkeypatch.setattr(colored, "_candidates", counted)
     runs = {}
-    for case, pick, limit in [
-        ("filtered", candidates, features.CACHE_LIMIT),
-        ("unfiltered", unfiltered, features.CACHE_LIMIT),
-        ("uncached", candidates, 0),
+    for case, cut, loose in [
+        ("outer rows", cuts, colored.LOOSE),
+        ("every row", lambda factors, *a: np.full(len(factors), -1.0), colored.LOOSE),
+        ("table rows", cuts, 1e300),
     ]:
-        monkeypatch.setattr(colored, "CACHE_LIMIT", limit)
-        monkeypatch.setattr(colored, "_candidates", counted(pick, scored))
+        monkeypatch.setattr(colored, "_cuts", cut)
+        monkeypatch.setattr(colored, "LOOSE", loose)
         run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4), sample_rows=40)
         runs[case] = run
         assert temp_tables(feat.table.get_backend()) == []
-    passes = runs["filtered"].passes - 1
+    passes = runs["outer rows"].passes - 1
     assert passes >= 2 and all(run.passes - 1 == passes for run in runs.values())
     for a, b, c in zip(found[:passes], found[passes : 2 * passes], found[2 * passes :], strict=True):
         assert a.to_numpy().tolist() == b.to_numpy().tolist() == c.to_numpy().tolist()
-    assert max(scored[:passes]) < len(inputs.X) == scored[passes]  # the bound skipped rows
+    # per pass the cached rows are counted when built, then the rows scored
+    per_run = [scored[i : i + passes + 1] for i in range(0, len(scored), passes + 1)]
+    outer, every, table_rows = per_run
+    assert every == [len(inputs.X)] * (passes + 1) and table_rows[0] == 0  # the floor keeps nothing
+    assert max(outer[1:]) < outer[0] < len(inputs.X) and table_rows[1:] == outer[1:]
     for run in runs.values():
         for name in ("centers", "counts", "bases", "unit_eigenvalues"):
-            a, b = getattr(run.covariance, name), getattr(runs["filtered"].covariance, name)
+            a, b = getattr(run.covariance, name), getattr(runs["outer rows"].covariance, name)
             assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
         labels = nearest_sets(inputs.X, run.centres[None])[0][0]
         assert run.covariance.max_constraint(inputs.X, labels) <= 1.0

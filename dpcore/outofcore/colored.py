@@ -12,17 +12,16 @@ rows the certificates name):
 0. clustering: k-means on a Bernoulli sample of about ``sample_rows`` rows (public centres m_k), the
    rows whose salted key of their own values falls below the sampling fraction (the same in every engine);
 1. assignment and moments: each row to its nearest m_k; per cluster n_k, sum x, min and max per
-   feature, giving the true centroids c_k (exact where a feature is constant in the cluster). The
-   labelled rows are cached by the engine on the way when they fit ``CACHE_LIMIT`` (spilling beyond its
-   memory cap), so this pass and the certificate passes read them rather than the source;
+   feature, giving the true centroids c_k (exact where a feature is constant in the cluster);
 2. certificates: the exact solver of ``dpcore.kmeans.covariance`` runs in memory on the sample's rows of
-   each cluster (as u_p with the table's c_k and n_k); one pass computes every row's u_p' Sigma_k^+ u_p
+   each cluster (as u_p with the table's c_k and n_k); a pass computes every row's u_p' Sigma_k^+ u_p
    (and, when Sigma_k has rank < d, the part of u_p outside its span) and returns the rows above
    1 + tol / 2 and the near-binding ones above ``NEAR`` (at most ``ADDED`` per cluster, largest first,
-   so each cluster's largest value is among them; in a full-rank cluster the form is only evaluated
-   where the bound ||F_k||_2^2 ||u_p||^2, Sigma_k^+ = F_k F_k', allows more than ``NEAR``:
-   :func:`_candidates`); if any is above, they join the solver's rows and
-   the solver runs again (at most ``max_certificates`` passes). The final
+   so each cluster's largest value is among them); if any is above, they join the solver's rows and
+   the solver runs again (at most ``max_certificates`` passes). In a full-rank cluster a row is only
+   scored where the bound ||F_k||_2^2 (||x_p - m_k|| + ||m_k - c_k||)^2 / (n_k - 1)^2, Sigma_k^+ =
+   F_k F_k', exceeds ``NEAR`` (:func:`_cuts`): the first pass reads the table once to cache the rows
+   near that cut (the engine spills beyond its memory cap), the later ones read only those. The final
    Sigma_k is scaled by the largest constraint value over ALL rows (times the solver's rounding margin),
    so every row's constraint holds whatever rows the solver saw; the solver's dual weights on its rows
    give the lower bound, hence the reported optimality gap.
@@ -58,7 +57,7 @@ from dpcore.outofcore.clustering import (
     joined,
     local_output,
 )
-from dpcore.outofcore.features import CACHE_LIMIT, TableFeatures, cached, const, total
+from dpcore.outofcore.features import TableFeatures, cached, const, total
 from dpcore.registry import MechanismOutput
 
 KEY = "colored"
@@ -66,6 +65,7 @@ ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
 NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
 BOUND_MARGIN = 1e-6  # relative rounding allowance of the bound that skips a row's quadratic form
+LOOSE = 0.9  # the first certificate pass caches the rows with r2 above this times its cuts
 
 
 @dataclass
@@ -120,14 +120,12 @@ def _with_radius(t: ir.Table, centres: NDArray) -> ir.Table:
     return t.mutate(r2=total([v * v for v in diff])).drop(*[f"m{j}" for j in range(d)])
 
 
-def _candidates(
-    rows: ir.Table, factors: list[NDArray], centres: NDArray, centers: NDArray, counts: NDArray
-) -> ir.Table:
-    """The labelled rows (with r2, :func:`_with_radius`) a certificate pass must score, with their shifts
-    u: in a cluster whose factor F_k (Sigma_k^+ = F_k F_k') has full rank d, those with r2 > rho_k^2 /
+def _cuts(factors: list[NDArray], centres: NDArray, centers: NDArray, counts: NDArray) -> NDArray:
+    """Per cluster the r2 (:func:`_with_radius`) a row needs for a certificate pass to score it: in a
+    cluster whose factor F_k (Sigma_k^+ = F_k F_k') has full rank d, a row is scored when r2 > rho_k^2 /
     (1 + M), rho_k = sqrt(NEAR / (1 + M)) (n_k - 1) / s_k - (1 + M) g_k, s_k = ||F_k||_2, g_k = ||m_k -
-    c_k||, M = BOUND_MARGIN (all rows when rho_k <= 0); in a cluster of lower rank every row (the part of u
-    outside the span needs every row). Only r2 and the label are read to leave a row out.
+    c_k||, M = BOUND_MARGIN (every row when rho_k <= 0: the cut is -1); in a cluster of lower rank every
+    row (the part of u outside the span needs every row). Only r2 and the label are read to leave a row out.
 
     Exactly, q = ||u' F_k||^2 <= s_k^2 ||u||^2 and ||u|| (n_k - 1) = ||x - c_k|| <= ||x - m_k|| + g_k. With
     rounding (unit e = 2^-53; the engine's u columns are the inputs of the form): each computed projection
@@ -147,20 +145,29 @@ def _candidates(
             rho = math.sqrt(NEAR / (1.0 + BOUND_MARGIN)) * (counts[c] - 1.0) / np.linalg.norm(f, 2)
             rho -= (1.0 + BOUND_MARGIN) * gap
             cut[c] = rho * rho / (1.0 + BOUND_MARGIN) if rho > 0 else -1.0
+    return cut
+
+
+def _candidates(rows: ir.Table, cut: NDArray, centers: NDArray, counts: NDArray) -> ir.Table:
+    """The labelled ``rows`` with r2 above their cluster's ``cut`` (:func:`_cuts`), with their shifts u."""
     t = joined(rows, {"cut": cut})
     return centred_shifts(t.filter(t.r2 > t.cut).drop("cut"), centers, counts)
 
 
 def _certified(
-    shifts: Shifts, rows: ir.Table, tol: float, max_certificates: int
+    shifts: Shifts, rows: ir.Table, tol: float, max_certificates: int, stack: contextlib.ExitStack
 ) -> tuple[list[NDArray], list[NDArray], list[float], int]:
     """The solver and its certificate passes (module docstring, 2.) over the labelled ``rows`` (with r2)
     of the clustering ``shifts``: per cluster the basis of Sigma_k, its eigenvalues scaled to hold on every
-    row, the solver's lower bound; and the number of passes (the moments pass included)."""
+    row, the solver's lower bound; and the number of passes (the moments pass included).
+
+    The first pass caches the outer rows, r2 above ``LOOSE`` times its cuts (the floor; kept in ``stack``),
+    and scores them; a later pass scores them again when its own cuts are at or above the floor (the rows
+    left out cannot be scored then), otherwise the table's rows."""
     timings, m_centres, sample = shifts.timings, shifts.centres, shifts.sample
     n, centers = shifts.counts, shifts.centers
     k, d = m_centres.shape
-    xs = [f"x{j}" for j in range(d)]
+    xs, us = [f"x{j}" for j in range(d)], [f"u{j}" for j in range(d)]
     passes = 1
 
     # the exact solver starts on the sample's rows of each cluster; certificate passes add the table's
@@ -176,7 +183,15 @@ def _certified(
             sols = [solve_cluster((pool[c] - centers[c]) / (n[c] - 1), tol) for c in range(k)]
         timings["solver"] = timings.get("solver", 0.0) + time.perf_counter() - mark
         factors = [s.basis / np.sqrt(s.eigenvalues) if s.eigenvalues.size else s.basis for s in sols]
-        c_t = _quadratic(_candidates(rows, factors, m_centres, centers, n), factors, "q")
+        cut = _cuts(factors, m_centres, centers, n)
+        if attempt == 1:
+            mark = time.perf_counter()
+            floor = np.where(cut > 0, LOOSE * cut, -1.0)
+            outer = stack.enter_context(cached(_candidates(rows, floor, centers, n).drop(*us)))
+            outer.count().execute()  # built now: timed apart from the certificates
+            timings["outer rows"] = time.perf_counter() - mark
+        scope = outer if np.all(cut >= floor) else rows
+        c_t = _quadratic(_candidates(scope, cut, centers, n), factors, "q")
         outside: ir.BooleanValue = ibis.literal(False)
         if any(s.basis.shape[1] < d for s in sols):  # a row outside span(Sigma_k) has no noise at all
             c_t = _quadratic(c_t, [s.basis for s in sols], "inside")
@@ -236,18 +251,14 @@ def colored_release(
     gamma = noise_gamma(epsilon, delta, calibration)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        # the labelled rows with r2, cached once when they fit (the moments pass builds the cache): every
-        # pass reads them
-        fits = int(features.table.count().execute()) * features.n_features * 8 <= CACHE_LIMIT
-        kept: list[ir.Table] = []
+        kept: list[ir.Table] = []  # the labelled rows with r2 (pruned by the moments pass, which sums x)
 
         def keep(t: ir.Table, centres: NDArray) -> ir.Table:
-            t = _with_radius(t, centres)
-            kept.append(stack.enter_context(cached(t)) if fits else t)
+            kept.append(_with_radius(t, centres))
             return kept[0]
 
         shifts = clustered_shifts(features, n_clusters, sampler, sample_rows, keep)
-        bases, eigs, lowers, passes = _certified(shifts, kept[0], tol, max_certificates)
+        bases, eigs, lowers, passes = _certified(shifts, kept[0], tol, max_certificates, stack)
     timings, m_centres, centers, n = shifts.timings, shifts.centres, shifts.centers, shifts.counts
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
