@@ -11,7 +11,6 @@ mechanisms' passes read (:func:`clustered_shifts`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,22 +46,15 @@ class Shifts:
 
 
 def clustered_shifts(
-    features: TableFeatures,
-    k: int,
-    sampler: Sampler,
-    sample_rows: int = SAMPLE_ROWS,
-    keep: Callable[[ir.Table, NDArray], ir.Table] | None = None,
+    features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
 ) -> Shifts:
     """The clustering (:func:`sample_centres`), one pass of :func:`moments` under it, and the shifts: c_k =
-    sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p are 0.
-    ``keep(rows, centres)`` (e.g. a cache) is applied to the labelled rows before the moments pass, which
-    then reads it."""
+    sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p are 0."""
     start = time.perf_counter()
     centres, sample = sample_centres(features, k, sampler, sample_rows)
     timings = {"clustering": time.perf_counter() - start}
     d = centres.shape[1]
     t = labelled(features, centres)
-    t = keep(t, centres) if keep is not None else t
     mom = moments(t, k, d)
     timings["moments"] = time.perf_counter() - start - timings["clustering"]
     n = mom["n"]

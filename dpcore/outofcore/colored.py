@@ -55,6 +55,7 @@ from dpcore.outofcore.clustering import (
     centred_shifts,
     clustered_shifts,
     joined,
+    labelled,
     local_output,
 )
 from dpcore.outofcore.features import TableFeatures, cached, const, total
@@ -251,14 +252,9 @@ def colored_release(
     gamma = noise_gamma(epsilon, delta, calibration)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        kept: list[ir.Table] = []  # the labelled rows with r2 (pruned by the moments pass, which sums x)
-
-        def keep(t: ir.Table, centres: NDArray) -> ir.Table:
-            kept.append(_with_radius(t, centres))
-            return kept[0]
-
-        shifts = clustered_shifts(features, n_clusters, sampler, sample_rows, keep)
-        bases, eigs, lowers, passes = _certified(shifts, kept[0], tol, max_certificates, stack)
+        shifts = clustered_shifts(features, n_clusters, sampler, sample_rows)
+        rows = _with_radius(labelled(features, shifts.centres), shifts.centres)
+        bases, eigs, lowers, passes = _certified(shifts, rows, tol, max_certificates, stack)
     timings, m_centres, centers, n = shifts.timings, shifts.centres, shifts.centers, shifts.counts
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)

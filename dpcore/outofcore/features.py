@@ -143,6 +143,8 @@ def cached(table: ir.Table, memory_limit: int = MEMORY_LIMIT) -> Iterator[ir.Tab
     at most ``memory_limit`` bytes (unless its user set a limit) and spills the rest to its
     ``temp_directory``, so memory stays bounded whatever the table's size."""
     with _duckdb_memory(table.get_backend(), memory_limit):
+        # Ibis 12's PySpark cache compiles the expression without registering its in-memory tables
+        table.get_backend()._run_pre_execute_hooks(table)  # type: ignore[attr-defined]
         kept = table.cache()
         try:
             yield kept
