@@ -410,7 +410,7 @@ def test_the_bound_and_the_outer_rows_leave_the_colored_release_unchanged(tmp_pa
     score the cached outer rows under the bound (as released), every row (no bound), or the table's rows
     under the bound (a floor no cut reaches); the cache is dropped; every row's constraint holds."""
     feat, inputs = colored_case(tmp_path)
-    top_rows, candidates, cuts = colored._top_rows, colored._candidates, colored._cuts
+    top_rows, above, cuts = colored._top_rows, colored._above, colored._cuts
     found: list[pd.DataFrame] = []
     scored: list[int] = []
 
@@ -420,12 +420,12 @@ def test_the_bound_and_the_outer_rows_leave_the_colored_release_unchanged(tmp_pa
         return rows
 
     def counted(*args):
-        rows = candidates(*args)
+        rows = above(*args)
         scored.append(int(rows.count().execute()))
         return rows
 
     monkeypatch.setattr(colored, "_top_rows", spy_top)
-    monkeypatch.setattr(colored, "_candidates", counted)
+    monkeypatch.setattr(colored, "_above", counted)
     runs = {}
     for case, cut, loose in [
         ("outer rows", cuts, colored.LOOSE),

@@ -149,10 +149,15 @@ def _cuts(factors: list[NDArray], centres: NDArray, centers: NDArray, counts: ND
     return cut
 
 
+def _above(rows: ir.Table, cut: NDArray) -> ir.Table:
+    """The labelled ``rows`` with r2 above their cluster's ``cut`` (:func:`_cuts`)."""
+    t = joined(rows, {"cut": cut})
+    return t.filter(t.r2 > t.cut).drop("cut")
+
+
 def _candidates(rows: ir.Table, cut: NDArray, centers: NDArray, counts: NDArray) -> ir.Table:
     """The labelled ``rows`` with r2 above their cluster's ``cut`` (:func:`_cuts`), with their shifts u."""
-    t = joined(rows, {"cut": cut})
-    return centred_shifts(t.filter(t.r2 > t.cut).drop("cut"), centers, counts)
+    return centred_shifts(_above(rows, cut), centers, counts)
 
 
 def _certified(
@@ -168,7 +173,7 @@ def _certified(
     timings, m_centres, sample = shifts.timings, shifts.centres, shifts.sample
     n, centers = shifts.counts, shifts.centers
     k, d = m_centres.shape
-    xs, us = [f"x{j}" for j in range(d)], [f"u{j}" for j in range(d)]
+    xs = [f"x{j}" for j in range(d)]
     passes = 1
 
     # the exact solver starts on the sample's rows of each cluster; certificate passes add the table's
@@ -188,7 +193,7 @@ def _certified(
         if attempt == 1:
             mark = time.perf_counter()
             floor = np.where(cut > 0, LOOSE * cut, -1.0)
-            outer = stack.enter_context(cached(_candidates(rows, floor, centers, n).drop(*us)))
+            outer = stack.enter_context(cached(_above(rows, floor)))
             outer.count().execute()  # built now: timed apart from the certificates
             timings["outer rows"] = time.perf_counter() - mark
         scope = outer if np.all(cut >= floor) else rows
