@@ -11,8 +11,8 @@ temporary folder unless --dir), then measures in one process:
   temporary table (DuckDB's memory capped at ``features.MEMORY_LIMIT`` meanwhile, the rest spilled to
   disk), n its COUNT, then T passes of per-cluster counts and sums over it; noise in Python;
 * a colored release (``dpcore.outofcore.colored``): the clustering (k-means on a uniform sample of the
-  rows), then its passes over the Parquet file (assignment with per-cluster moments, candidate rows,
-  certificate passes).
+  rows), then its passes over the Parquet file (assignment with per-cluster moments; one pass caching
+  the rows a norm bound cannot clear; certificate passes over that cache).
 
 Then, on a separate 1M-row table (``--spark-rows``), the same two releases with the same demo seed on DuckDB
 and on Spark local[2], printing the largest difference of a released value.
