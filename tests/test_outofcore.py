@@ -313,6 +313,15 @@ def test_a_cache_spills_to_the_temporary_folder_not_the_working_folder(data, tmp
     assert setting() == ".tmp" and not (tmp_path / ".tmp").exists()
 
 
+def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() -> None:
+    """Every spill of a batch job's DuckDB (a cache, a window sort of the per-user cap) goes to
+    ``SPILL_FOLDER``; DuckDB's own default is ``.tmp`` in the working directory."""
+    from dpcore.outofcore.source import connect
+
+    setting = connect("duckdb").raw_sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    assert setting == str(features.SPILL_FOLDER)
+
+
 def test_cached_and_source_passes_give_the_same_n_and_statistics(data) -> None:
     df, path = data
     feat = duckdb_features(path)

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from dpcore.data.fingerprint import FingerprintStream
 from dpcore.data.sources import PARQUET_SUFFIXES, TEXT_SUFFIXES, DatabaseQuery, DatabaseTable, sql_chunks
 from dpcore.errors import DataError, ParameterError
+from dpcore.outofcore.features import SPILL_FOLDER
 
 Engine = Literal["duckdb", "spark"]
 ENGINES: tuple[str, ...] = ("duckdb", "spark")
@@ -55,9 +56,10 @@ def spark_session(master: str | None = None) -> Any:
 
 
 def connect(engine: Engine = "duckdb", spark: Any = None) -> Any:
-    """An Ibis backend: an in-process DuckDB, or PySpark on ``spark`` (default :func:`spark_session`)."""
-    if engine == "duckdb":
-        return ibis.duckdb.connect()
+    """An Ibis backend: an in-process DuckDB spilling to :data:`~dpcore.outofcore.features.SPILL_FOLDER`,
+    or PySpark on ``spark`` (default :func:`spark_session`)."""
+    if engine == "duckdb":  # spills (window sorts, caches) go to the system's temporary folder
+        return ibis.duckdb.connect(temp_directory=str(SPILL_FOLDER))
     if engine == "spark":
         session = spark if spark is not None else spark_session()
         con = ibis.pyspark.connect(session)
