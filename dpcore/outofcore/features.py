@@ -59,6 +59,16 @@ def const(value: float) -> ir.FloatingValue:
     return ibis.literal(repr(float(value))).cast("float64")
 
 
+def require_columns(table: ir.Table, names: Sequence[str]) -> None:
+    """DataError naming the ``names`` that ``table`` lacks: the plan was made on another table."""
+    missing = [n for n in names if n not in table.columns]
+    if missing:
+        raise DataError(
+            f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a table "
+            "with them. Point --source at the same table."
+        )
+
+
 def nearest_label(t: ir.Table, centres: NDArray) -> ir.Table:
     """``t`` (columns x0..x{d-1}) with ``label``, the index of the nearest of the K centres (K, d) (ties to
     the lowest index), by the expansion of ||x - c_k||^2 that the in-memory ``dpcore.metrics.nearest_sets``
@@ -187,12 +197,7 @@ class TableFeatures:
         names = tuple(self.feature_names)
         if not names or len(set(names)) != len(names):
             raise ParameterError("Name at least one feature, each once.")
-        missing = [n for n in names if n not in self.table.columns]
-        if missing:
-            raise DataError(
-                f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a "
-                "table with these features. Point --source at the same table."
-            )
+        require_columns(self.table, names)
         schema = self.table.schema()
         bad = [n for n in names if not (schema[n].is_numeric() or schema[n].is_boolean())]
         if bad:

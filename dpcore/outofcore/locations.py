@@ -34,7 +34,7 @@ from dpcore.location.geometry import Region
 from dpcore.location.grids import grid_edges
 from dpcore.location.registry import Counted
 from dpcore.mechanisms import Sampler
-from dpcore.outofcore.features import const
+from dpcore.outofcore.features import const, require_columns
 
 #: Location mechanisms whose passes run out of core.
 GRID_KEYS = ("uniform_grid", "adaptive_grid")
@@ -116,13 +116,7 @@ class TableLocations:
             raise ParameterError(
                 "a location release needs a public region: pass region=Region(lat_min, ...)."
             )
-        named = [self.lat_column, self.lon_column, *([self.user_column] if self.user_column else [])]
-        missing = [c for c in named if c not in self.table.columns]
-        if missing:
-            raise DataError(
-                f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a table "
-                "with them. Point --source at the same table."
-            )
+        require_columns(self.table, [self.lat_column, self.lon_column, *filter(None, [self.user_column])])
         schema = self.table.schema()
         bad = [c for c in (self.lat_column, self.lon_column) if not schema[c].is_numeric()]
         if bad:

@@ -23,7 +23,7 @@ from dpcore.errors import DataError, DPCoreError, ParameterError
 from dpcore.ledger import Ledger
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
-from dpcore.outofcore.features import SCALINGS, TableFeatures
+from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
 from dpcore.outofcore.locations import GRID_KEYS, TableLocations
 from dpcore.outofcore.source import Engine, open_source
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
@@ -85,9 +85,7 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
 
 def drop_missing(table: Any, dropped: list[str]) -> Any:
     """``table`` without the rows missing a value (null, or NaN in a float column) in ``dropped``."""
-    absent = [c for c in dropped if c not in table.columns]
-    if absent:
-        raise DataError(f"The plan drops rows missing {', '.join(map(repr, absent))}; the source lacks it.")
+    require_columns(table, dropped)
     keep = [table[c].notnull() for c in dropped]
     keep += [~table[c].isnan() for c in dropped if table.schema()[c].is_floating()]
     return table.filter(keep) if keep else table
