@@ -18,16 +18,13 @@ Peak = the process's maximum resident set size (generation included). The last l
 from __future__ import annotations
 
 import argparse
-import resource
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import ibis
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from scale_table import generated_table, one_scan, peak_gb, table_arguments, timed
 
 from dpcore.location.geometry import Region
 from dpcore.location.registry import LOCATIONS
@@ -51,29 +48,13 @@ def generate(path: Path, rows: int, seed: int = SEED) -> None:
             )
 
 
-def timed(fn, *args, **kw) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = fn(*args, **kw)
-    return time.perf_counter() - start, out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000_000)
-    ap.add_argument("--dir", type=Path, help="folder for the table (default: a temporary folder)")
-    ap.add_argument("--keep", action="store_true", help="keep the generated table")
+    table_arguments(ap)
     args = ap.parse_args()
-    folder = args.dir or Path(tempfile.mkdtemp(prefix="dpcore-bench-grids-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"grids-{args.rows}.parquet"
-    try:
-        if not path.exists():
-            t_gen, _ = timed(generate, path, args.rows)
-            print(f"generated {args.rows:,} locations in {t_gen:.1f} s: {path}")
+    with generated_table(args, f"grids-{args.rows}.parquet", generate) as path:
         table = ibis.duckdb.connect().read_parquet(str(path))
-        scan_expr = table.aggregate(a=table.lat.sum(), b=table.lon.sum(), c=table.user.sum())
-        scan = min(timed(scan_expr.execute)[0] for _ in range(3))
-        print(f"one full DuckDB scan (SUM of the three columns): {scan:.2f} s")
+        scan = one_scan(table)
         ratios: dict[tuple[str, str], float] = {}
         for who, column in (("per location", None), ("per user", "user")):
             t_valid, inputs = timed(TableLocations, table, "lat", "lon", column, REGION)
@@ -86,16 +67,10 @@ def main() -> None:
                 )
                 ratios[who, key] = t / scan
                 print(f"{who}: {spec.label}: {t:.2f} s = {t / scan:.2f} scans, {len(out.table):,} cells")
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        peak = peak_gb()
         loc = f"{ratios['per location', 'uniform_grid']:.2f} / {ratios['per location', 'adaptive_grid']:.2f}"
         usr = f"{ratios['per user', 'uniform_grid']:.2f} / {ratios['per user', 'adaptive_grid']:.2f}"
         print(f"grids {loc} scans per location, {usr} scans per user, peak {peak:.2f} GB")
-    finally:
-        if not args.keep:
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -25,16 +25,13 @@ The last line reads ``lloyd <x> scans T=<t>, colored <y> scans, peak <z> GB``.
 from __future__ import annotations
 
 import argparse
-import resource
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import ibis
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from scale_table import generated_table, one_scan, peak_gb, table_arguments, timed
 
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
@@ -55,12 +52,6 @@ def generate(path: Path, rows: int, seed: int = SEED) -> None:
             m = min(GROUP, rows - start)
             block = centres[rng.integers(0, K, m)] + rng.normal(0.0, 0.08, (m, D))
             writer.write_table(pa.table({n: block[:, j] for j, n in enumerate(names)}))
-
-
-def timed(fn, *args, **kw) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = fn(*args, **kw)
-    return time.perf_counter() - start, out
 
 
 def spark_check(folder: Path, rows: int, rounds: int) -> None:
@@ -96,26 +87,15 @@ def spark_check(folder: Path, rows: int, rounds: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000_000)
+    table_arguments(ap)
     ap.add_argument("--rounds", type=int, default=5, help="DP-Lloyd rounds T")
-    ap.add_argument("--dir", type=Path, help="folder for the table (default: a temporary folder)")
-    ap.add_argument("--keep", action="store_true", help="keep the generated table")
     ap.add_argument(
         "--spark-rows", type=int, default=1_000_000, help="rows of the Spark-vs-DuckDB check (0: skip it)"
     )
     args = ap.parse_args()
-    folder = args.dir or Path(tempfile.mkdtemp(prefix="dpcore-bench-scale-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"scale-{args.rows}x{D}.parquet"
-    try:
-        if not path.exists():
-            t_gen, _ = timed(generate, path, args.rows)
-            size = path.stat().st_size / 2**30
-            print(f"generated {args.rows:,} x {D} in {t_gen:.1f} s: {path} ({size:.2f} GB)")
+    with generated_table(args, f"scale-{args.rows}x{D}.parquet", generate) as path:
         table = ibis.duckdb.connect().read_parquet(str(path))
-        scan_expr = table.aggregate(**{f"s{j}": table[f"x{j}"].sum() for j in range(D)})
-        scan = min(timed(scan_expr.execute)[0] for _ in range(3))
-        print(f"one full DuckDB scan (SUM of every column): {scan:.2f} s")
+        scan = one_scan(table)
 
         bounds = {f"x{j}": (0.0, 1.0) for j in range(D)}
         feat = TableFeatures.from_bounds(table, bounds)
@@ -132,17 +112,11 @@ def main() -> None:
             f"colored release: clustering {t_cluster:.2f} s ({t_cluster / scan:.2f} scans), then "
             f"{passes:.2f} s = {passes / scan:.2f} scans in {out.passes} passes; gap {out.covariance.gap:.2e}"
         )
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (before Spark)
+        peak = peak_gb()  # before Spark
         if args.spark_rows:
-            spark_check(folder, args.spark_rows, args.rounds)
+            spark_check(path.parent, args.spark_rows, args.rounds)
         lloyd, colored = t_lloyd / scan, passes / scan
         print(f"lloyd {lloyd:.2f} scans T={args.rounds}, colored {colored:.2f} scans, peak {peak:.2f} GB")
-    finally:
-        if not args.keep:
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
