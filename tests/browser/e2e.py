@@ -133,6 +133,16 @@ def download(page: Page, name: str, scope: Locator | None = None) -> tuple[str, 
     return dl.suggested_filename, Path(path).read_bytes()
 
 
+def release_file_names(page: Page) -> list[str]:
+    """The file names on the shown release's download buttons, once its manifest button has rendered.
+
+    The "Released ..." message can render before the buttons, so read them only after the manifest's.
+    """
+    buttons = main(page).get_by_test_id("stDownloadButton")
+    expect(buttons.filter(has_text="-manifest.json")).to_be_visible()
+    return [t.replace("download", "").strip() for t in buttons.all_inner_texts()]
+
+
 def zip_members(content: bytes) -> dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(content)) as archive:
         return {n: archive.read(n) for n in archive.namelist()}

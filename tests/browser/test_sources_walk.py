@@ -27,6 +27,7 @@ from tests.browser.e2e import (
     go,
     main,
     multiselect,
+    release_file_names,
     select,
     set_budget,
     set_number,
@@ -114,9 +115,7 @@ def _prepare_and_release(page: Page, rows: int) -> dict:
     set_number(page, "K (number of clusters)", 3)
     click(page, "Release (spends ε = 1)")
     expect(body.get_by_text("Released DP-Lloyd (SuLQ) at ε = 1").first).to_be_visible()
-    expect(body.get_by_test_id("stDownloadButton").filter(has_text="-manifest.json")).to_be_visible()
-    buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
-    names = [n.replace("download", "").strip() for n in buttons]
+    names = release_file_names(page)
     (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
     return json.loads(download(page, manifest_name)[1])
 

@@ -28,6 +28,7 @@ from tests.browser.e2e import (
     download,
     go,
     main,
+    release_file_names,
     select,
     set_number,
 )
@@ -210,8 +211,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     release.click()
     wait_for_app(page)
     expect(body.get_by_text(f"Released {PLANAR} at level l = 1").first).to_be_visible()
-    buttons = body.get_by_test_id("stDownloadButton").all_inner_texts()
-    labels = [t.replace("download", "").strip() for t in buttons]
+    labels = release_file_names(page)
     [csv_name] = [n for n in labels if n.endswith(".csv")]
     [manifest_name] = [n for n in labels if n.endswith("-manifest.json")]
     assert not csv_name.startswith("DEMO-")
