@@ -52,6 +52,7 @@ __all__ = [
     "list_folder_files",
     "list_tables",
     "load_source",
+    "parquet_frames",
     "resolve_folder_file",
     "source_from_dict",
     "sql_chunks",
@@ -439,15 +440,38 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
         table = load_table(paths[0])
         return LoadedSource(table, fingerprint(table), len(table), False, None, what)
 
-    def chunks() -> Iterator[pd.DataFrame]:
-        try:
-            for path in paths:
-                for batch in parquet_batches(path, spec.label, BATCH_ROWS):
-                    yield batch.to_pandas().rename(columns=lambda c: str(c).strip())  # as load_table does
-        except (pa.ArrowException, OSError) as err:
-            raise DataError(f"'{spec.label}' could not be read ({_first_line(err)}).") from err
+    chunks = parquet_frames(paths, spec.label)
+    return _result(spec.label, *_pass(spec.label, chunks, total, max_rows, seed), seed, what)
 
-    return _result(spec.label, *_pass(spec.label, chunks(), total, max_rows, seed), seed, what)
+
+def _names(columns: Sequence[str], most: int = 8) -> str:
+    shown = ", ".join(columns[:most])
+    return f"{shown}, ... ({len(columns)} in all)" if len(columns) > most else shown
+
+
+def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
+    """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
+    ``batch_rows`` rows, column names stripped as ``load_table`` strips them; each batch is measured before
+    its text is expanded (:func:`~dpcore.data.io.parquet_batches`). ``DataError`` for an unreadable file,
+    a batch too large once decoded, or a file whose columns differ from the first file's."""
+    root = Path(os.path.commonpath([p.parent for p in paths])) if paths else Path()
+    first: tuple[Path, list[str]] | None = None
+    try:
+        for path in paths:
+            for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
+                frame = batch.to_pandas().rename(columns=lambda c: str(c).strip())
+                columns = [str(c) for c in frame.columns]
+                first = first or (path, columns)
+                if k == 0 and columns != first[1]:
+                    raise DataError(
+                        f"'{label}': {path.relative_to(root)} has the columns {_names(columns)} but "
+                        f"{first[0].relative_to(root)} has {_names(first[1])}; every file of a folder table "
+                        "must have the same columns in the same order. Move the odd file out of the folder, "
+                        "or write it again with the same columns."
+                    )
+                yield frame
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"'{label}' could not be read ({_first_line(err)}); export it again.") from err
 
 
 def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> LoadedSource:

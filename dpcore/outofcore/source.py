@@ -2,12 +2,14 @@
 
 Sources: a Parquet file, a folder of Parquet files (read in sorted path order), a CSV file, or a SQLAlchemy
 URL with a table name or one read-only SELECT. Parquet is fingerprinted in one streaming pass of record
-batches and read by the engine where it lies; a database table or SELECT is read once in chunks by the Data
-page's own reader (:func:`dpcore.data.sources.sql_chunks`: one read-only transaction, rows in the order of
-all their columns, a query checked by :func:`~dpcore.data.sources.validate_select`), fingerprinted on the
-way and staged as a Parquet file in a temporary folder; a CSV file is read by the Data page's own reader
-(``dpcore.data.load_table``: same delimiter, encoding and type inference, so the same fingerprint), whole.
-The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page would load.
+batches, each measured before its text is expanded, as the Data page reads them
+(:func:`dpcore.data.sources.parquet_frames`), and read by the engine where it lies; a database table or
+SELECT is read once in chunks by the Data page's own reader (:func:`dpcore.data.sources.sql_chunks`: one
+read-only transaction, rows in the order of all their columns, a query checked by
+:func:`~dpcore.data.sources.validate_select`), fingerprinted on the way and staged as a Parquet file in a
+temporary folder; a CSV file is read by the Data page's own reader (``dpcore.data.load_table``: same
+delimiter, encoding and type inference, so the same fingerprint), whole. The fingerprint is
+:func:`dpcore.data.fingerprint` of the table the Data page would load.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ import ibis
 import ibis.expr.types as ir
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from dpcore.data.fingerprint import FingerprintStream
-from dpcore.data.sources import PARQUET_SUFFIXES, TEXT_SUFFIXES, DatabaseQuery, DatabaseTable, sql_chunks
+from dpcore.data.sources import (
+    PARQUET_SUFFIXES,
+    TEXT_SUFFIXES,
+    DatabaseQuery,
+    DatabaseTable,
+    parquet_frames,
+    sql_chunks,
+)
 from dpcore.errors import DataError, ParameterError
 from dpcore.outofcore.features import SPILL_FOLDER
 
@@ -69,13 +77,31 @@ def connect(engine: Engine = "duckdb", spark: Any = None) -> Any:
 
 
 def read_parquet(con: Any, files: list[str]) -> ir.Table:
-    """The Parquet ``files`` as one table of the backend ``con`` (Spark reads the list as one frame)."""
+    """The Parquet ``files`` as one table of the backend ``con``. DuckDB widens a column stored with
+    different types in different files (int64 in one, double in another) as pandas does; Spark reads the
+    list as one frame and cannot, so such files are refused for it with the fix."""
     if con.name == "pyspark":
+        _same_types(files)
         frame = con.session.read.parquet(*files)
         name = f"dpcore_source_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(name)
         return con.table(name)
-    return con.read_parquet(files)
+    return con.read_parquet(files, union_by_name=True)
+
+
+def _same_types(files: list[str]) -> None:
+    """``DataError`` when a column's stored type differs between two of ``files``."""
+    first = pq.read_schema(files[0])
+    root = Path(os.path.commonpath([Path(f).parent for f in files]))
+    for other in files[1:]:
+        for column in pq.read_schema(other):
+            if column.name in first.names and column.type != (was := first.field(column.name).type):
+                a, b = Path(files[0]).relative_to(root), Path(other).relative_to(root)
+                raise DataError(
+                    f"The column '{column.name}' is {was} in {a} but {column.type} in {b}; "
+                    "Spark cannot read one column stored with two types. Run with --engine duckdb (which "
+                    "widens it), or write the files again with one type for the column."
+                )
 
 
 @dataclass
@@ -114,12 +140,6 @@ def parquet_files(path: Path) -> list[Path]:
     if not files:
         raise DataError(f"The folder {path} holds no .parquet files; point --source at Parquet files.")
     return files
-
-
-def _frames(batches: Iterator[pa.RecordBatch]) -> Iterator[pd.DataFrame]:
-    """Record batches as the Data page's reader shapes a table: names stripped, empty rows dropped."""
-    for batch in batches:
-        yield batch.to_pandas().rename(columns=lambda c: str(c).strip()).dropna(how="all")
 
 
 def stream_fingerprint(frames: Iterator[pd.DataFrame]) -> str:
@@ -161,9 +181,10 @@ def open_source(
     con = connect(engine, spark)
     suffixes = "".join(path.suffixes).lower()
     if path.is_dir() or suffixes.endswith(PARQUET_SUFFIXES):
-        files = [str(f) for f in parquet_files(path)]
-        batches = pads.dataset(files, format="parquet").to_batches(batch_size=CHUNK_ROWS)
-        return Source(read_parquet(con, files), stream_fingerprint(_frames(batches)))
+        files = parquet_files(path)
+        frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
+        digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
+        return Source(read_parquet(con, [str(f) for f in files]), digest)
     if suffixes.endswith(TEXT_SUFFIXES):
         from dpcore.data import fingerprint, load_table
 

@@ -1,0 +1,109 @@
+"""Seams a curator hits with the operator's sources that the engine tests did not cover: the batch job's
+fingerprint pass over Parquet is bounded as the Data page's is (a text bomb is refused, not expanded), and a
+folder whose files do not share one schema is refused by both with a message naming the odd file."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpcore.data.io as data_io
+from dpcore.data import fingerprint
+from dpcore.data.sources import FolderFile, load_source
+from dpcore.errors import DataError
+from dpcore.outofcore.source import open_source
+
+MB = 2**20
+
+
+def _text_bomb(rows: int) -> bytes:
+    """One 1 MB text repeated ``rows`` times, dictionary-encoded: a few kB on disk, ``rows`` MB once read."""
+    one = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["x" * MB]))
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"s": one, "n": pa.array(range(rows))}), buffer, store_schema=False)
+    return buffer.getvalue()
+
+
+def test_the_batch_jobs_parquet_fingerprint_pass_refuses_a_text_bomb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 64 kB file holding 48 MB of text once read, against a per-batch limit lowered to 16 MB (the same
+    file at the real 256 MB limit with 1,500 rows took 7.4 GB of memory before): refused by the batch job
+    with the Data page's message, a file and a folder alike, before the text is expanded."""
+    monkeypatch.setattr(data_io, "MAX_BATCH_BYTES", 16 * MB)
+    (tmp_path / "parts").mkdir()
+    bomb = _text_bomb(48)
+    assert len(bomb) < 64 * 1024
+    (tmp_path / "bomb.parquet").write_bytes(bomb)
+    (tmp_path / "parts" / "a.parquet").write_bytes(bomb)
+    (tmp_path / "parts" / "b.parquet").write_bytes(bomb)
+    for where in (tmp_path / "bomb.parquet", tmp_path / "parts"):
+        with pytest.raises(DataError, match=r"MB of values in 48 rows once read.*at most 16 MB per batch"):
+            open_source(where)
+    with pytest.raises(DataError, match=r"MB of values in 48 rows once read.*at most 16 MB per batch"):
+        load_source(FolderFile(str(tmp_path), "parts"), folders=[str(tmp_path)])
+
+
+@pytest.fixture
+def odd_folder(tmp_path: Path) -> Path:
+    """``parts``: two files with columns a, b and one (in the middle of the path order) with a, c."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    pd.DataFrame({"a": [1.0, 2.0], "b": [3, 4]}).to_parquet(parts / "p0.parquet")
+    pd.DataFrame({"a": [5.0, 6.0], "c": ["x", "y"]}).to_parquet(parts / "p1.parquet")
+    pd.DataFrame({"a": [7.0, 8.0], "b": [5, 6]}).to_parquet(parts / "p2.parquet")
+    return tmp_path
+
+
+ODD = r"p1\.parquet has the columns a, c but p0\.parquet has a, b.*same columns"
+
+
+def test_a_folder_whose_files_differ_in_columns_is_refused_naming_the_odd_file(odd_folder: Path) -> None:
+    """The Data page said only "the chunks of a table must have the same columns"; the batch job read the
+    folder with the first file's schema (column c dropped, b empty in p1) and fingerprinted that table."""
+    spec, folders = FolderFile(str(odd_folder), "parts"), [str(odd_folder)]
+    for max_rows in (100, 3):
+        with pytest.raises(DataError, match=ODD):
+            load_source(spec, folders=folders, max_rows=max_rows)
+    with pytest.raises(DataError, match=ODD):
+        open_source(odd_folder / "parts")
+
+
+@pytest.fixture
+def widened_folder(tmp_path: Path) -> Path:
+    """``parts``: one file whose column a has no missing value (written as int64) and one where it has a
+    fraction and a missing value (double), as pandas writes the partitions of one column."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]}).to_parquet(parts / "p0.parquet")
+    pd.DataFrame({"a": [5.5, None], "b": [2.5, 3.5]}).to_parquet(parts / "p1.parquet")
+    return tmp_path
+
+
+def test_the_batch_job_reads_a_column_typed_differently_across_files_as_the_data_page(
+    widened_folder: Path,
+) -> None:
+    """DuckDB read the folder with the first file's int64 and rounded 5.5 to 6 under the Data page's
+    fingerprint; it now widens the column to double, as the Data page does."""
+    page = load_source(FolderFile(str(widened_folder), "parts"), folders=[str(widened_folder)]).table
+    with open_source(widened_folder / "parts") as src:
+        assert src.fingerprint == fingerprint(page)
+        read = src.table.execute()
+    pd.testing.assert_series_equal(read["a"], page["a"], check_dtype=False)
+    assert read["a"].tolist()[:3] == [1.0, 2.0, 5.5]
+
+
+@pytest.mark.spark
+def test_spark_refuses_a_column_typed_differently_across_files_with_the_fix(
+    widened_folder: Path, spark
+) -> None:
+    """Spark cannot widen int64 to double across files; it failed with a Java stack trace at the first
+    pass, it now stops before with a message naming the column and the files."""
+    odd = r"column 'a' is int64 in p0\.parquet but double in p1\.parquet.*--engine duckdb"
+    with pytest.raises(DataError, match=odd):
+        open_source(widened_folder / "parts", "spark", spark=spark)
