@@ -86,12 +86,12 @@ def test_a_mechanism_without_out_of_core_passes_is_not_offered_as_a_plan(
     ds = at.session_state["dp_dataset"]
     at.switch_page("pages/locations.py").run()
     at.selectbox(key=f"loc_region_{ds.dataset_id}").set_value("Contiguous US (24, 50, -125, -66)").run()
-    at.selectbox(key="loc_rel_mech").set_value("dp_hotspots").run()
+    at.selectbox(key="loc_rel_mech").set_value("prilocation").run()
     _ok(at)
     release = [b for b in at.button if str(b.label).startswith("Release (spends")]
     assert len(release) == 1 and release[0].disabled
     (refusal,) = [w.value for w in at.warning if "A release must use the whole table" in w.value]
     assert "does not run out of core" in refusal and "Adaptive density grid" in refusal
     assert "run-plan" not in refusal and not [n for n in downloads if n.startswith("plan-")]
-    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
-    assert [n for n in downloads if n.startswith("plan-")]  # a grid's plan is offered
+    at.selectbox(key="loc_rel_mech").set_value("dp_hotspots").run()
+    assert [n for n in downloads if n.startswith("plan-")]  # the hotspots' plan is offered

@@ -1,5 +1,6 @@
-"""``run-plan`` on a location plan: the density grids re-run on the whole table out of core, with the
-dashboard's rows dropped, columns, per-user cap and public region, give the dashboard's release."""
+"""``run-plan`` on a location plan: the density grids, mean positions and hotspots re-run on the whole table
+out of core, with the dashboard's rows dropped, columns, per-user cap and public region, give the
+dashboard's release (the grids byte for byte; the means and hotspots up to the engine's rounding)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import columns_step, read_location_steps, region_step
 from dpcore.location.registry import LocationInputs
-from dpcore.outofcore.run_plan import run_plan
+from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import PrepStep, ReleasePlan
-from dpcore.policy import PureDP
+from dpcore.policy import GeoIndistinguishability, Policy, PureDP
 from dpcore.report import make_release
+from tests.test_outofcore_location_aggregates import RTOL, assert_close
 from tests.test_outofcore_locations import visits
 from tests.test_run_plan import cli
 
@@ -43,6 +45,8 @@ def location_plan(
     steps: tuple[PrepStep, ...] | None = None,
     m: int = 2,
     neighbours: str = "unbounded",
+    params: dict | None = None,
+    policy: Policy | None = None,
 ) -> ReleasePlan:
     if steps is None:
         steps = (
@@ -54,10 +58,10 @@ def location_plan(
         domain="location",
         mechanism=mechanism,
         epsilon=1.0,
-        policy=PureDP(1.0),
+        policy=policy or PureDP(1.0),
         dataset_name="visits",
         fingerprint=fingerprint(load_table(path)),
-        params={"neighbours": neighbours, "max_per_user": m},
+        params={**({"neighbours": neighbours} if params is None else params), "max_per_user": m},
         preparation=steps,
         mode="demo",
         seed=21,
@@ -118,12 +122,56 @@ def test_run_plan_gives_the_dashboard_s_grid(source, tmp_path: Path, mechanism: 
 def test_mechanisms_that_read_rows_in_memory_and_old_plans_are_refused(source, tmp_path: Path) -> None:
     _, path = source
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
-    mean = location_plan(path, "dp_mean", neighbours="bounded").to_manifest()
+    pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
     with pytest.raises(ParameterError, match="does not run out of core"):
-        run_plan(mean, path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+        run_plan(pri.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
     old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
     plan = location_plan(path, "uniform_grid", steps=old)
     ledger.set_budget(plan.account, epsilon=5.0)
     with pytest.raises(ParameterError, match="location columns"):
         run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
     assert ledger.budget(plan.account).epsilon_spent == 0.0
+
+
+#: The aggregate location mechanisms with the parameters of their plans.
+AGGREGATES = {
+    "dp_mean": {"neighbours": "bounded"},
+    "blowfish_mean": {"theta_m": 50_000.0},
+    "dp_hotspots": {"hotspot_k": 4, "neighbours": "unbounded"},
+    "blowfish_hotspots": {"hotspot_k": 4, "theta_m": 50_000.0},
+}
+
+
+@pytest.mark.parametrize("mechanism", [*AGGREGATES, "uniform_grid", "adaptive_grid"])
+def test_batch_jobs_offer_the_grids_means_and_hotspots(source, mechanism: str) -> None:
+    _, path = source
+    assert batch_refusal(location_plan(path, mechanism, params=AGGREGATES.get(mechanism))) is None
+
+
+def test_batch_jobs_refuse_planar_laplace_and_prilocation(source) -> None:
+    _, path = source
+    geo = location_plan(
+        path, "planar_laplace", params={"radius_m": 1000.0}, policy=GeoIndistinguishability(0.001, 1000.0)
+    )
+    pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
+    for plan in (geo, pri):
+        assert "does not run out of core in a batch job" in str(batch_refusal(plan))
+
+
+@pytest.mark.parametrize("mechanism", list(AGGREGATES))
+def test_run_plan_gives_the_dashboard_s_mean_and_hotspots(source, tmp_path: Path, mechanism: str) -> None:
+    """The whole table out of core: the dashboard's released table and published details up to the
+    engine's rounding (1e-9 relative), one debit of the plan's eps under the dashboard's request id."""
+    df, path = source
+    plan = location_plan(path, mechanism, params=AGGREGATES[mechanism])
+    dash = dashboard(df, plan, tmp_path)
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    batch = run_plan(dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch")
+    assert batch.record.request_id == "dash-loc" and not batch.replayed
+    assert list(batch.table.columns) == list(dash.table.columns)
+    for col in dash.table.columns:
+        np.testing.assert_allclose(batch.table[col], dash.table[col], rtol=RTOL, atol=0.0, err_msg=col)
+    assert_close(dash.manifest["details"], batch.manifest["details"])
+    assert batch.manifest["details"]["max_per_user"] == 2
+    assert ledger.budget(plan.account).epsilon_spent == 1.0

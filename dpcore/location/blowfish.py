@@ -27,7 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dpcore.errors import ParameterError
-from dpcore.location.geometry import PlaneMap, Region, validate_latlon
+from dpcore.location.geometry import PlaneMap, Region
+from dpcore.location.hotspots import PlanePoints, project_locations
 from dpcore.location.laplace import as_sampler
 from dpcore.mechanisms import Sampler, _check_epsilon, laplace_scale
 
@@ -83,15 +84,35 @@ def mean_position(
     points_per_person: int = 1,
     rng: Sampler | int | None = None,
 ) -> MeanPositionRelease:
-    """Noisy mean position: mean of the mapped points + Laplace(Delta_1 / eps) per coordinate, to lat/lon.
+    """Noisy mean position of the rows (lat, lon): :func:`noisy_mean` of their mapped points."""
+    _check_epsilon(epsilon)
+    return noisy_mean(
+        project_locations(lat, lon, region),
+        epsilon,
+        policy=policy,
+        theta_m=theta_m,
+        points_per_person=points_per_person,
+        rng=rng,
+    )
 
+
+def noisy_mean(
+    points: PlanePoints,
+    epsilon: float,
+    *,
+    policy: str = "blowfish",
+    theta_m: float | None = None,
+    points_per_person: int = 1,
+    rng: Sampler | int | None = None,
+) -> MeanPositionRelease:
+    """Noisy mean position: (sums of f) / n + Laplace(Delta_1 / eps) per coordinate, back to lat/lon.
+
+    ``points``: the mapped points, in memory or in an engine (only n and the two sums are read).
     ``policy="blowfish"`` needs ``theta_m`` (G^{d,theta}); ``policy="dp"`` is bounded eps-DP. The group size
     n = number of rows is treated as public; ``points_per_person`` is the public most rows of one person.
     """
     eps = _check_epsilon(epsilon)
-    plane = PlaneMap.of(region)
-    x, y = plane.forward(*validate_latlon(lat, lon, table=True))
-    n = x.size
+    region, n = points.region, points.n
     if policy == "blowfish":
         if theta_m is None:
             raise ParameterError(
@@ -104,6 +125,6 @@ def mean_position(
         raise ParameterError(f"policy must be 'blowfish' or 'dp' (got {policy!r}).")
     sampler = as_sampler(rng)
     b = laplace_scale(sens, eps)
-    noisy = sampler.privatize(np.array([x.mean(), y.mean()]), "laplace", b)
-    m_lat, m_lon = plane.inverse(noisy[0], noisy[1])
+    noisy = sampler.privatize(points.sums() / n, "laplace", b)
+    m_lat, m_lon = points.plane.inverse(noisy[0], noisy[1])
     return MeanPositionRelease(float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode)

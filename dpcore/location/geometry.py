@@ -256,10 +256,7 @@ class PlaneMap:
     def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """f(lat, lon) in metres (x east, y north of the region centre), inside [lower, upper]."""
         u = unit_vectors(lat, lon)
-        p0, l0 = math.radians(self.projection.lat0), math.radians(self.projection.lon0)
-        east = np.array([-math.sin(l0), math.cos(l0), 0.0])
-        north = np.array([-math.sin(p0) * math.cos(l0), -math.sin(p0) * math.sin(l0), math.cos(p0)])
-        up = np.array([math.cos(p0) * math.cos(l0), math.cos(p0) * math.sin(l0), math.sin(p0)])
+        east, north, up = self.axes
         ue, un, uu = u @ east, u @ north, np.abs(u @ up)
         h = np.hypot(ue, un)
         rho = EARTH_RADIUS_M * np.minimum(np.arctan2(h, uu), self.angle)
@@ -267,6 +264,15 @@ class PlaneMap:
         x = np.where(h > 0, rho * ue / safe, 0.0)
         y = np.where(h > 0, rho * un / safe, 0.0)
         return np.clip(x, self.lower[0], self.upper[0]), np.clip(y, self.lower[1], self.upper[1])
+
+    @property
+    def axes(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Unit vectors east, north and up at the reference point (earth-centred coordinates)."""
+        p0, l0 = math.radians(self.projection.lat0), math.radians(self.projection.lon0)
+        east = np.array([-math.sin(l0), math.cos(l0), 0.0])
+        north = np.array([-math.sin(p0) * math.cos(l0), -math.sin(p0) * math.sin(l0), math.cos(p0)])
+        up = np.array([math.cos(p0) * math.cos(l0), math.cos(p0) * math.sin(l0), math.sin(p0)])
+        return east, north, up
 
     def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """Exact inverse of the projection P (points of B outside P(region) land outside the region)."""

@@ -10,7 +10,8 @@ so the result is (eps, G^{d,theta})-Blowfish for great-circle metres, wherever t
 goes through ``Sampler.privatize`` inside the estimators; the released centres (plane metres) are mapped
 back to lat/lon by the exact inverse projection and clamped into the region (post-processing). A person
 with up to g locations is protected by group privacy: the caller runs the estimator at eps / g
-(``per_member_epsilon``).
+(``per_member_epsilon``). The mapped points are a ``PlanePoints``: rows in memory, or a table in an engine
+whose rounds are one pass each (``dpcore.outofcore.plane``); the estimator draws the same noise either way.
 
 Honest gain of Blowfish here (via ``dpcore.kmeans.blowfish``): a location crossing between two hotspot
 cells can still move the per-cluster sums by almost the region's L1 width, so the per-round sum
@@ -25,6 +26,7 @@ from each true hotspot to its nearest released one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,14 +46,22 @@ TRUE_SAMPLE = 10_000  # rows for the k-means++ inits of the non-private baseline
 HotspotModel = DPLloydKMeans | BlowfishKMeans
 
 
-@dataclass(frozen=True)
-class ProjectedLocations:
-    """Locations through the region's ``PlaneMap`` (metres around its centre), with the public bounds B."""
+class PlanePoints(ABC):
+    """Kept locations through the region's ``PlaneMap`` f (metres around its centre), wherever they are:
+    what the mean positions and the hotspots release from. Held in memory (:class:`ProjectedLocations`)
+    or in an engine (:class:`dpcore.outofcore.plane.TablePlanePoints`); both give their number, the sums
+    of f and a noisy-Lloyd fit, with the same noise draws."""
 
-    X: FloatArray  # (n, 2): east, north metres
-    bounds: tuple[FloatArray, FloatArray]
     region: Region
-    plane: PlaneMap
+
+    @property
+    def plane(self) -> PlaneMap:
+        return PlaneMap.of(self.region)
+
+    @property
+    def bounds(self) -> tuple[FloatArray, FloatArray]:
+        """The public bounds: the box B that f maps into."""
+        return self.plane.lower, self.plane.upper
 
     @property
     def max_scale(self) -> float:
@@ -63,18 +73,48 @@ class ProjectedLocations:
         c = np.asarray(centres, dtype=float)
         return np.stack(self.region.clip(*self.plane.inverse(c[..., 0], c[..., 1])), axis=-1)
 
+    @property
+    @abstractmethod
+    def n(self) -> int:
+        """Number of points."""
+
+    @abstractmethod
+    def sums(self) -> FloatArray:
+        """(2,): the sums of f over the points, x (east) then y (north)."""
+
+    @abstractmethod
+    def fit(self, estimator: HotspotModel) -> HotspotModel:
+        """``estimator`` (public bounds :attr:`bounds`) fitted on the points."""
+
+
+@dataclass(frozen=True)
+class ProjectedLocations(PlanePoints):
+    """Points in memory: ``X`` (n, 2) = f(lat, lon), east and north metres."""
+
+    region: Region
+    X: FloatArray
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    def sums(self) -> FloatArray:
+        return np.array([self.X[:, 0].sum(), self.X[:, 1].sum()])
+
+    def fit(self, estimator: HotspotModel) -> HotspotModel:
+        return estimator.fit(self.X)
+
 
 def project_locations(lat: ArrayLike, lon: ArrayLike, region: Region) -> ProjectedLocations:
-    """Map the locations into the plane with ``PlaneMap.of(region)``; bounds = the box B it maps into."""
+    """Map the locations into the plane with ``PlaneMap.of(region)`` (bounds = the box B it maps into)."""
     if not isinstance(region, Region):
-        raise ParameterError("hotspots need a public region: pass region=Region(lat_min, ...).")
-    plane = PlaneMap.of(region)
-    x, y = plane.forward(*validate_latlon(lat, lon, table=True))
-    return ProjectedLocations(np.column_stack([x, y]), (plane.lower, plane.upper), region, plane)
+        raise ParameterError("this release needs a public region: pass region=Region(lat_min, ...).")
+    x, y = PlaneMap.of(region).forward(*validate_latlon(lat, lon, table=True))
+    return ProjectedLocations(region, np.column_stack([x, y]))
 
 
 def hotspot_estimator(
-    data: ProjectedLocations,
+    data: PlanePoints,
     n_clusters: int,
     epsilon: float,
     *,
@@ -97,6 +137,29 @@ def hotspot_estimator(
     return BlowfishKMeans(n_clusters, epsilon, bounds=data.bounds, graph=graph, random_state=random_state)
 
 
+def fit_hotspots(
+    data: PlanePoints,
+    n_clusters: int,
+    epsilon: float,
+    *,
+    policy: str = "dp",
+    theta_m: float | None = None,
+    neighbours: str = "unbounded",
+    random_state: int | Sampler | None = None,
+) -> tuple[FloatArray, HotspotModel]:
+    """Released hotspot centres of ``data`` as rows (lat, lon), and the fitted estimator."""
+    model = hotspot_estimator(
+        data,
+        n_clusters,
+        epsilon,
+        policy=policy,
+        theta_m=theta_m,
+        neighbours=neighbours,
+        random_state=random_state,
+    )
+    return data.to_latlon(data.fit(model).cluster_centers_), model
+
+
 def location_hotspots(
     lat: ArrayLike,
     lon: ArrayLike,
@@ -110,9 +173,8 @@ def location_hotspots(
     random_state: int | Sampler | None = None,
 ) -> tuple[FloatArray, HotspotModel]:
     """Released hotspot centres as rows (lat, lon), and the fitted estimator (budget log, sampling mode)."""
-    data = project_locations(lat, lon, region)
-    model = hotspot_estimator(
-        data,
+    return fit_hotspots(
+        project_locations(lat, lon, region),
         n_clusters,
         epsilon,
         policy=policy,
@@ -120,8 +182,6 @@ def location_hotspots(
         neighbours=neighbours,
         random_state=random_state,
     )
-    model.fit(data.X)
-    return data.to_latlon(model.cluster_centers_), model
 
 
 def true_hotspots(data: ProjectedLocations, n_clusters: int, seed: int = 0) -> FloatArray:

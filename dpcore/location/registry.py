@@ -26,6 +26,7 @@ from dpcore.location.contribution import (
 )
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.location.grids import ClampedPoints, PointCounts
+from dpcore.location.hotspots import PlanePoints, project_locations
 from dpcore.mechanisms import Sampler
 from dpcore.registry import Param, Registry
 
@@ -35,6 +36,7 @@ __all__ = [
     "Counted",
     "Kept",
     "LocationInputs",
+    "Projected",
     "keep_per_user",
     "kept_details",
     "kept_diagnostics",
@@ -90,6 +92,11 @@ class LocationInputs:
         kept = keep_per_user(self, max_per_user, sampler)
         return Counted(ClampedPoints.of(kept.lat, kept.lon, self.region), kept.group, kept.scope)
 
+    def projected(self, max_per_user: int, sampler: Sampler) -> Projected:
+        """The rows a mean position or hotspots release: :func:`keep_per_user`'s, through the region's map."""
+        kept = keep_per_user(self, max_per_user, sampler)
+        return Projected(project_locations(kept.lat, kept.lon, self.region), kept.group, kept.scope)
+
 
 @dataclass(frozen=True)
 class Kept:
@@ -120,6 +127,20 @@ class Counted:
         return self.points.n
 
 
+@dataclass(frozen=True)
+class Projected:
+    """The rows a mean position or hotspots release (``points``: mapped to the plane, in memory or in an
+    engine), at most ``group`` a person."""
+
+    points: PlanePoints
+    group: int
+    scope: str
+
+    @property
+    def n(self) -> int:
+        return self.points.n
+
+
 def keep_per_user(inputs: LocationInputs, max_per_user: int, sampler: Sampler) -> Kept:
     """With users: the min(count, m) rows of each user with the smallest keys (``content_keys``, salted by
     ``sampler``) and group m; without: every row, group 1."""
@@ -137,7 +158,7 @@ def no_delta(delta: float) -> None:
         raise ParameterError(f"this location mechanism spends no delta; pass delta = 0 (got {delta!r}).")
 
 
-def kept_details(kept: Kept | Counted, inputs: LocationInputs) -> dict[str, Any]:
+def kept_details(kept: Kept | Counted | Projected, inputs: LocationInputs) -> dict[str, Any]:
     """Manifest facts every location release shares: scope, the per-user cap, the public region."""
     out: dict[str, Any] = {"scope": kept.scope, "region": inputs.region.to_dict()}
     if inputs.has_users:
@@ -145,7 +166,7 @@ def kept_details(kept: Kept | Counted, inputs: LocationInputs) -> dict[str, Any]
     return out
 
 
-def kept_diagnostics(kept: Kept | Counted, inputs: LocationInputs) -> dict[str, Any]:
+def kept_diagnostics(kept: Kept | Counted | Projected, inputs: LocationInputs) -> dict[str, Any]:
     """Curator-only counts: rows given and rows used after the per-user cap (data-dependent)."""
     return {"rows_given": inputs.n_rows, "rows_used": kept.n}
 

@@ -92,6 +92,21 @@ def nearest_label(t: ir.Table, centres: NDArray) -> ir.Table:
     return t.mutate(label=ibis.cases(*first, else_=k - 1)).drop(*score)
 
 
+def labelled_statistics(rows: ir.Table, centres: NDArray) -> tuple[NDArray, NDArray]:
+    """Per-cluster counts (B, K) and sums (B, K, d) of ``rows`` (columns x0..x{d-1}) under nearest-centre
+    assignment (:func:`nearest_label`) to each of B centre sets (B, K, d): one GROUP BY pass per set."""
+    b, k, d = centres.shape
+    counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
+    for r in range(b):
+        t = nearest_label(rows, centres[r])
+        agg = t.group_by("label").aggregate(n=t.count(), **{f"s{j}": t[f"x{j}"].sum() for j in range(d)})
+        out = agg.to_pandas()
+        at = out["label"].to_numpy(dtype=np.intp)
+        counts[r, at] = out["n"].to_numpy(dtype=float)
+        sums[r, at] = out[[f"s{j}" for j in range(d)]].to_numpy(dtype=float)
+    return counts, sums
+
+
 def _bytes(setting: str) -> float:
     """DuckDB's memory text ("18.8 GiB", "953.6 MiB") in bytes."""
     m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", setting)
@@ -326,19 +341,7 @@ class TableFeatures:
         columns, e.g. cached) under nearest-centre assignment to each of B centre sets (B, K, d) (centred
         coordinates; ties to the lowest index). One GROUP BY pass over the rows per centre set: the label
         is a SQL expression over the K public centres (:func:`nearest_label`)."""
-        b, k, d = centres.shape
-        counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
-        base = self.centred() if rows is None else rows
-        for r in range(b):
-            t = nearest_label(base, centres[r])
-            agg = t.group_by("label").aggregate(
-                n=t.count(), **{f"s{j}": t[f"x{j}"].sum() for j in range(d)}
-            )
-            out = agg.to_pandas()
-            at = out["label"].to_numpy(dtype=np.intp)
-            counts[r, at] = out["n"].to_numpy(dtype=float)
-            sums[r, at] = out[[f"s{j}" for j in range(d)]].to_numpy(dtype=float)
-        return counts, sums
+        return labelled_statistics(self.centred() if rows is None else rows, centres)
 
     def local_release(
         self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler

@@ -1,21 +1,28 @@
-"""The density grids of locations out of core: per-user bounding and grid counts as passes of an engine.
+"""Location releases out of core: per-user bounding, grid counts, mean positions and hotspots as passes.
 
 :class:`TableLocations` is a location release's input when the table stays in DuckDB or Spark (through
-Ibis): the latitude, longitude and (optional) user columns and the curator's public region. The uniform
-and adaptive grids (Qardaji, Yang and Li 2013) release from it exactly what they release from the same
-rows in memory (:class:`dpcore.location.registry.LocationInputs`), because each step is the in-memory
-step written as an expression with the same floating-point operations in the same order:
+Ibis): the latitude, longitude and (optional) user columns and the curator's public region. The release
+functions take it where they take rows in memory (:class:`dpcore.location.registry.LocationInputs`):
+both give :meth:`~TableLocations.counted` (the points a grid counts) and :meth:`~TableLocations.projected`
+(the kept points through the region's map to metres). Each step is the in-memory step written as an
+expression with the same floating-point operations in the same order:
 
 1. validation (one aggregate): every coordinate present, finite, |lat| <= 90 and |lon| <= 180, else the
    in-memory ``DataError``;
 2. per-user bounding: the rows of each user with rank < m by the salted key frac(lat s1 + lon s2)
    (``dpcore.location.contribution.content_keys``; the salt is drawn from the release's sampler, as in
    memory); the count of kept rows is sum over users of min(count, m) (one GROUP BY, no sort);
-3. counts: each kept point clamped onto the region, then GROUP BY its cell
-   clip(floor((v - lo) / (hi - lo) * m), 0, m - 1); the adaptive grid's second level joins each row to its
-   level-1 cell's edges and split m2 (one more pass).
+3. grids (Qardaji, Yang and Li 2013): each kept point clamped onto the region, then GROUP BY its cell
+   clip(floor((v - lo) / (hi - lo) * m), 0, m - 1); the adaptive grid's second level joins each row to
+   its level-1 cell's edges and split m2 (one more pass). Counts, hence releases, are identical;
+4. mean positions and hotspots (Machanavajjhala and Kifer 2015; Su et al. 2016): the kept points through
+   ``PlaneMap.forward`` (:mod:`dpcore.outofcore.plane`); the mean reads n and the two sums (one
+   aggregate), each DP-Lloyd / Blowfish round the per-cluster counts and sums (one GROUP BY). The engines'
+   libm and summation order differ from numpy's by ulps, so these releases agree with the in-memory ones
+   to about 1e-9 relative (same counts, sensitivities and budget log), not bit for bit.
 
-Noise is drawn in Python by the release's sampler. Other location mechanisms read the rows in memory.
+Noise is drawn in Python by the release's sampler, in the in-memory order. Planar Laplace and PriLocation
+read the rows in memory.
 """
 
 from __future__ import annotations
@@ -32,12 +39,15 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.location.contribution import check_max_per_user, key_salt, scope_sentence
 from dpcore.location.geometry import Region
 from dpcore.location.grids import grid_edges
-from dpcore.location.registry import Counted
+from dpcore.location.registry import Counted, Projected
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.features import const, require_columns
+from dpcore.outofcore.plane import TablePlanePoints
 
-#: Location mechanisms whose passes run out of core.
+#: Location mechanisms whose passes run out of core: the density grids, the mean positions and hotspots.
 GRID_KEYS = ("uniform_grid", "adaptive_grid")
+AGGREGATE_KEYS = ("dp_mean", "blowfish_mean", "dp_hotspots", "blowfish_hotspots")
+KEYS = (*GRID_KEYS, *AGGREGATE_KEYS)
 
 
 def _cell(
@@ -174,21 +184,26 @@ class TableLocations:
     def has_users(self) -> bool:
         return self.user_column is not None
 
-    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
-        """The rows a grid counts (see the module docstring), with the sampler drawn as in memory."""
+    def _kept(self, max_per_user: int, sampler: Sampler) -> tuple[ir.Table, int, int, str]:
+        """(the kept rows (columns ``la``, ``lo``), their number, the group g, the scope sentence): with
+        users, the rows of rank < m by the salted key (the salt drawn from ``sampler`` as in memory)."""
         m = check_max_per_user(max_per_user)
         t = self._coordinates
         if self.user_column is None:
-            rows, n, group = t, self.n_rows, 1
-        else:
-            salt = key_salt(sampler)
-            x = t.la * const(salt[0]) + t.lo * const(salt[1])
-            keyed = t.mutate(key=x - x.floor().cast("float64"))
-            rank = ibis.row_number().over(group_by=keyed.user, order_by=keyed.key)
-            rows = keyed.mutate(rank=rank).filter(ibis._.rank < m)
-            per_user = t.group_by("user").aggregate(c=t.count())
-            capped = ibis.cases((per_user.c > m, m), else_=per_user.c)
-            n, group = int(per_user.aggregate(n=capped.sum()).to_pandas()["n"].iloc[0]), m
+            return t.select("la", "lo"), self.n_rows, 1, scope_sentence(False, m)
+        salt = key_salt(sampler)
+        x = t.la * const(salt[0]) + t.lo * const(salt[1])
+        keyed = t.mutate(key=x - x.floor().cast("float64"))
+        rank = ibis.row_number().over(group_by=keyed.user, order_by=keyed.key)
+        rows = keyed.mutate(rank=rank).filter(ibis._.rank < m).select("la", "lo")
+        per_user = t.group_by("user").aggregate(c=t.count())
+        capped = ibis.cases((per_user.c > m, m), else_=per_user.c)
+        n = int(per_user.aggregate(n=capped.sum()).to_pandas()["n"].iloc[0])
+        return rows, n, m, scope_sentence(True, m)
+
+    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
+        """The rows a grid counts (see the module docstring), with the sampler drawn as in memory."""
+        rows, n, group, scope = self._kept(max_per_user, sampler)
         r = self.region
         clamp = {
             "la": ibis.cases(
@@ -202,5 +217,10 @@ class TableLocations:
                 else_=rows.lo,
             ),
         }
-        points = TablePoints(rows.select(**clamp), r, n)
-        return Counted(points, group, scope_sentence(self.has_users, m))
+        return Counted(TablePoints(rows.select(**clamp), r, n), group, scope)
+
+    def projected(self, max_per_user: int, sampler: Sampler) -> Projected:
+        """The rows a mean position or hotspots release: the kept rows through the region's ``PlaneMap``
+        (:func:`dpcore.outofcore.plane.plane_forward`), with the sampler drawn as in memory."""
+        rows, n, group, scope = self._kept(max_per_user, sampler)
+        return Projected(TablePlanePoints.of(rows, self.region, n), group, scope)

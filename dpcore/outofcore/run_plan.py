@@ -24,14 +24,15 @@ from dpcore.ledger import Ledger
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
-from dpcore.outofcore.locations import GRID_KEYS, TableLocations
+from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
+from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, open_source
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
 from dpcore.report import Release, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
-OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": GRID_KEYS}
+OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": LOCATION_KEYS}
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
 _DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")

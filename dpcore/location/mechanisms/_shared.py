@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpcore.location.blowfish import mean_position
+from dpcore.location.blowfish import noisy_mean
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.grids import DensityGrid
-from dpcore.location.hotspots import location_hotspots
-from dpcore.location.registry import LocationInputs, keep_per_user, kept_details, kept_diagnostics, no_delta
+from dpcore.location.hotspots import fit_hotspots
+from dpcore.location.registry import LocationInputs, kept_details, kept_diagnostics, no_delta
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import density_heatmap, hotspot_map, released_map
 from dpcore.registry import MechanismOutput, Param
@@ -66,15 +66,16 @@ def mean_release(
     params: dict[str, Any],
     sampler: Sampler,
 ) -> MechanismOutput:
-    """Noisy mean position of the kept rows (n public), calibrated for a person with ``group`` rows."""
+    """Noisy mean position of the kept rows (n public), calibrated for a person with ``group`` rows.
+
+    ``inputs`` is a :class:`LocationInputs` or a table in an engine
+    (:class:`dpcore.outofcore.locations.TableLocations`): both give the kept rows' count and mapped sums."""
     no_delta(delta)
-    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    kept = inputs.projected(params["max_per_user"], sampler)
     theta = params.get("theta_m")
-    out = mean_position(
-        kept.lat,
-        kept.lon,
+    out = noisy_mean(
+        kept.points,
         epsilon,
-        inputs.region,
         policy=policy,
         theta_m=theta,
         points_per_person=kept.group,
@@ -102,17 +103,18 @@ def hotspot_release(
     params: dict[str, Any],
     sampler: Sampler,
 ) -> MechanismOutput:
-    """DP-Lloyd / Blowfish k-means on the mapped rows at eps / g per row (group privacy for g rows)."""
+    """DP-Lloyd / Blowfish k-means on the mapped rows at eps / g per row (group privacy for g rows).
+
+    ``inputs`` as for :func:`mean_release`: the rounds read per-cluster counts and sums of the kept rows'
+    mapped points, in memory or by passes of an engine."""
     no_delta(delta)
-    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    kept = inputs.projected(params["max_per_user"], sampler)
     k, theta = params["hotspot_k"], params.get("theta_m")
     eps_row = per_member_epsilon(epsilon, kept.group)
-    centres, model = location_hotspots(
-        kept.lat,
-        kept.lon,
+    centres, model = fit_hotspots(
+        kept.points,
         k,
         eps_row,
-        inputs.region,
         policy=policy,
         theta_m=theta,
         neighbours=params.get("neighbours", "unbounded"),
