@@ -11,10 +11,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sqlalchemy as sa
 
 import dpcore.data.io as data_io
 from dpcore.data import fingerprint
-from dpcore.data.sources import FolderFile, load_source
+from dpcore.data.sources import DatabaseTable, FolderFile, load_source
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
 
@@ -107,3 +108,24 @@ def test_spark_refuses_a_column_typed_differently_across_files_with_the_fix(
     odd = r"column 'a' is int64 in p0\.parquet but double in p1\.parquet.*--engine duckdb"
     with pytest.raises(DataError, match=odd):
         open_source(widened_folder / "parts", "spark", spark=spark)
+
+
+def test_column_names_are_cleaned_alike_whole_sampled_and_in_the_batch_job(tmp_path: Path) -> None:
+    """A column named ' age ' or with a byte order mark (a CSV imported with its BOM): the Data page's
+    whole-table read cleans the names (as an upload), while the streamed pass (a sample, the batch job)
+    kept them, so one table had two fingerprints and the batch job's table lacked the plan's columns."""
+    table = pd.DataFrame({" age ": [3, 1, 2, 2], "\ufeffid": [1, 2, 3, 4], "x": [0.5, 1.5, 2.5, 3.5]})
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    engine = sa.create_engine(url)
+    table.to_sql("t", engine, index=False)
+    table.to_parquet(tmp_path / "t.parquet", index=False)
+    database, folder = DatabaseTable("w", "t"), FolderFile(str(tmp_path), "t.parquet")
+    batches = ({"source": url, "table": "t"}, {"source": tmp_path / "t.parquet"})
+    for spec, batch in zip((database, folder), batches, strict=True):
+        whole = load_source(spec, folders=[str(tmp_path)], engine=engine)
+        sampled = load_source(spec, folders=[str(tmp_path)], engine=engine, max_rows=2, sample_seed=1)
+        assert list(whole.table.columns) == list(sampled.table.columns) == ["age", "id", "x"]
+        with open_source(**batch) as src:
+            assert whole.fingerprint == sampled.fingerprint == src.fingerprint, spec
+            assert src.table.columns == ("age", "id", "x")
+    engine.dispose()

@@ -957,8 +957,14 @@ def _mixed_as_text(df: pd.DataFrame, name: str, notes: list[str]) -> None:
             notes.append(f"'{name}': column '{column}' mixes numbers and text; it was read as text.")
 
 
+def column_name(header: object) -> str:
+    """A column's name as every reader gives it: text without byte order marks (a CSV's, or one kept by
+    a tool that imported it) and surrounding whitespace."""
+    return str(header).replace("\ufeff", "").strip()
+
+
 def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: list[str]) -> pd.DataFrame:
-    names = [str(h).replace("\ufeff", "").strip() for h in header]  # a second byte order mark
+    names = [column_name(h) for h in header]
     keep = [bool(n) or not df.iloc[:, i].isna().all() for i, n in enumerate(names)]
     df = df.iloc[:, [i for i, k in enumerate(keep) if k]]  # copy-on-write: the caller's frame is kept
     names = [n or f"Unnamed: {i}" for i, (n, k) in enumerate(zip(names, keep, strict=True)) if k]

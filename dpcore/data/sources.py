@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
-from dpcore.data.io import load_table, parquet_batches
+from dpcore.data.io import column_name, load_table, parquet_batches
 from dpcore.errors import DataError
 
 __all__ = [
@@ -451,7 +451,7 @@ def _names(columns: Sequence[str], most: int = 8) -> str:
 
 def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
     """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
-    ``batch_rows`` rows, column names stripped as ``load_table`` strips them; each batch is measured before
+    ``batch_rows`` rows, column names cleaned as ``load_table`` cleans them; each batch is measured before
     its text is expanded (:func:`~dpcore.data.io.parquet_batches`). ``DataError`` for an unreadable file,
     a batch too large once decoded, or a file whose columns differ from the first file's."""
     root = Path(os.path.commonpath([p.parent for p in paths])) if paths else Path()
@@ -459,7 +459,7 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
     try:
         for path in paths:
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
-                frame = batch.to_pandas().rename(columns=lambda c: str(c).strip())
+                frame = batch.to_pandas().rename(columns=column_name)
                 columns = [str(c) for c in frame.columns]
                 first = first or (path, columns)
                 if k == 0 and columns != first[1]:
@@ -495,9 +495,10 @@ def sql_chunks(
     spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, chunk_rows: int = BATCH_ROWS
 ) -> Iterator[tuple[int, Iterator[pd.DataFrame]]]:
     """(number of rows, the rows in chunks) of a database table or SELECT, in the order of all their
-    columns, read in one read-only transaction (rolled back on leaving the ``with`` block). Database
-    errors raise ``DataError``. The chunks' types vary as ``pandas.read_sql`` infers them per chunk;
-    :class:`~dpcore.data.fingerprint.FingerprintStream` resolves them as a whole read would."""
+    columns (named as ``load_table`` names them), read in one read-only transaction (rolled back on leaving
+    the ``with`` block). Database errors raise ``DataError``. The chunks' types vary as
+    ``pandas.read_sql`` infers them per chunk; :class:`~dpcore.data.fingerprint.FingerprintStream`
+    resolves them as a whole read would."""
     try:
         with engine.connect() as conn:
             conn.begin()
@@ -506,7 +507,8 @@ def sql_chunks(
                 count, rows = _sql_selects(spec, conn)
                 total = int(conn.execute(count).scalar_one())
                 streamed = conn.execution_options(stream_results=True)
-                yield total, iter(pd.read_sql(rows, streamed, chunksize=chunk_rows))
+                chunks = pd.read_sql(rows, streamed, chunksize=chunk_rows)
+                yield total, (chunk.rename(columns=column_name) for chunk in chunks)
             finally:
                 conn.rollback()
                 if conn.dialect.name == "sqlite":

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpcore.data.fingerprint import FingerprintStream
+from dpcore.data.io import column_name
 from dpcore.data.sources import (
     PARQUET_SUFFIXES,
     TEXT_SUFFIXES,
@@ -184,7 +185,9 @@ def open_source(
         files = parquet_files(path)
         frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
         digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
-        return Source(read_parquet(con, [str(f) for f in files]), digest)
+        table = read_parquet(con, [str(f) for f in files])
+        renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
+        return Source(table.rename(renamed) if renamed else table, digest)
     if suffixes.endswith(TEXT_SUFFIXES):
         from dpcore.data import fingerprint, load_table
 
