@@ -1,6 +1,7 @@
 """What the out-of-core benchmarks share: a generated Parquet table kept for one run, and their time unit.
 
-``bench_scale.py`` and ``bench_grids.py`` import it (the scripts' folder is on ``sys.path`` when they run).
+``bench_scale.py`` and ``bench_locations.py`` import it (the scripts' folder is on ``sys.path`` when they
+run).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Out-of-core density grids: uniform and adaptive grid releases on a large Parquet table of locations.
+"""Out-of-core location releases (grids, mean positions, hotspots) on a large Parquet table of locations.
 
-Run: .venv/bin/python benchmarks/bench_grids.py [--rows 20000000] [--dir DIR] [--keep]
+Run: .venv/bin/python benchmarks/bench_locations.py [--rows 20000000] [--dir DIR] [--keep]
 
 Generates an n-row Parquet table (lat, lon uniform over the contiguous US, a user id with 10 rows per user on
 average; row groups of 1M rows), then measures in one process, in units of one full DuckDB scan (SUM of the
@@ -9,10 +9,14 @@ three columns, the best of three runs):
 * validation of the coordinates (one aggregate);
 * per location (no user column) and per user (at most 3 locations each: a window over each user's rows by
   the salted key, and one GROUP BY for the number of rows kept), the uniform grid (one count pass) and the
-  adaptive grid (two, one per level), with the noisy count of n (unbounded neighbours); noise in Python.
+  adaptive grid (two, one per level), with the noisy count of n (unbounded neighbours); the DP and Blowfish
+  mean positions (the kept rows mapped to metres, one aggregate of n and two sums); the DP and Blowfish
+  hotspots (K = 8: the mapped rows cached once when they fit, then one GROUP BY pass per DP-Lloyd round);
+  noise in Python.
 
 Peak = the process's maximum resident set size (generation included). The last line reads
-``grids <uniform> / <adaptive> scans per location, <uniform> / <adaptive> scans per user, peak <z> GB``.
+``grids <uniform> / <adaptive>, means <dp> / <blowfish>, hotspots <dp> / <blowfish> scans per location;
+grids ..., means ..., hotspots ... scans per user; peak <z> GB``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dpcore.outofcore.locations import TableLocations
 GROUP = 1_000_000
 SEED = 2026  # demo seed: a benchmark, not a privacy release
 REGION = Region(24.0, 50.0, -125.0, -66.0)
+KEYS = ("uniform_grid", "adaptive_grid", "dp_mean", "blowfish_mean", "dp_hotspots", "blowfish_hotspots")
 
 
 def generate(path: Path, rows: int, seed: int = SEED) -> None:
@@ -59,18 +64,29 @@ def main() -> None:
         for who, column in (("per location", None), ("per user", "user")):
             t_valid, inputs = timed(TableLocations, table, "lat", "lon", column, REGION)
             print(f"{who}: validation {t_valid:.2f} s = {t_valid / scan:.2f} scans")
-            for key in ("uniform_grid", "adaptive_grid"):
-                params = {"neighbours": "unbounded", "max_per_user": 3}
+            for key in KEYS:
                 spec = LOCATIONS[key]
+                params = {p.name: p.default for p in spec.params} | {"max_per_user": 3}
                 t, out = timed(
                     spec.release, inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(SEED)
                 )
                 ratios[who, key] = t / scan
-                print(f"{who}: {spec.label}: {t:.2f} s = {t / scan:.2f} scans, {len(out.table):,} cells")
+                rows = len(out.table)
+                print(f"{who}: {spec.label}: {t:.2f} s = {t / scan:.2f} scans, {rows:,} rows released")
         peak = peak_gb()
-        loc = f"{ratios['per location', 'uniform_grid']:.2f} / {ratios['per location', 'adaptive_grid']:.2f}"
-        usr = f"{ratios['per user', 'uniform_grid']:.2f} / {ratios['per user', 'adaptive_grid']:.2f}"
-        print(f"grids {loc} scans per location, {usr} scans per user, peak {peak:.2f} GB")
+        parts = [
+            ", ".join(
+                f"{name} {ratios[who, a]:.2f} / {ratios[who, b]:.2f}"
+                for name, a, b in (
+                    ("grids", "uniform_grid", "adaptive_grid"),
+                    ("means", "dp_mean", "blowfish_mean"),
+                    ("hotspots", "dp_hotspots", "blowfish_hotspots"),
+                )
+            )
+            + f" scans {who}"
+            for who in ("per location", "per user")
+        ]
+        print(f"{'; '.join(parts)}; peak {peak:.2f} GB")
 
 
 if __name__ == "__main__":
