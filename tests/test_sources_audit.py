@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 import dpcore.data.io as data_io
 from dpcore.data import fingerprint
-from dpcore.data.sources import DatabaseTable, FolderFile, load_source
+from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, load_source
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
 
@@ -129,3 +129,39 @@ def test_column_names_are_cleaned_alike_whole_sampled_and_in_the_batch_job(tmp_p
             assert whole.fingerprint == sampled.fingerprint == src.fingerprint, spec
             assert src.table.columns == ("age", "id", "x")
     engine.dispose()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> sa.Engine:
+    """A SQLite database with a table ``t`` of two rows and an empty table ``empty``."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    pd.DataFrame({"x": [1.0, 2.0]}).to_sql("t", engine, index=False)
+    pd.DataFrame({"x": pd.Series([], dtype="float64")}).to_sql("empty", engine, index=False)
+    yield engine
+    engine.dispose()
+
+
+def test_a_source_without_rows_is_refused_naming_it_not_a_parquet_upload(
+    warehouse: sa.Engine, tmp_path: Path
+) -> None:
+    """An empty table, a SELECT that matches nothing or only empty cells, an empty Parquet file: the
+    message named a made-up file ('w: empty.parquet') and told the curator to upload one."""
+    (tmp_path / "files").mkdir()
+    pd.DataFrame({"x": pd.Series([], dtype="float64")}).to_parquet(tmp_path / "files" / "empty.parquet")
+    cases = {
+        DatabaseTable("w", "empty"): r"'w: empty' has no rows; choose",
+        DatabaseQuery("w", "SELECT * FROM t WHERE x > 5"): r"'w: SELECT \* FROM t WHERE x > 5' has no rows; ",
+        DatabaseQuery("w", "SELECT NULL AS x FROM t"): r"no rows with a value \(2 rows, every cell empty\)",
+        FolderFile(str(tmp_path), "files/empty.parquet"): r"/files/empty.parquet' has no rows; choose",
+    }
+    for spec, message in cases.items():
+        for max_rows in (100, 1):
+            with pytest.raises(DataError, match=message) as err:
+                load_source(spec, folders=[str(tmp_path)], engine=warehouse, max_rows=max_rows)
+            assert ".parquet'" not in str(err.value) or isinstance(spec, FolderFile), str(err.value)
+            assert "Upload" not in str(err.value)
+
+
+def test_a_select_the_database_refuses_says_how_to_fix_it(warehouse: sa.Engine) -> None:
+    with pytest.raises(DataError, match=r"\(no such column: nosuch\); correct the SELECT"):
+        load_source(DatabaseQuery("w", "SELECT nosuch FROM t"), engine=warehouse)

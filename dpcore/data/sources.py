@@ -400,7 +400,14 @@ def _pass(
             stream.update(chunk.dropna(how="all"))
         if start != total:
             raise DataError(f"'{name}' changed while it was read ({start:,} of {total:,} rows); load again.")
+        if stream.n_rows == 0:
+            raise _no_rows(name, total)
         return stream.hexdigest(), stream.n_rows, kept, sampled
+
+
+def _no_rows(name: str, total: int) -> DataError:
+    empty = f" with a value ({total:,} row{'s' * (total != 1)}, every cell empty)" if total else ""
+    return DataError(f"'{name}' has no rows{empty}; choose a table, file or SELECT with at least one row.")
 
 
 def _validated(kept: list[pd.DataFrame], name: str) -> pd.DataFrame:
@@ -435,6 +442,8 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
         total = sum(f.metadata.num_rows for f in files)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
+    if total == 0:
+        raise _no_rows(spec.label, 0)
     what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
     if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
         table = load_table(paths[0])
@@ -514,7 +523,11 @@ def sql_chunks(
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
     except sa.exc.SQLAlchemyError as err:
-        raise DataError(f"The database refused the read of '{spec.label}' ({_first_line(err)}).") from err
+        query = isinstance(spec, DatabaseQuery)
+        fix = "correct the SELECT" if query else "check the connection's access to it"
+        raise DataError(
+            f"The database refused the read of '{spec.label}' ({_first_line(err)}); {fix} and load it again."
+        ) from err
 
 
 def _load_sql(
