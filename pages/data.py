@@ -321,10 +321,17 @@ def _missing(ds: state.Dataset) -> None:
         st.dataframe(bad.reset_index(), hide_index=True)
         a, b = st.columns(2)
         listed = list(bad.index)
+        empty = [c for c in listed if report.loc[c, "missing"] == len(ds.cleaned)]
+        if empty:
+            st.caption(
+                f"No value in any row: {md(', '.join(empty))}. Dropping the rows missing them would empty "
+                "the table; they are left out of the columns below (and cannot be features)."
+            )
+        default = [c for c in listed if c not in empty]
         columns = a.multiselect(
             "Columns",
             listed,
-            key=state.persist(f"data_missing_cols_{ds.dataset_id}", listed, lambda v: set(v) <= set(listed)),
+            key=state.persist(f"data_missing_cols_{ds.dataset_id}", default, lambda v: set(v) <= set(listed)),
         )
         strategy = b.selectbox(
             "Treatment",

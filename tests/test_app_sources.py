@@ -216,3 +216,28 @@ def test_a_tampered_session_plan_cannot_read_outside_the_folders(folder: Path) -
     again = _open(secrets, token=token, data_page=False)
     assert "dp_dataset" not in again.session_state
     assert any("not a path inside the folder" in w.value for w in again.warning)
+
+
+def test_a_column_empty_in_every_row_is_left_out_of_the_drop_and_cannot_empty_it(tmp_path: Path) -> None:
+    """A database table with an unused (all-NULL) column: the missing-value step's default columns held
+    it, so pressing Apply dropped every row and the page went on with an empty table; now it is left out
+    of the default, and dropping on it is refused with the reason, the table kept."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    engine = sa.create_engine(url)
+    people = _people(60).assign(unused=None)
+    people.loc[::6, "income"] = None
+    people.to_sql("people", engine, index=False)
+    engine.dispose()
+    at = _open({"dpcore": {"databases": ["w"]}, "connections": {"w": {"url": url}}})
+    at.radio(key="data_source").set_value(DATABASE).run()
+    at.button(key="data_load_db").click().run()
+    ds = _ok(at).session_state["dp_dataset"]
+    columns = at.multiselect(key=f"data_missing_cols_{ds.dataset_id}")
+    assert columns.options == ["income", "unused"] and columns.value == ["income"]
+    at.button(key="data_apply_missing").click().run()
+    assert len(_ok(at).session_state["dp_dataset"].cleaned) == 50
+    at.button(key="data_reset_missing").click().run()
+    at.multiselect(key=f"data_missing_cols_{ds.dataset_id}").set_value(["income", "unused"]).run()
+    at.button(key="data_apply_missing").click().run()
+    assert any("would remove all 60 rows" in e.value and "'unused' has no value" in e.value for e in at.error)
+    assert len(_ok(at).session_state["dp_dataset"].cleaned) == 60
