@@ -241,3 +241,22 @@ def test_a_column_empty_in_every_row_is_left_out_of_the_drop_and_cannot_empty_it
     at.button(key="data_apply_missing").click().run()
     assert any("would remove all 60 rows" in e.value and "'unused' has no value" in e.value for e in at.error)
     assert len(_ok(at).session_state["dp_dataset"].cleaned) == 60
+
+
+def test_a_source_unreadable_at_one_reload_is_restored_at_the_next(folder: Path) -> None:
+    """A reload while the source cannot be read (the operator's config without the folder, a database
+    down, a file being replaced) says so; the session then saved "no dataset" over its plan, so the
+    next reload, with the source back, restored nothing and the curator's choices were lost."""
+    secrets = _folder_secrets(folder)
+    at = _open(secrets)
+    _load_folder_file(at, "tables/small.parquet")
+    ds = at.session_state["dp_dataset"]
+    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age", "income"]).run()
+    token = at.query_params["s"]
+    failed = _open({"dpcore": {"data_folders": []}}, token=token, data_page=False)
+    assert "dp_dataset" not in failed.session_state
+    assert any("is not an allow-listed data folder" in w.value for w in failed.warning)
+    again = _open(secrets, token=token)
+    restored = again.session_state["dp_dataset"]
+    assert restored.name == ds.name and restored.fingerprint == ds.fingerprint
+    assert again.multiselect(key=f"data_features_{ds.dataset_id}").value == ["age", "income"]

@@ -183,6 +183,8 @@ def _restore(saved: dict[str, Any]) -> list[str]:
             _restore_dataset(saved["dataset"])
         except (DPCoreError, KeyError, TypeError, ValueError) as err:
             problems.append(f"the dataset ({err})")
+            if state.dataset() is None:  # not saved over: a later reload reads the source again
+                saved["dataset"] = None
     return problems
 
 
