@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 import dpcore.data.io as data_io
 from dpcore.data import fingerprint
-from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, load_source
+from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, list_folder_files, load_source
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
 
@@ -165,3 +165,24 @@ def test_a_source_without_rows_is_refused_naming_it_not_a_parquet_upload(
 def test_a_select_the_database_refuses_says_how_to_fix_it(warehouse: sa.Engine) -> None:
     with pytest.raises(DataError, match=r"\(no such column: nosuch\); correct the SELECT"):
         load_source(DatabaseQuery("w", "SELECT nosuch FROM t"), engine=warehouse)
+
+
+def test_a_folder_table_skips_hidden_and_underscore_paths_as_spark_and_arrow_do(tmp_path: Path) -> None:
+    """A folder Spark is writing holds its in-progress parts under _temporary/ and staging folders and
+    files starting with '.': they were read as rows of the table (by the Data page and the batch job),
+    and the listing hid the '.' files while the load took them."""
+    events = tmp_path / "events"
+    (events / "_temporary" / "0").mkdir(parents=True)
+    (events / ".spark-staging").mkdir()
+    pd.DataFrame({"x": [1.0, 2.0]}).to_parquet(events / "part-0.parquet")
+    pd.DataFrame({"x": [3.0]}).to_parquet(events / "part-1.parquet")
+    pd.DataFrame({"x": [9.0]}).to_parquet(events / "_temporary" / "0" / "part-1.parquet")
+    pd.DataFrame({"x": [8.0]}).to_parquet(events / ".spark-staging" / "part-2.parquet")
+    pd.DataFrame({"x": [7.0]}).to_parquet(events / ".part-3.parquet")
+    folders = [str(tmp_path)]
+    listed = [s.path for s in list_folder_files(folders)]
+    assert listed == ["events", "events/part-0.parquet", "events/part-1.parquet"]
+    loaded = load_source(FolderFile(str(tmp_path), "events"), folders=folders)
+    assert loaded.table["x"].tolist() == [1.0, 2.0, 3.0]
+    with open_source(events) as src:
+        assert sorted(src.table.execute()["x"]) == [1.0, 2.0, 3.0] and src.fingerprint == loaded.fingerprint

@@ -53,6 +53,7 @@ __all__ = [
     "list_tables",
     "load_source",
     "parquet_frames",
+    "parquet_parts",
     "resolve_folder_file",
     "source_from_dict",
     "sql_chunks",
@@ -193,8 +194,23 @@ def _strings(value: Any, name: str) -> list[str]:
 # -- folders ----------------------------------------------------------------------------------------
 
 
+def _hidden(name: str) -> bool:
+    """Names Spark, Hive and Arrow datasets skip: '.' (hidden, staging) and '_' (_temporary, _SUCCESS)."""
+    return name.startswith((".", "_"))
+
+
 def _is_table_file(name: str) -> bool:
-    return name.lower().endswith(PARQUET_SUFFIXES + TEXT_SUFFIXES) and not name.startswith(".")
+    return name.lower().endswith(PARQUET_SUFFIXES + TEXT_SUFFIXES) and not _hidden(name)
+
+
+def parquet_parts(folder: Path) -> list[Path]:
+    """Every ``.parquet`` file below ``folder``, in sorted path order, skipping files and folders whose
+    names start with '.' or '_' (a writer's in-progress parts, as Spark and Arrow datasets skip them)."""
+    return sorted(
+        p
+        for p in folder.rglob("*.parquet")
+        if p.is_file() and not any(_hidden(part) for part in p.relative_to(folder).parts)
+    )
 
 
 def _inside(path: Path, root: Path, shown: str) -> Path:
@@ -209,7 +225,7 @@ def _inside(path: Path, root: Path, shown: str) -> Path:
 
 def resolve_folder_file(spec: FolderFile, folders: Sequence[str]) -> list[Path]:
     """The file(s) ``spec`` names, each checked to lie inside its allow-listed folder after resolving
-    symbolic links: one file, or the ``.parquet`` files below a folder in sorted path order.
+    symbolic links: one file, or the ``.parquet`` files below a folder (:func:`parquet_parts`).
 
     Raises ``DataError`` for a folder that is not allow-listed, an absolute path, ``..``, a symbolic link
     leading out of the folder, a missing file or an unsupported file type.
@@ -230,8 +246,8 @@ def resolve_folder_file(spec: FolderFile, folders: Sequence[str]) -> list[Path]:
     if not target.exists():
         raise DataError(f"'{spec.label}' does not exist (any more); choose a file from the list.")
     real = _inside(target, root, spec.path)
-    if real.is_dir():  # every .parquet file below it, in sorted path order (as the batch command reads it)
-        parts = sorted(p for p in real.rglob("*.parquet") if p.is_file())
+    if real.is_dir():  # its .parquet parts, as the batch command reads them
+        parts = parquet_parts(real)
         if not parts:
             raise DataError(f"'{spec.label}' holds no .parquet files; choose a file from the list.")
         return [_inside(p, root, f"{spec.path}/{p.name}") for p in parts]
@@ -244,9 +260,10 @@ def resolve_folder_file(spec: FolderFile, folders: Sequence[str]) -> list[Path]:
 
 
 def list_folder_files(folders: Sequence[str]) -> list[FolderFile]:
-    """Parquet and CSV files below the allow-listed folders (hidden ones and symbolic links leading out
-    excluded), and each sub-folder with two or more Parquet files below it (one table: all of them, as
-    in a partitioned data set), in path order; at most ``MAX_LISTED`` of the first ``MAX_WALKED`` files."""
+    """Parquet and CSV files below the allow-listed folders (names starting with '.' or '_' and symbolic
+    links leading out excluded), and each sub-folder with two or more Parquet files below it (one table:
+    all of them, as in a partitioned data set), in path order; at most ``MAX_LISTED`` of the first
+    ``MAX_WALKED`` files."""
     found: list[FolderFile] = []
     for folder in folders:
         root = Path(folder).resolve()
@@ -254,7 +271,7 @@ def list_folder_files(folders: Sequence[str]) -> list[FolderFile]:
             continue
         files: list[PurePosixPath] = []
         for dirpath, dirnames, filenames in os.walk(root):  # symbolic links to folders are not entered
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
             here = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
             files += [here / f for f in sorted(filenames) if _is_table_file(f)]
             if len(files) >= MAX_WALKED:

@@ -36,6 +36,7 @@ from dpcore.data.sources import (
     DatabaseQuery,
     DatabaseTable,
     parquet_frames,
+    parquet_parts,
     sql_chunks,
 )
 from dpcore.errors import DataError, ParameterError
@@ -133,11 +134,11 @@ def is_url(source: str) -> bool:
 
 
 def parquet_files(path: Path) -> list[Path]:
-    """The Parquet file itself, or every ``.parquet`` file below the folder (partitioned layouts such as
-    year=2020/...) in sorted path order, as the Data page reads a folder."""
+    """The Parquet file itself, or the ``.parquet`` files below the folder (partitioned layouts such as
+    year=2020/...) as the Data page reads a folder (:func:`dpcore.data.sources.parquet_parts`)."""
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    files = parquet_parts(path)
     if not files:
         raise DataError(f"The folder {path} holds no .parquet files; point --source at Parquet files.")
     return files
