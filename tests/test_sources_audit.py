@@ -186,3 +186,17 @@ def test_a_folder_table_skips_hidden_and_underscore_paths_as_spark_and_arrow_do(
     assert loaded.table["x"].tolist() == [1.0, 2.0, 3.0]
     with open_source(events) as src:
         assert sorted(src.table.execute()["x"]) == [1.0, 2.0, 3.0] and src.fingerprint == loaded.fingerprint
+
+
+def test_duckdb_reads_a_partitioned_folder_with_the_files_columns_as_the_data_page(tmp_path: Path) -> None:
+    """year=2020/ folders: DuckDB added a column 'year' from the paths, and where the files hold a column
+    'year' it replaced the stored 1999.5 by the path's 2020 under the Data page's fingerprint; the Data
+    page and Spark read the files' own columns."""
+    for year in (2020, 2021):
+        (tmp_path / "t" / f"year={year}").mkdir(parents=True)
+        frame = pd.DataFrame({"year": [1999.5], "x": [float(year)]})
+        frame.to_parquet(tmp_path / "t" / f"year={year}" / "p.parquet", index=False)
+    page = load_source(FolderFile(str(tmp_path), "t"), folders=[str(tmp_path)]).table
+    with open_source(tmp_path / "t") as src:
+        read = src.table.execute()
+    pd.testing.assert_frame_equal(read, page, check_dtype=False)

@@ -79,7 +79,8 @@ def connect(engine: Engine = "duckdb", spark: Any = None) -> Any:
 
 
 def read_parquet(con: Any, files: list[str]) -> ir.Table:
-    """The Parquet ``files`` as one table of the backend ``con``. DuckDB widens a column stored with
+    """The Parquet ``files`` as one table of the backend ``con``, with the files' own columns (no columns
+    from year=2020/ folder names, as the Data page reads them). DuckDB widens a column stored with
     different types in different files (int64 in one, double in another) as pandas does; Spark reads the
     list as one frame and cannot, so such files are refused for it with the fix."""
     if con.name == "pyspark":
@@ -88,7 +89,7 @@ def read_parquet(con: Any, files: list[str]) -> ir.Table:
         name = f"dpcore_source_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(name)
         return con.table(name)
-    return con.read_parquet(files, union_by_name=True)
+    return con.read_parquet(files, union_by_name=True, hive_partitioning=False)
 
 
 def _same_types(files: list[str]) -> None:
