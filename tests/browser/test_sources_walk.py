@@ -10,15 +10,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import sqlalchemy as sa
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from dpcore.data import fingerprint, load_table, make_blobs
 from dpcore.data.sources import DatabaseTable, load_source
 from dpcore.ledger import Ledger, ReleaseRecord
-from tests.browser.conftest import Server, start_server, stop_server, wait_for_app
+from tests.browser.conftest import (
+    Server,
+    open_app,
+    screenshot,
+    start_server,
+    stop_server,
+    wait_for_app,
+)
 from tests.browser.e2e import (
     assert_no_exception,
     choose_radio,
@@ -174,3 +182,67 @@ def test_release_from_a_database_table(page: Page, server: Server, warehouse: st
     assert manifest["dataset_fingerprint"] == digest and manifest["dataset_name"] == "warehouse: blobs"
     assert [r.mechanism for r in _recorded(server, digest)] == ["dp_lloyd"]
     assert_no_exception(page)
+
+
+def test_a_select_source_survives_leaving_the_page_a_reload_a_second_tab_and_a_restart(
+    browser: Browser, tables: Path, warehouse: str, tmp_path: Path
+) -> None:
+    """A curator types a SELECT over a table above the row limit: the source choice, the SELECT text and
+    the labelled sample stay when the curator leaves the Data page and comes back, reloads the page,
+    works on another source in a second tab, and after a server restart (this test's own server)."""
+    engine = sa.create_engine(warehouse)
+    make_blobs(2000, 2, 3, seed=15).to_sql("visits", engine, index=False, if_exists="replace")
+    engine.dispose()
+    sql = "SELECT x1, x2 FROM visits WHERE x1 > -100"
+    note = f"uniform sample of {MAX_ROWS:,} of the 2,000 rows"
+
+    def shows_the_select(page: Page) -> None:
+        body = main(page)
+        expect(body.get_by_role("textbox", name="SELECT query")).to_have_value(sql)
+        expect(body.get_by_text(note).first).to_be_visible()
+        sidebar = page.get_by_test_id("stSidebar")
+        expect(sidebar.get_by_text(f"Uniform sample of {MAX_ROWS:,}").first).to_be_visible()
+        assert_no_exception(page)
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DPCORE_DATA_FOLDERS", str(tables))
+        env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
+        env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
+        proc, server = start_server(tmp_path)
+        try:
+            page = open_app(browser, server)
+            go(page, "Data")
+            choose_radio(page, "Database")
+            choose_radio(page, "A SELECT query")
+            box = main(page).get_by_role("textbox", name="SELECT query")
+            box.fill(sql)
+            box.press("Control+Enter")
+            wait_for_app(page)
+            click(page, "Load from the database")
+            shows_the_select(page)
+            digest = main(page).get_by_text("fingerprint").first.inner_text()
+            go(page, "K-means")
+            go(page, "Data")
+            shows_the_select(page)
+            page.reload()
+            wait_for_app(page)
+            shows_the_select(page)
+
+            other = open_app(browser, server)  # a second tab, its own session, on a folder file
+            _load(other, "tables/blobs.parquet")
+            expect(main(other).get_by_text("1,200 rows × 2 columns").first).to_be_visible()
+            page.reload()
+            wait_for_app(page)
+            shows_the_select(page)
+            other.context.close()
+
+            stop_server(proc)
+            proc, server = start_server(tmp_path, port=urlparse(server.url).port)
+            page.goto(page.url)
+            wait_for_app(page)
+            shows_the_select(page)
+            assert main(page).get_by_text("fingerprint").first.inner_text() == digest
+            screenshot(page, "select-source-after-restart")
+            page.context.close()
+        finally:
+            stop_server(proc)
