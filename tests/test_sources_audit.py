@@ -4,6 +4,7 @@ folder whose files do not share one schema is refused by both with a message nam
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import dpcore.data.io as data_io
+import dpcore.data.sources as sources
 from dpcore.data import fingerprint
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, list_folder_files, load_source
 from dpcore.errors import DataError
@@ -200,3 +202,21 @@ def test_duckdb_reads_a_partitioned_folder_with_the_files_columns_as_the_data_pa
     with open_source(tmp_path / "t") as src:
         read = src.table.execute()
     pd.testing.assert_frame_equal(read, page, check_dtype=False)
+
+
+def test_the_csv_size_limit_holds_for_gzip_and_in_the_batch_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CSV files are read into memory whole, so a folder's CSV above MAX_TEXT_MB is refused. The limit
+    was on the size on disk only (a .csv.gz unpacking to more passed, held to the 50 MB upload limit
+    instead), and the batch job had none: it read any CSV whole."""
+    monkeypatch.setattr(sources, "MAX_TEXT_MB", 1)
+    text = "".join(f"{k},{k % 7}.5\n" for k in range(150_000)).encode()  # 1.6 MB
+    (tmp_path / "big.csv").write_bytes(b"a,b\n" + text)
+    (tmp_path / "big.csv.gz").write_bytes(gzip.compress(b"a,b\n" + text))
+    assert (tmp_path / "big.csv.gz").stat().st_size < 2**20
+    for name in ("big.csv", "big.csv.gz"):
+        with pytest.raises(DataError, match=r"more than 1 MB|above 1 MB"):
+            load_source(FolderFile(str(tmp_path), name), folders=[str(tmp_path)])
+        with pytest.raises(DataError, match=r"more than 1 MB|above 1 MB"):
+            open_source(tmp_path / name)

@@ -54,6 +54,7 @@ __all__ = [
     "load_source",
     "parquet_frames",
     "parquet_parts",
+    "read_text_file",
     "resolve_folder_file",
     "source_from_dict",
     "sql_chunks",
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ROWS = 200_000
-MAX_TEXT_MB = 200  # a CSV file is read into memory whole (as an upload is)
+MAX_TEXT_MB = 200  # a CSV file is read into memory whole (as an upload is), on disk and unpacked
 MAX_LISTED = 500
 MAX_WALKED = 10_000
 BATCH_ROWS = 65_536
@@ -500,14 +501,21 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
         raise DataError(f"'{label}' could not be read ({_first_line(err)}); export it again.") from err
 
 
-def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> LoadedSource:
+def read_text_file(path: Path, label: str) -> pd.DataFrame:
+    """A CSV file (gzip-compressed or not) read whole, as an upload is read, refused above
+    ``MAX_TEXT_MB`` on disk or once unpacked (Parquet is read in a streaming pass instead)."""
+    limit = MAX_TEXT_MB * 2**20
     size = path.stat().st_size
-    if size > MAX_TEXT_MB * 2**20:
+    if size > limit:
         raise DataError(
-            f"'{spec.label}' is {size / 2**20:,.0f} MB; CSV files above {MAX_TEXT_MB} MB are not read into "
-            "memory. Convert it to Parquet (read in a streaming pass) and put that in the folder."
+            f"'{label}' is {size / 2**20:,.0f} MB; CSV files above {MAX_TEXT_MB} MB are not read into "
+            "memory. Convert it to Parquet (read in a streaming pass) and use that."
         )
-    table = load_table(path)
+    return load_table(path, max_bytes=limit)
+
+
+def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> LoadedSource:
+    table = read_text_file(path, spec.label)
     digest = fingerprint(table)
     if len(table) <= max_rows:
         return LoadedSource(table, digest, len(table), False, None, "CSV in an allow-listed folder")

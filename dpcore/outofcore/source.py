@@ -7,9 +7,10 @@ batches, each measured before its text is expanded, as the Data page reads them
 SELECT is read once in chunks by the Data page's own reader (:func:`dpcore.data.sources.sql_chunks`: one
 read-only transaction, rows in the order of all their columns, a query checked by
 :func:`~dpcore.data.sources.validate_select`), fingerprinted on the way and staged as a Parquet file in a
-temporary folder; a CSV file is read by the Data page's own reader (``dpcore.data.load_table``: same
-delimiter, encoding and type inference, so the same fingerprint), whole. The fingerprint is
-:func:`dpcore.data.fingerprint` of the table the Data page would load.
+temporary folder; a CSV file is read whole by the Data page's own reader
+(:func:`dpcore.data.sources.read_text_file`: same delimiter, encoding, type inference and size limit, so
+the same fingerprint). The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page
+would load.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dpcore.data.sources import (
     DatabaseTable,
     parquet_frames,
     parquet_parts,
+    read_text_file,
     sql_chunks,
 )
 from dpcore.errors import DataError, ParameterError
@@ -191,9 +193,9 @@ def open_source(
         renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
         return Source(table.rename(renamed) if renamed else table, digest)
     if suffixes.endswith(TEXT_SUFFIXES):
-        from dpcore.data import fingerprint, load_table
+        from dpcore.data import fingerprint
 
-        df = load_table(path)
+        df = read_text_file(path, path.name)
         staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
         staged = Path(staging.name) / "table.parquet"
         df.to_parquet(staged, index=False)
