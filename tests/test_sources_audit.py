@@ -17,6 +17,7 @@ import sqlalchemy as sa
 import dpcore.data.io as data_io
 import dpcore.data.sources as sources
 from dpcore.data import fingerprint
+from dpcore.data.io import MAX_COLUMNS
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, list_folder_files, load_source
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
@@ -220,3 +221,30 @@ def test_the_csv_size_limit_holds_for_gzip_and_in_the_batch_job(
             load_source(FolderFile(str(tmp_path), name), folders=[str(tmp_path)])
         with pytest.raises(DataError, match=r"more than 1 MB|above 1 MB"):
             open_source(tmp_path / name)
+
+
+def test_a_source_too_wide_is_refused_before_it_is_read_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table with more columns than the Data page holds was read in full (a scan of the whole table)
+    and then refused as a made-up 'w: wide.parquet' with 'upload that table'."""
+    wide = pd.DataFrame({f"c{i}": [1.0, 2.0] for i in range(MAX_COLUMNS + 1)})
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    wide.to_sql("wide", engine, index=False)
+    (tmp_path / "parts").mkdir()
+    for k in range(2):
+        wide.to_parquet(tmp_path / "parts" / f"p{k}.parquet", index=False)
+    cases = {
+        DatabaseTable("w", "wide"): r"'w: wide' has 501 columns; at most 500 .* only the columns you need",
+        DatabaseQuery("w", "SELECT * FROM wide"): r"'w: SELECT \* FROM wide' has 501 columns",
+        FolderFile(str(tmp_path), "parts"): r"/parts' has 501 columns; at most 500",
+    }
+
+    def no_read(*args: object) -> None:
+        raise AssertionError("the rows were read")
+
+    monkeypatch.setattr(sources, "_pass", no_read)
+    for spec, message in cases.items():
+        with pytest.raises(DataError, match=message):
+            load_source(spec, folders=[str(tmp_path)], engine=engine, max_rows=1)
+    engine.dispose()

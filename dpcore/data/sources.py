@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
-from dpcore.data.io import column_name, load_table, parquet_batches
+from dpcore.data.io import MAX_COLUMNS, column_name, load_table, parquet_batches
 from dpcore.errors import DataError
 
 __all__ = [
@@ -345,16 +345,28 @@ def _read_only(conn: sa.Connection) -> None:
         conn.exec_driver_sql("PRAGMA query_only = ON")
 
 
+_SQL_COLUMNS = "Load only the columns you need (features, the user column) with SELECT a, b, ... FROM ..."
+_FILE_COLUMNS = "Write a copy with only the columns you need (features, the user column) and use that."
+
+
+def _check_width(label: str, n_columns: int, fix: str) -> None:
+    """Refuse a source wider than the Data page holds (``MAX_COLUMNS``) before any row is read."""
+    if n_columns > MAX_COLUMNS:
+        raise DataError(f"'{label}' has {n_columns:,} columns; at most {MAX_COLUMNS:,} can be loaded. {fix}")
+
+
 def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tuple[Any, Any]:
     """(count query, ordered rows query) of the spec, as SQLAlchemy selectables."""
     if isinstance(spec, DatabaseTable):
         if spec.table not in list_tables(conn):
             raise DataError(f"The database has no table '{spec.table}'; choose one from the list.")
         table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
+        _check_width(spec.label, len(table.columns), _SQL_COLUMNS)
         return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
     sql = validate_select(spec.sql, conn.dialect.name)
     inner = f"({sql}\n) AS dpcore_q"  # a line break: a trailing -- comment ends before the parenthesis
     names = list(conn.execute(sa.text(f"SELECT * FROM {inner} WHERE 1 = 0")).keys())
+    _check_width(spec.label, len(names), _SQL_COLUMNS)
     order = ", ".join(str(i + 1) for i in range(len(names)))
     return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner} ORDER BY {order}")
 
@@ -462,6 +474,7 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
         raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
     if total == 0:
         raise _no_rows(spec.label, 0)
+    _check_width(spec.label, len(files[0].schema_arrow), _FILE_COLUMNS)
     what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
     if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
         table = load_table(paths[0])
