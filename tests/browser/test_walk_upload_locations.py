@@ -83,8 +83,9 @@ def _expect_settings(page: Page) -> None:
         expect(_input(page, test_id, label), f"{label} should be {value}").to_have_value(value)
 
 
-def _charts(page: Page) -> list[str]:
-    """Title and traces (all their values) of every chart drawn on the page, as JSON.
+def _charts(page: Page, count: int | None = None) -> list[str]:
+    """Title and traces (all their values) of every chart drawn on the page, as JSON; with ``count``, once
+    that many charts have rendered (after a reload they appear one by one).
 
     The axis ranges are left out (a map at equal ground scale widens one to fit its container), and so
     are bold tags: Streamlit's chart theme wraps a title in <b> again each time a chart in columns is
@@ -92,6 +93,8 @@ def _charts(page: Page) -> list[str]:
     """
     charts = main(page).get_by_test_id("stPlotlyChart")
     expect(charts.first).to_be_visible()
+    if count is not None:
+        expect(charts).to_have_count(count)
     spec = "el => JSON.stringify([el.layout.title.text.replace(/<\\/?b>/g, ''), el.data])"
     return [charts.nth(i).locator(".js-plotly-plot").evaluate(spec) for i in range(charts.count())]
 
@@ -179,7 +182,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     go(page, "Ledger")
     go(page, "Locations")
     _expect_settings(page)
-    assert _charts(page) == charts
+    assert _charts(page, len(charts)) == charts
     expect(body.get_by_text(STALE)).to_have_count(0)
     expect(release).to_be_enabled()
     _shot(page, _region(page), "upload-la-4-back-from-ledger")
@@ -193,7 +196,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     expect(sidebar.get_by_text(NAME).first).to_be_visible()
     expect(sidebar.get_by_text("level 1 within 500 m").first).to_be_visible()
     _expect_settings(page)
-    assert _charts(page) == charts  # the last comparison comes back with the plan
+    assert _charts(page, len(charts)) == charts  # the last comparison comes back with the plan
     expect(body.get_by_text(STALE)).to_have_count(0)
     # the release still checks the restored comparison: another HS disables it, naming HS
     select(page, HS_LABEL, "state (300,000 m)")
