@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +23,7 @@ from dpcore.data.io import MAX_COLUMNS
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, list_folder_files, load_source
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
+from tests.postgres_server import PostgresServer
 
 MB = 2**20
 
@@ -135,7 +138,7 @@ def test_column_names_are_cleaned_alike_whole_sampled_and_in_the_batch_job(tmp_p
 
 
 @pytest.fixture
-def warehouse(tmp_path: Path) -> sa.Engine:
+def warehouse(tmp_path: Path) -> Iterator[sa.Engine]:
     """A SQLite database with a table ``t`` of two rows and an empty table ``empty``."""
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'w.db'}")
     pd.DataFrame({"x": [1.0, 2.0]}).to_sql("t", engine, index=False)
@@ -248,3 +251,46 @@ def test_a_source_too_wide_is_refused_before_it_is_read_naming_it(
         with pytest.raises(DataError, match=message):
             load_source(spec, folders=[str(tmp_path)], engine=engine, max_rows=1)
     engine.dispose()
+
+
+@pytest.fixture
+def postgres_engine(postgres_server: PostgresServer) -> Iterator[sa.Engine]:
+    """A fresh database on the test PostgreSQL server with a table ``t``."""
+    name = f"w_{uuid.uuid4().hex}"
+    postgres_server.admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    engine = sa.create_engine(postgres_server.url(name))
+    pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [1, 2, 3]}).to_sql("t", engine, index=False)
+    yield engine
+    engine.dispose()
+    postgres_server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_a_select_repeating_a_column_name_is_refused_with_the_fix(postgres_engine: sa.Engine) -> None:
+    """PostgreSQL returns a join's 'SELECT a.x, b.x' with the name x twice: the Data page and the batch
+    job failed with pandas' "The truth value of a Series is ambiguous" (a stack trace)."""
+    spec = DatabaseQuery("w", "SELECT a.x, b.x FROM t a JOIN t b ON a.y = b.y")
+    for max_rows in (100, 1):
+        with pytest.raises(DataError, match=r"returns the column name 'x' more than once.*AS"):
+            load_source(spec, engine=postgres_engine, max_rows=max_rows)
+    with pytest.raises(DataError, match=r"returns the column name 'x' more than once"):
+        open_source(postgres_engine.url.render_as_string(hide_password=False), query=spec.sql)
+
+
+def test_columns_whose_names_clash_once_cleaned_are_refused_before_they_are_read(
+    warehouse: sa.Engine, tmp_path: Path
+) -> None:
+    """Columns 'x' and ' x' (one name once cleaned) crashed the streamed read with pandas' "truth value
+    of a Series is ambiguous", in a database table and in a Parquet file alike."""
+    with warehouse.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE clash ("x" REAL, " x" REAL)')
+        conn.exec_driver_sql("INSERT INTO clash VALUES (1, 2)")
+    with pytest.raises(DataError, match=r"'w: clash' returns the column name 'x' more than once"):
+        load_source(DatabaseTable("w", "clash"), engine=warehouse)
+    (tmp_path / "files").mkdir()
+    pd.DataFrame({"x": [1.0, 2.0], " x": [3.0, 4.0]}).to_parquet(tmp_path / "files" / "clash.parquet")
+    spec = FolderFile(str(tmp_path), "files/clash.parquet")
+    for max_rows in (100, 1):
+        with pytest.raises(DataError, match=r"clash.parquet' returns the column name 'x' more than once"):
+            load_source(spec, folders=[str(tmp_path)], max_rows=max_rows)
+    with pytest.raises(DataError, match=r"returns the column name 'x' more than once"):
+        open_source(tmp_path / "files" / "clash.parquet")

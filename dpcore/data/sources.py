@@ -349,10 +349,19 @@ _SQL_COLUMNS = "Load only the columns you need (features, the user column) with 
 _FILE_COLUMNS = "Write a copy with only the columns you need (features, the user column) and use that."
 
 
-def _check_width(label: str, n_columns: int, fix: str) -> None:
-    """Refuse a source wider than the Data page holds (``MAX_COLUMNS``) before any row is read."""
-    if n_columns > MAX_COLUMNS:
-        raise DataError(f"'{label}' has {n_columns:,} columns; at most {MAX_COLUMNS:,} can be loaded. {fix}")
+def _check_names(label: str, names: Sequence[object], fix: str) -> None:
+    """Refuse, before any row is read, a source wider than the Data page holds (``MAX_COLUMNS``; ``fix``
+    says how to narrow it) or naming two columns alike (a join's ``a.x, b.x``; names compared as
+    ``load_table`` cleans them)."""
+    if len(names) > MAX_COLUMNS:
+        raise DataError(f"'{label}' has {len(names):,} columns; at most {MAX_COLUMNS:,} can be loaded. {fix}")
+    seen: set[str] = set()
+    twice = next((n for n in map(column_name, names) if n in seen or seen.add(n)), None)
+    if twice is not None:
+        raise DataError(
+            f"'{label}' returns the column name '{twice}' more than once; give each column its own name "
+            f"(in a SELECT: a.{twice} AS {twice}_a, b.{twice} AS {twice}_b)."
+        )
 
 
 def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tuple[Any, Any]:
@@ -361,12 +370,12 @@ def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tu
         if spec.table not in list_tables(conn):
             raise DataError(f"The database has no table '{spec.table}'; choose one from the list.")
         table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
-        _check_width(spec.label, len(table.columns), _SQL_COLUMNS)
+        _check_names(spec.label, [c.name for c in table.columns], _SQL_COLUMNS)
         return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
     sql = validate_select(spec.sql, conn.dialect.name)
     inner = f"({sql}\n) AS dpcore_q"  # a line break: a trailing -- comment ends before the parenthesis
     names = list(conn.execute(sa.text(f"SELECT * FROM {inner} WHERE 1 = 0")).keys())
-    _check_width(spec.label, len(names), _SQL_COLUMNS)
+    _check_names(spec.label, names, _SQL_COLUMNS)
     order = ", ".join(str(i + 1) for i in range(len(names)))
     return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner} ORDER BY {order}")
 
@@ -474,7 +483,7 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
         raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
     if total == 0:
         raise _no_rows(spec.label, 0)
-    _check_width(spec.label, len(files[0].schema_arrow), _FILE_COLUMNS)
+    _check_names(spec.label, files[0].schema_arrow.names, _FILE_COLUMNS)
     what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
     if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
         table = load_table(paths[0])
@@ -493,10 +502,13 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
     """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
     ``batch_rows`` rows, column names cleaned as ``load_table`` cleans them; each batch is measured before
     its text is expanded (:func:`~dpcore.data.io.parquet_batches`). ``DataError`` for an unreadable file,
-    a batch too large once decoded, or a file whose columns differ from the first file's."""
+    too many or repeated column names, a batch too large once decoded, or a file whose columns differ from
+    the first file's."""
     root = Path(os.path.commonpath([p.parent for p in paths])) if paths else Path()
     first: tuple[Path, list[str]] | None = None
     try:
+        if paths:
+            _check_names(label, pq.read_schema(paths[0]).names, _FILE_COLUMNS)
         for path in paths:
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
                 frame = batch.to_pandas().rename(columns=column_name)
