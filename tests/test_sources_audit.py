@@ -294,3 +294,29 @@ def test_columns_whose_names_clash_once_cleaned_are_refused_before_they_are_read
             load_source(spec, folders=[str(tmp_path)], max_rows=max_rows)
     with pytest.raises(DataError, match=r"returns the column name 'x' more than once"):
         open_source(tmp_path / "files" / "clash.parquet")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("json", "'{\"a\": 1}'", r"could not identify an ordering operator for type json"),
+        ("int[]", "'{1,2}'", r"column 'v' holds list values.*cast it to a plain type"),
+        ("bytea", "'\\xdeadbeef'", r"column 'v' holds bytes values.*cast it to a plain type"),
+        ("inet", "'10.0.0.1'", r"column 'v' holds IPv4Address values.*cast it to a plain type"),
+    ],
+)
+def test_database_columns_without_a_plain_value_are_refused_alike_whole_sampled_and_batch(
+    postgres_engine: sa.Engine, column: str, value: str, message: str
+) -> None:
+    """PostgreSQL types pandas returns as Python objects: an array crashed the read ("truth value of an
+    array ... is ambiguous"), bytea crashed the batch job (UnicodeDecodeError), inet loaded as a sample but
+    not whole, and json (which cannot be ordered) raised pandas' own DatabaseError."""
+    with postgres_engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE odd (k int, v {column})")
+        conn.exec_driver_sql(f"INSERT INTO odd VALUES (1, {value}), (2, NULL), (3, {value})")
+    query = DatabaseQuery("w", "SELECT * FROM odd")
+    for max_rows in (100, 1):
+        with pytest.raises(DataError, match=message):
+            load_source(query, engine=postgres_engine, max_rows=max_rows)
+    with pytest.raises(DataError, match=message):
+        open_source(postgres_engine.url.render_as_string(hide_password=False), table="odd")

@@ -19,9 +19,12 @@ database's scan order.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
 import os
 import secrets
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -567,17 +570,41 @@ def sql_chunks(
                 total = int(conn.execute(count).scalar_one())
                 streamed = conn.execution_options(stream_results=True)
                 chunks = pd.read_sql(rows, streamed, chunksize=chunk_rows)
-                yield total, (chunk.rename(columns=column_name) for chunk in chunks)
+                yield total, (_plain(chunk.rename(columns=column_name), spec.label) for chunk in chunks)
             finally:
                 conn.rollback()
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
-    except sa.exc.SQLAlchemyError as err:
-        query = isinstance(spec, DatabaseQuery)
-        fix = "correct the SELECT" if query else "check the connection's access to it"
+    except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:  # pandas wraps the SQLAlchemy error
+        fix = (
+            "correct the SELECT"
+            if isinstance(spec, DatabaseQuery)
+            else "check the connection's access to it, or read it with a SELECT"
+        )
         raise DataError(
-            f"The database refused the read of '{spec.label}' ({_first_line(err)}); {fix} and load it again."
+            f"The database refused the read of '{spec.label}' ({_first_line(err.__cause__ or err)}); {fix} "
+            "(a column the database cannot sort, such as json, cast to text) and load it again."
         ) from err
+
+
+_PLAIN = (str, int, float, bool, np.generic, decimal.Decimal, dt.date, dt.time, dt.timedelta, uuid.UUID)
+
+
+def _plain(chunk: pd.DataFrame, label: str) -> pd.DataFrame:
+    """``chunk``, if every cell of its object columns is one plain value (text, number, date or time);
+    ``DataError`` naming a column of lists, documents, bytes or addresses (which would be read whole on
+    one path and fail on another)."""
+    for name, values in chunk.items():
+        if not pd.api.types.is_object_dtype(values):
+            continue
+        odd = next((v for v in values if v is not None and not isinstance(v, _PLAIN)), None)
+        if odd is not None:
+            raise DataError(
+                f"'{label}': column '{name}' holds {type(odd).__name__} values, not one plain value (text, "
+                f"number, date) per cell; cast it to a plain type in a SELECT (e.g. {name}::text) and load "
+                "that."
+            )
+    return chunk
 
 
 def _load_sql(
