@@ -320,3 +320,19 @@ def test_database_columns_without_a_plain_value_are_refused_alike_whole_sampled_
             load_source(query, engine=postgres_engine, max_rows=max_rows)
     with pytest.raises(DataError, match=message):
         open_source(postgres_engine.url.render_as_string(hide_password=False), table="odd")
+
+
+def test_a_parquet_list_column_is_refused_on_every_path_with_the_uploads_message(tmp_path: Path) -> None:
+    """A list column was refused by the whole-file read (as an upload) but crashed the streamed read (a
+    sample, a folder of parts, the batch job) with "truth value of an array ... is ambiguous"."""
+    table = pa.table({"k": [1, 2, 3], "v": pa.array([[1, 2], None, [3]], pa.list_(pa.int64()))})
+    (tmp_path / "parts").mkdir()
+    for path in ("n.parquet", "parts/a.parquet", "parts/b.parquet"):
+        pq.write_table(table, tmp_path / path)
+    nested = r"has nested columns .*'v' \(list<element: int64>\)\. Flatten them"
+    for path, max_rows in (("n.parquet", 100), ("n.parquet", 1), ("parts", 100)):
+        with pytest.raises(DataError, match=nested):
+            load_source(FolderFile(str(tmp_path), path), folders=[str(tmp_path)], max_rows=max_rows)
+    for path in ("n.parquet", "parts"):
+        with pytest.raises(DataError, match=nested):
+            open_source(tmp_path / path)

@@ -644,6 +644,17 @@ def _nested(kind: pa.DataType) -> bool:
     return pa.types.is_nested(kind) or (pa.types.is_dictionary(kind) and pa.types.is_nested(kind.value_type))
 
 
+def check_flat(schema: pa.Schema, name: str) -> None:
+    """``DataError`` when a Parquet schema has nested columns (lists, maps, structs: values per cell)."""
+    nested = [f"'{field.name}' ({field.type})" for field in schema if _nested(field.type)]
+    if nested:
+        raise DataError(
+            f"'{name}' has nested columns (lists, maps or structs), which hold several values per cell: "
+            f"{', '.join(nested[:5])}. Flatten them into one column per value, or leave them out, and "
+            "export the file again."
+        )
+
+
 def _half_float(kind: pa.DataType) -> bool:
     return pa.types.is_float16(kind) or (
         pa.types.is_dictionary(kind) and pa.types.is_float16(kind.value_type)
@@ -692,13 +703,7 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
     except Exception as err:
         raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
     _check_width(len(schema), name, max_columns)
-    nested = [f"'{field.name}' ({field.type})" for field in schema if _nested(field.type)]
-    if nested:
-        raise DataError(
-            f"'{name}' has nested columns (lists, maps or structs), which hold several values per cell: "
-            f"{', '.join(nested[:5])}. Flatten them into one column per value, or leave them out, and "
-            "export the file again."
-        )
+    check_flat(schema, name)
     rows = file.metadata.num_rows
     if rows * max(len(schema), 1) * 8 > MAX_DECODED_BYTES:
         raise _too_large_decoded(name, len(data), rows * len(schema) * 8)

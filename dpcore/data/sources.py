@@ -41,7 +41,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
-from dpcore.data.io import MAX_COLUMNS, column_name, load_table, parquet_batches
+from dpcore.data.io import MAX_COLUMNS, check_flat, column_name, load_table, parquet_batches
 from dpcore.errors import DataError
 
 __all__ = [
@@ -505,14 +505,15 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
     """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
     ``batch_rows`` rows, column names cleaned as ``load_table`` cleans them; each batch is measured before
     its text is expanded (:func:`~dpcore.data.io.parquet_batches`). ``DataError`` for an unreadable file,
-    too many or repeated column names, a batch too large once decoded, or a file whose columns differ from
-    the first file's."""
+    too many or repeated column names, nested columns, a batch too large once decoded, or a file whose
+    columns differ from the first file's."""
     root = Path(os.path.commonpath([p.parent for p in paths])) if paths else Path()
     first: tuple[Path, list[str]] | None = None
     try:
         if paths:
             _check_names(label, pq.read_schema(paths[0]).names, _FILE_COLUMNS)
         for path in paths:
+            check_flat(pq.read_schema(path), label)
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
                 frame = batch.to_pandas().rename(columns=column_name)
                 columns = [str(c) for c in frame.columns]
