@@ -190,6 +190,14 @@ def apply_missing(columns: Sequence[str], strategy: str) -> Dataset:
     ds = _current()
     cleaned = handle_missing(ds.cleaned, list(columns), strategy)  # type: ignore[arg-type]
     removed = len(ds.cleaned) - len(cleaned)
+    if removed and cleaned.empty:  # e.g. an unused column, empty in every row, among the columns
+        empty = [c for c in columns if ds.cleaned[c].isna().all()]
+        why = f" ({', '.join(map(repr, empty))} has no value in any row)" if empty else ""
+        raise DataError(
+            f"Dropping the rows with a missing value in {', '.join(map(repr, columns))} would remove all "
+            f"{removed:,} rows{why}. Leave such columns out (an empty column cannot be a feature), or fill "
+            "the values instead."
+        )
     words = f"{strategy} on {', '.join(columns)} ({removed} rows removed)"
     return update_dataset(
         cleaned=cleaned,

@@ -66,9 +66,9 @@ def imputation_leak(column: str, strategy: str) -> str:
 def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingStrategy) -> pd.DataFrame:
     """Return a copy with missing (and, in numeric columns, infinite) values in ``columns`` handled.
 
-    "drop" removes the rows (no leak; ``DataError`` when that would remove every row, e.g. a column empty
-    in every row); "median"/"mean" (numeric columns) and "mode" (any column) fill them with a data-derived
-    value, which is recorded in ``attrs["dpcore_imputed"]`` and reported by ``prepare`` as a leak.
+    "drop" removes the rows (no leak); "median"/"mean" (numeric columns) and "mode" (any column) fill them
+    with a data-derived value, which is recorded in ``attrs["dpcore_imputed"]`` and reported by ``prepare``
+    as a leak.
     """
     check_strategy(strategy)
     cols = list(columns)
@@ -90,18 +90,6 @@ def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingSt
         rows = np.zeros(len(out), dtype=bool)
         for mask in bad.values():
             rows |= mask
-        if len(out) and rows.all():
-            empty = [c for c in cols if bad[c].all()]
-            why = (
-                f"{', '.join(map(repr, empty))} {'has' if len(empty) == 1 else 'have'} no value in any row"
-                if empty
-                else "every row misses a value in one of them"
-            )
-            raise DataError(
-                f"Dropping the rows with a missing value in {', '.join(map(repr, cols))} would remove all "
-                f"{len(out):,} rows: {why}. Leave such columns out (an empty column cannot be a feature), "
-                "or fill the values instead."
-            )
         return out.loc[~rows]
     leaks = list(out.attrs.get(IMPUTE_ATTR, []))
     for c in cols:
