@@ -336,3 +336,40 @@ def test_a_parquet_list_column_is_refused_on_every_path_with_the_uploads_message
     for path in ("n.parquet", "parts"):
         with pytest.raises(DataError, match=nested):
             open_source(tmp_path / path)
+
+
+def test_a_binary_text_column_has_one_fingerprint_whole_sampled_and_in_the_batch_job(tmp_path: Path) -> None:
+    """Parquet writers such as Impala and older Hive store text as plain binary. The whole-file read
+    decodes it as text (as an upload), the streamed read hashed Python bytes: one table, two fingerprints.
+    Bytes that are not UTF-8 (read whole as hexadecimal digits) are refused by the streamed read, which
+    cannot know the whole column."""
+    root = tmp_path / "t"
+    root.mkdir()
+    text = pa.array([b"Oslo", b"Bergen", None, b"Troms\xc3\xb8"], pa.binary())
+    pq.write_table(pa.table({"city": text, "n": [1.0, 2.0, 3.0, 4.0]}), root / "text.parquet")
+    blob = pa.array([b"\xff\x00", b"ok", None, b"\x80"], pa.binary())
+    pq.write_table(pa.table({"blob": blob, "n": [1.0, 2.0, 3.0, 4.0]}), root / "blob.parquet")
+    folders = [str(root)]
+    whole = load_source(FolderFile(str(root), "text.parquet"), folders=folders)
+    assert whole.table["city"].tolist()[:2] == ["Oslo", "Bergen"]
+    sampled = load_source(FolderFile(str(root), "text.parquet"), folders=folders, max_rows=2, sample_seed=1)
+    with open_source(root / "text.parquet") as src:
+        assert whole.fingerprint == sampled.fingerprint == src.fingerprint
+    assert load_source(FolderFile(str(root), "blob.parquet"), folders=folders).table["blob"][0] == "ff00"
+    not_text = r"column 'blob' holds binary values that are not UTF-8 text"
+    with pytest.raises(DataError, match=not_text):
+        load_source(FolderFile(str(root), "blob.parquet"), folders=folders, max_rows=2)
+    with pytest.raises(DataError, match=not_text):
+        open_source(root / "blob.parquet")
+
+
+def test_a_stored_pandas_index_is_a_column_whole_sampled_and_in_the_batch_fingerprint(tmp_path: Path) -> None:
+    """df[mask].to_parquet(path) stores the index as a column; the whole-file read keeps it as a column
+    'index' (as an upload), the streamed read dropped it: one file, two fingerprints."""
+    pd.DataFrame({"n": [1.0, 2.0, 3.0, 4.0]}, index=[5, 7, 9, 11]).to_parquet(tmp_path / "f.parquet")
+    spec, folders = FolderFile(str(tmp_path), "f.parquet"), [str(tmp_path)]
+    whole = load_source(spec, folders=folders)
+    sampled = load_source(spec, folders=folders, max_rows=2, sample_seed=1)
+    assert list(whole.table.columns) == list(sampled.table.columns) == ["index", "n"]
+    with open_source(tmp_path / "f.parquet") as src:
+        assert whole.fingerprint == sampled.fingerprint == src.fingerprint

@@ -672,6 +672,11 @@ def _outside_ns(column: pa.ChunkedArray) -> int:
     return int(pc.sum(pc.or_(pc.less(ticks, -limit), pc.greater(ticks, limit))).as_py() or 0)
 
 
+def binary_type(t: pa.DataType) -> bool:
+    """True for Arrow's binary types (text some Parquet writers store without its UTF-8 annotation)."""
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
 def _binary_as_text(column: pa.ChunkedArray, label: str, notes: list[str]) -> pa.ChunkedArray:
     """A binary column as text: UTF-8 where every value is, else every value as hexadecimal digits."""
     try:
@@ -726,11 +731,7 @@ def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> 
             )
         elif pa.types.is_timestamp(field.type) and (count := _outside_ns(table.column(i))):
             raise _outside_dates(name, field.name, count)
-        elif (
-            pa.types.is_binary(field.type)
-            or pa.types.is_large_binary(field.type)
-            or (pa.types.is_fixed_size_binary(field.type))
-        ):  # bytes that are not UTF-8 break every text operation
+        elif binary_type(field.type):  # bytes that are not UTF-8 break every text operation
             text = _binary_as_text(table.column(i), f"'{name}': column '{field.name}'", notes)
             table = table.set_column(i, pa.field(field.name, pa.string()), text)
     return table
@@ -787,20 +788,27 @@ def parquet_batches(path: str | PathLike[str], name: str, batch_rows: int) -> It
         yield batch
 
 
+def index_as_column(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``df`` read from Parquet with the pandas index its file stores (all but a plain row range) as a
+    column, as ``df.reset_index()`` gives it."""
+    if isinstance(df.index, pd.RangeIndex):
+        return df
+    try:
+        return df.reset_index()
+    except ValueError as err:  # an index named like a column: "cannot insert a, already exists"
+        raise DataError(
+            f"'{name}' stores a pandas index with the same name as a column ({err}). Rename the index "
+            "or drop it (df.reset_index(drop=True)) before saving, and export the file again."
+        ) from err
+
+
 def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
     table = _arrow_table(data, name, limits.max_columns, notes)
     try:
         df = table.to_pandas()
     except Exception as err:
         raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
-    if not isinstance(df.index, pd.RangeIndex):
-        try:
-            df = df.reset_index()
-        except ValueError as err:  # an index named like a column: "cannot insert a, already exists"
-            raise DataError(
-                f"'{name}' stores a pandas index with the same name as a column ({err}). Rename the index "
-                "or drop it (df.reset_index(drop=True)) before saving, and export the file again."
-            ) from err
+    df = index_as_column(df, name)
     return _finish(df, [str(c) for c in df.columns], name, "Parquet", notes)
 
 

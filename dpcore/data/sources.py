@@ -41,7 +41,15 @@ import sqlglot
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
-from dpcore.data.io import MAX_COLUMNS, check_flat, column_name, load_table, parquet_batches
+from dpcore.data.io import (
+    MAX_COLUMNS,
+    binary_type,
+    check_flat,
+    column_name,
+    index_as_column,
+    load_table,
+    parquet_batches,
+)
 from dpcore.errors import DataError
 
 __all__ = [
@@ -501,6 +509,28 @@ def _names(columns: Sequence[str], most: int = 8) -> str:
     return f"{shown}, ... ({len(columns)} in all)" if len(columns) > most else shown
 
 
+def _binary_as_utf8(batch: pa.RecordBatch, label: str) -> pa.RecordBatch:
+    """``batch`` with its binary columns read as text, as a whole-file read reads them when they are
+    UTF-8; ``DataError`` otherwise (a whole-file read spells such a column in hexadecimal digits, which
+    one batch cannot decide for the whole column)."""
+    if not any(binary_type(t) for t in batch.schema.types):
+        return batch
+    columns, fields = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        if binary_type(field.type):
+            try:
+                column = column.cast(pa.binary()).cast(pa.string())
+            except pa.ArrowInvalid as err:
+                raise DataError(
+                    f"'{label}': column '{field.name}' holds binary values that are not UTF-8 text; write "
+                    "it as text (e.g. hexadecimal digits) or leave it out, and use that file."
+                ) from err
+            field = field.with_type(pa.string())
+        columns.append(column)
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
 def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
     """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
     ``batch_rows`` rows, column names cleaned as ``load_table`` cleans them; each batch is measured before
@@ -515,7 +545,8 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
         for path in paths:
             check_flat(pq.read_schema(path), label)
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
-                frame = batch.to_pandas().rename(columns=column_name)
+                frame = index_as_column(_binary_as_utf8(batch, label).to_pandas(), label)
+                frame = frame.rename(columns=column_name)
                 columns = [str(c) for c in frame.columns]
                 first = first or (path, columns)
                 if k == 0 and columns != first[1]:
