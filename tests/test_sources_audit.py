@@ -373,3 +373,20 @@ def test_a_stored_pandas_index_is_a_column_whole_sampled_and_in_the_batch_finger
     assert list(whole.table.columns) == list(sampled.table.columns) == ["index", "n"]
     with open_source(tmp_path / "f.parquet") as src:
         assert whole.fingerprint == sampled.fingerprint == src.fingerprint
+
+
+def test_a_timestamp_pandas_cannot_hold_is_refused_on_every_path_with_the_uploads_message(
+    tmp_path: Path,
+) -> None:
+    """A placeholder date 9999-12-31: refused by the whole-file read (as an upload), but the streamed
+    read (a sample, the batch job) crashed with pandas' OutOfBoundsDatetime."""
+    import datetime as dt
+
+    stamps = pa.array([dt.datetime(2020, 1, 1), dt.datetime(9999, 12, 31), None], pa.timestamp("us"))
+    pq.write_table(pa.table({"t": stamps, "n": [1.0, 2.0, 3.0]}), tmp_path / "t.parquet")
+    outside = r"column 't' has 1 timestamp\(s\) outside 1677-09-22 to 2262-04-11.*Replace them"
+    for max_rows in (100, 1):
+        with pytest.raises(DataError, match=outside):
+            load_source(FolderFile(str(tmp_path), "t.parquet"), folders=[str(tmp_path)], max_rows=max_rows)
+    with pytest.raises(DataError, match=outside):
+        open_source(tmp_path / "t.parquet")

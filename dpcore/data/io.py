@@ -661,7 +661,7 @@ def _half_float(kind: pa.DataType) -> bool:
     )
 
 
-def _outside_ns(column: pa.ChunkedArray) -> int:
+def _outside_ns(column: pa.Array | pa.ChunkedArray) -> int:
     """How many timestamps of a column pandas cannot hold in nanoseconds (outside about 1677-2262)."""
     unit = column.type.unit
     if unit == "ns":
@@ -670,6 +670,13 @@ def _outside_ns(column: pa.ChunkedArray) -> int:
     ticks = pc.cast(column, pa.timestamp(unit)).cast(pa.int64())
     limit = (2**63 - 1) // per
     return int(pc.sum(pc.or_(pc.less(ticks, -limit), pc.greater(ticks, limit))).as_py() or 0)
+
+
+def check_timestamps(batch: pa.RecordBatch | pa.Table, name: str) -> None:
+    """``DataError`` for a timestamp column holding a value pandas cannot hold (outside 1677-2262)."""
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        if pa.types.is_timestamp(field.type) and (count := _outside_ns(column)):
+            raise _outside_dates(name, field.name, count)
 
 
 def binary_type(t: pa.DataType) -> bool:

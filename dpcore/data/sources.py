@@ -45,6 +45,7 @@ from dpcore.data.io import (
     MAX_COLUMNS,
     binary_type,
     check_flat,
+    check_timestamps,
     column_name,
     index_as_column,
     load_table,
@@ -535,8 +536,8 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
     """The rows of the Parquet files ``paths`` (one table, in this order) as frames of at most
     ``batch_rows`` rows, column names cleaned as ``load_table`` cleans them; each batch is measured before
     its text is expanded (:func:`~dpcore.data.io.parquet_batches`). ``DataError`` for an unreadable file,
-    too many or repeated column names, nested columns, a batch too large once decoded, or a file whose
-    columns differ from the first file's."""
+    too many or repeated column names, nested columns, timestamps pandas cannot hold, a batch too large
+    once decoded, or a file whose columns differ from the first file's."""
     root = Path(os.path.commonpath([p.parent for p in paths])) if paths else Path()
     first: tuple[Path, list[str]] | None = None
     try:
@@ -545,6 +546,7 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
         for path in paths:
             check_flat(pq.read_schema(path), label)
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
+                check_timestamps(batch, label)
                 frame = index_as_column(_binary_as_utf8(batch, label).to_pandas(), label)
                 frame = frame.rename(columns=column_name)
                 columns = [str(c) for c in frame.columns]
