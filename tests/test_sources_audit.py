@@ -303,6 +303,7 @@ def test_columns_whose_names_clash_once_cleaned_are_refused_before_they_are_read
         ("int[]", "'{1,2}'", r"column 'v' holds list values.*cast it to a plain type"),
         ("bytea", "'\\xdeadbeef'", r"column 'v' holds bytes values.*cast it to a plain type"),
         ("inet", "'10.0.0.1'", r"column 'v' holds IPv4Address values.*cast it to a plain type"),
+        ("timestamp", "'9999-12-31'", r"column 'v' has 2 timestamp\(s\) outside 1677-09-22 to 2262-04-11"),
     ],
 )
 def test_database_columns_without_a_plain_value_are_refused_alike_whole_sampled_and_batch(
@@ -310,7 +311,8 @@ def test_database_columns_without_a_plain_value_are_refused_alike_whole_sampled_
 ) -> None:
     """PostgreSQL types pandas returns as Python objects: an array crashed the read ("truth value of an
     array ... is ambiguous"), bytea crashed the batch job (UnicodeDecodeError), inet loaded as a sample but
-    not whole, and json (which cannot be ordered) raised pandas' own DatabaseError."""
+    not whole, json (which cannot be ordered) raised pandas' own DatabaseError, and a timestamp
+    9999-12-31 crashed with OutOfBoundsDatetime."""
     with postgres_engine.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE odd (k int, v {column})")
         conn.exec_driver_sql(f"INSERT INTO odd VALUES (1, {value}), (2, NULL), (3, {value})")

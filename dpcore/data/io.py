@@ -661,7 +661,7 @@ def _half_float(kind: pa.DataType) -> bool:
     )
 
 
-def _outside_ns(column: pa.Array | pa.ChunkedArray) -> int:
+def _outside_ns(column: pa.ChunkedArray) -> int:
     """How many timestamps of a column pandas cannot hold in nanoseconds (outside about 1677-2262)."""
     unit = column.type.unit
     if unit == "ns":
@@ -670,13 +670,6 @@ def _outside_ns(column: pa.Array | pa.ChunkedArray) -> int:
     ticks = pc.cast(column, pa.timestamp(unit)).cast(pa.int64())
     limit = (2**63 - 1) // per
     return int(pc.sum(pc.or_(pc.less(ticks, -limit), pc.greater(ticks, limit))).as_py() or 0)
-
-
-def check_timestamps(batch: pa.RecordBatch | pa.Table, name: str) -> None:
-    """``DataError`` for a timestamp column holding a value pandas cannot hold (outside 1677-2262)."""
-    for field, column in zip(batch.schema, batch.columns, strict=True):
-        if pa.types.is_timestamp(field.type) and (count := _outside_ns(column)):
-            raise _outside_dates(name, field.name, count)
 
 
 def binary_type(t: pa.DataType) -> bool:
@@ -954,7 +947,7 @@ def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
     return _finish(body, header, name, f"Excel .xlsx (first sheet '{sheet}'{more})", notes)
 
 
-def _check_dates(df: pd.DataFrame, name: str) -> None:
+def check_dates(df: pd.DataFrame, name: str) -> None:
     """Refuse timestamps pandas cannot hold in nanoseconds (a workbook's 9999-12-31, say)."""
     for column in df.columns:
         if pd.api.types.is_datetime64_any_dtype(df[column]):
@@ -998,7 +991,7 @@ def _finish(df: pd.DataFrame, header: list[str], name: str, source: str, notes: 
     if not names:
         raise DataError(f"'{name}' has no columns. Upload a file with a header row.")
     df.columns = names
-    _check_dates(df, name)
+    check_dates(df, name)
     _mixed_as_text(df, name, notes)
     df = df.dropna(how="all").reset_index(drop=True)
     if df.empty:

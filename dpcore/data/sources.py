@@ -44,8 +44,8 @@ from dpcore.data.fingerprint import FingerprintStream, fingerprint
 from dpcore.data.io import (
     MAX_COLUMNS,
     binary_type,
+    check_dates,
     check_flat,
-    check_timestamps,
     column_name,
     index_as_column,
     load_table,
@@ -546,9 +546,9 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
         for path in paths:
             check_flat(pq.read_schema(path), label)
             for k, batch in enumerate(parquet_batches(path, label, batch_rows)):
-                check_timestamps(batch, label)
                 frame = index_as_column(_binary_as_utf8(batch, label).to_pandas(), label)
                 frame = frame.rename(columns=column_name)
+                check_dates(frame, label)
                 columns = [str(c) for c in frame.columns]
                 first = first or (path, columns)
                 if k == 0 and columns != first[1]:
@@ -625,9 +625,10 @@ _PLAIN = (str, int, float, bool, np.generic, decimal.Decimal, dt.date, dt.time, 
 
 
 def _plain(chunk: pd.DataFrame, label: str) -> pd.DataFrame:
-    """``chunk``, if every cell of its object columns is one plain value (text, number, date or time);
-    ``DataError`` naming a column of lists, documents, bytes or addresses (which would be read whole on
-    one path and fail on another)."""
+    """``chunk``, if every cell of its object columns is one plain value (text, number, date or time)
+    and its timestamps fit pandas; ``DataError`` naming a column of lists, documents, bytes or addresses
+    (which would be read whole on one path and fail on another) or of dates such as 9999-12-31."""
+    check_dates(chunk, label)
     for name, values in chunk.items():
         if not pd.api.types.is_object_dtype(values):
             continue
