@@ -392,3 +392,15 @@ def test_a_timestamp_pandas_cannot_hold_is_refused_on_every_path_with_the_upload
             load_source(FolderFile(str(tmp_path), "t.parquet"), folders=[str(tmp_path)], max_rows=max_rows)
     with pytest.raises(DataError, match=outside):
         open_source(tmp_path / "t.parquet")
+
+
+def test_unsigned_integers_beyond_int64_have_one_fingerprint_whole_and_streamed(tmp_path: Path) -> None:
+    """A uint64 column holding 2**64 - 1 (an id or a hash): the streamed fingerprint cast it to int64
+    (-1) where the whole-table fingerprint hashes it as a float, so one file had two fingerprints."""
+    column = pa.array([0, 2**64 - 1, 5, 7], pa.uint64())
+    pq.write_table(pa.table({"u": column, "n": [1.0, 2.0, 3.0, 4.0]}), tmp_path / "u.parquet")
+    spec, folders = FolderFile(str(tmp_path), "u.parquet"), [str(tmp_path)]
+    whole = load_source(spec, folders=folders)
+    sampled = load_source(spec, folders=folders, max_rows=1)
+    with open_source(tmp_path / "u.parquet") as src:
+        assert whole.fingerprint == sampled.fingerprint == src.fingerprint

@@ -114,10 +114,9 @@ class FingerprintStream:
         if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             values = s.to_numpy(dtype=np.float64, na_value=np.nan)
             finite = np.isfinite(values)
-            self._whole[j] &= bool(
-                finite.all() and np.all(values == np.round(values)) and np.all(np.abs(values) < 2.0**63)
-            )
-            if pd.api.types.is_integer_dtype(s) and finite.all():
+            whole = finite.all() and np.all(values == np.round(values)) and np.all(np.abs(values) < 2.0**63)
+            self._whole[j] &= bool(whole)
+            if pd.api.types.is_integer_dtype(s) and whole:  # uint64 beyond int64 goes as a float, as whole
                 return "int", s.to_numpy(dtype=np.int64).astype("<i8").tobytes(), 0
             return "float", np.where(np.isnan(values), np.nan, values + 0.0).astype("<f8").tobytes(), 0
         if pd.api.types.is_datetime64_any_dtype(s):
