@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import resource
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -404,3 +406,18 @@ def test_unsigned_integers_beyond_int64_have_one_fingerprint_whole_and_streamed(
     sampled = load_source(spec, folders=folders, max_rows=1)
     with open_source(tmp_path / "u.parquet") as src:
         assert whole.fingerprint == sampled.fingerprint == src.fingerprint
+
+
+def test_a_folder_of_more_parts_than_open_files_allowed_loads(tmp_path: Path) -> None:
+    """Every part was kept open to count the rows: a Spark output of 2,000 parts on a server allowing
+    1,024 open files was refused as 'not readable Parquet (Too many open files)'."""
+    (tmp_path / "many").mkdir()
+    for k in range(60):
+        pd.DataFrame({"x": [float(k)]}).to_parquet(tmp_path / "many" / f"part-{k:05d}.parquet", index=False)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+    try:
+        loaded = load_source(FolderFile(str(tmp_path), "many"), folders=[str(tmp_path)], max_rows=10)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert loaded.n_rows == 60 and len(loaded.table) == 10

@@ -488,14 +488,14 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
     paths = resolve_folder_file(spec, folders)
     if len(paths) == 1 and not paths[0].name.lower().endswith(PARQUET_SUFFIXES):
         return _load_text_file(spec, paths[0], max_rows, seed)
-    try:
-        files = [pq.ParquetFile(p) for p in paths]
-        total = sum(f.metadata.num_rows for f in files)
+    try:  # one file open at a time: a folder may hold more parts than a process may open
+        total = sum(pq.read_metadata(p).num_rows for p in paths)
+        names = pq.read_schema(paths[0]).names
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
     if total == 0:
         raise _no_rows(spec.label, 0)
-    _check_names(spec.label, files[0].schema_arrow.names, _FILE_COLUMNS)
+    _check_names(spec.label, names, _FILE_COLUMNS)
     what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
     if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
         table = load_table(paths[0])
