@@ -610,14 +610,13 @@ def sql_chunks(
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:  # pandas wraps the SQLAlchemy error
-        fix = (
-            "correct the SELECT"
-            if isinstance(spec, DatabaseQuery)
-            else "check the connection's access to it, or read it with a SELECT"
-        )
+        why = _first_line(err.__cause__ or err)
+        query = isinstance(spec, DatabaseQuery)
+        fix = "correct the SELECT" if query else "check the connection's access to it"
+        if "operator" in why:  # rows are read in the order of all their columns: json cannot be sorted
+            fix = "read it with a SELECT that casts that column to text, CAST(... AS TEXT),"
         raise DataError(
-            f"The database refused the read of '{spec.label}' ({_first_line(err.__cause__ or err)}); {fix} "
-            "(a column the database cannot sort, such as json, cast to text) and load it again."
+            f"The database refused the read of '{spec.label}' ({why}); {fix} and load it again."
         ) from err
 
 
@@ -635,9 +634,9 @@ def _plain(chunk: pd.DataFrame, label: str) -> pd.DataFrame:
         odd = next((v for v in values if v is not None and not isinstance(v, _PLAIN)), None)
         if odd is not None:
             raise DataError(
-                f"'{label}': column '{name}' holds {type(odd).__name__} values, not one plain value (text, "
-                f"number, date) per cell; cast it to a plain type in a SELECT (e.g. {name}::text) and load "
-                "that."
+                f"'{label}': column '{name}' holds {type(odd).__name__} values, not one plain value "
+                f"(text, number, date) per cell; cast it to a plain type in a SELECT (e.g. CAST({name} AS "
+                "TEXT)) and load that."
             )
     return chunk
 
