@@ -39,15 +39,32 @@ _DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")
 
 
 def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest in a manifest file or a release's JSON bundle (``{"manifest": ..., "data": ...}``)."""
+    """The manifest in a manifest file or a release's JSON bundle (``{"manifest": ..., "data": ...}``),
+    checked to rebuild a valid plan (a field missing, of the wrong type or altered is refused)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DataError(f"Cannot read the plan {path}: {err}. Give a release's manifest JSON file.") from err
     manifest = data.get("manifest", data) if isinstance(data, dict) else None
-    if not isinstance(manifest, dict) or "mechanism" not in manifest.get("plan", manifest):
+    inner = manifest.get("plan", manifest) if isinstance(manifest, dict) else None
+    if not isinstance(inner, dict) or "mechanism" not in inner:
         raise DataError(f"{path} is not a release manifest (no mechanism); give a *-manifest.json file.")
-    return manifest
+    try:
+        plan = ReleasePlan.from_manifest(manifest)
+        if not all(isinstance(s.step, str) for s in plan.preparation):
+            raise TypeError("a preparation step is not text")
+    except KeyError as err:
+        problem = f"it has no field {err.args[0]!r}"
+    except (TypeError, AttributeError) as err:
+        problem = f"a field has the wrong type: {err}"
+    except ValueError as err:  # a DPCoreError too: a value out of range, a guarantee that does not follow
+        problem = str(err).rstrip(".")
+    else:
+        return manifest
+    raise DataError(
+        f"{path} is not a valid release plan ({problem}); a plan is not edited by hand: download the plan "
+        "again from the dashboard."
+    )
 
 
 def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]], str, list[str]]:

@@ -1,0 +1,72 @@
+"""``python -m dpcore run-plan`` as an operator runs it: a plan file that is not a valid plan, an artifacts
+folder given relative to the working directory or not writable, files that cannot be published after the
+debit, a request id reused with a changed plan, and ``--engine spark`` without Java. Every refusal is one
+line on stderr with exit status 2, and nothing is debited unless the message says what was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpcore.__main__ import main
+from dpcore.ledger import Ledger
+from dpcore.plan import ReleasePlan
+from tests.test_outofcore import table
+from tests.test_run_plan import dashboard_release
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[dict, Path, str]:
+    """A dashboard release's manifest, its table as a Parquet file, and a batch ledger with a budget."""
+    df = table(400)
+    df.loc[[4, 9], "a"] = np.nan
+    path = tmp_path / "people.parquet"
+    df.to_parquet(path, index=False)
+    manifest, _ = dashboard_release(tmp_path, df)
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    Ledger.initialise(url).set_budget(ReleasePlan.from_manifest(manifest).account, epsilon=5.0)
+    return manifest, path, url
+
+
+def spent(url: str, manifest: dict) -> float:
+    status = Ledger(url).budget(ReleasePlan.from_manifest(manifest).account)
+    assert status is not None
+    return status.epsilon_spent
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = main(["run-plan", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_refusal(code: int, err: str) -> str:
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_plan_file_that_is_not_a_valid_plan_is_refused_in_one_line(setup, tmp_path: Path, capsys) -> None:
+    manifest, path, url = setup
+    steps = manifest["preparation"]
+    edits = {
+        "plan-not-object": {"plan": 5},
+        "plan-text": {"plan": "mechanism"},
+        "epsilon-text": {**manifest, "epsilon": "abc"},
+        "epsilon-edited": {**manifest, "epsilon": 2.0},
+        "preparation-text": {**manifest, "preparation": "hello"},
+        "step-number": {**manifest, "preparation": [steps[0], {**steps[1], "step": 5}]},
+        "parameters-number": {**manifest, "parameters": 5},
+        "no-fingerprint": {k: v for k, v in manifest.items() if k != "dataset_fingerprint"},
+    }
+    for name, edited in edits.items():
+        plan_file = tmp_path / f"{name}.json"
+        plan_file.write_text(json.dumps(edited))
+        code, out, err = run(capsys, plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path)
+        line = one_line_refusal(code, err)
+        fix = "give a *-manifest.json file" if name.startswith("plan-") else "download the plan again"
+        assert f"{name}.json" in line and fix in line, line
+        assert out == ""
+    assert spent(url, manifest) == 0.0
