@@ -423,6 +423,24 @@ def save_artifacts(
     return path, digest
 
 
+def artifacts_folder(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` as an absolute path (the ledger records where the files are, whatever the working
+    directory of a later reader), created if missing; ``ParameterError`` if it cannot be made."""
+    folder = Path(directory).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _unwritable(folder, err) from None
+    return folder
+
+
+def _unwritable(folder: Path, err: OSError) -> ParameterError:
+    return ParameterError(
+        f"The release files cannot be written in {folder} ({err.strerror or err}); nothing was released "
+        "or debited. Give an artifacts folder this process may write to."
+    )
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """SHA-256 hex of a file's bytes (to check an artifact against the ledger's hash)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -508,6 +526,7 @@ def make_release(
     """
     from dpcore.mechanisms import Sampler
 
+    folder = artifacts_folder(artifacts_dir)
     previous = ledger.release_by_request(request_id)
     if previous is not None:
         if previous.account != plan.account.key:
@@ -538,8 +557,11 @@ def make_release(
     title = f"{plan.spec.label}: released output"
     report = html_report(title, manifest, list(out.figures), [("Released table", out.table)])
     files = release_files(out.table, manifest, name=name, html_text=report)
-    staged, digest = save_artifacts(Path(artifacts_dir) / STAGING, request_id, files)
-    path = Path(artifacts_dir) / staged.name
+    try:
+        staged, digest = save_artifacts(folder / STAGING, request_id, files)
+    except OSError as err:
+        raise _unwritable(folder, err) from None
+    path = folder / staged.name
     try:
         ledger.register_dataset(plan.dataset_id, plan.dataset_name, plan.fingerprint)
         record = ledger.spend(

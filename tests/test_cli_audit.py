@@ -70,3 +70,30 @@ def test_a_plan_file_that_is_not_a_valid_plan_is_refused_in_one_line(setup, tmp_
         assert f"{name}.json" in line and fix in line, line
         assert out == ""
     assert spent(url, manifest) == 0.0
+
+
+def test_the_artifacts_folder_is_recorded_absolute_and_checked_before_anything_is_read(
+    setup, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    manifest, path, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    work = tmp_path / "job"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    code, out, err = run(capsys, plan_file, "--source", path, "--ledger", url, "--artifacts", "out")
+    assert code == 0, err
+    record = Ledger(url).release_by_request("dash-1")
+    assert record is not None and Path(record.artifact_path).is_absolute()
+    assert Path(record.artifact_path).parent == work / "out" and f"files: {record.artifact_path}" in out
+    # the Ledger page and a re-run from another working directory find the files
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, plan_file, "--source", path, "--ledger", url, "--artifacts", "out")
+    assert code == 0 and out.startswith("already released (nothing spent)"), err
+    # a folder that cannot be made: refused in one line, nothing read, nothing debited
+    fresh = {k: v for k, v in manifest.items() if k != "request_id"}
+    plan_file.write_text(json.dumps(fresh))
+    missing = tmp_path / "not-read.parquet"  # the folder is checked before the source is opened
+    code, out, err = run(capsys, plan_file, "--source", missing, "--ledger", url, "--artifacts", path)
+    assert "cannot be written" in one_line_refusal(code, err) and "people.parquet" in err
+    assert spent(url, manifest) == 1.0

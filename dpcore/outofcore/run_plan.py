@@ -29,7 +29,7 @@ from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, open_source
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
-from dpcore.report import Release, make_release
+from dpcore.report import Release, artifacts_folder, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
 OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": LOCATION_KEYS}
@@ -184,6 +184,7 @@ def run_plan(
     plan = ReleasePlan.from_manifest(manifest)
     check_supported(plan)
     rid = request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"
+    artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
     with open_source(source, engine, table=table, query=query, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
