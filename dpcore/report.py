@@ -585,5 +585,13 @@ def make_release(
         staged.unlink(missing_ok=True)
         _tidy(staged.parent)
         return _replay(record)
-    _publish(staged, path)
+    try:
+        _publish(staged, path)
+    except OSError as err:  # debited: say so, and how the same request publishes the staged files
+        delta = f", δ = {plan.delta:g}" if plan.delta else ""
+        raise LedgerError(
+            f"Request {request_id} is recorded in the ledger (ε = {plan.epsilon:g}{delta} spent), but its "
+            f"files could not be moved from {staged} to {path} ({err.strerror or err}). Fix the folder and "
+            "run the same request again: it publishes them and debits nothing."
+        ) from None
     return Release(record=record, manifest=manifest, files=files, table=out.table, figures=tuple(out.figures))

@@ -6,6 +6,7 @@ line on stderr with exit status 2, and nothing is debited unless the message say
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from dpcore.__main__ import main
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
+from dpcore.report import STAGING
 from tests.test_outofcore import table
 from tests.test_run_plan import dashboard_release
 
@@ -97,3 +99,29 @@ def test_the_artifacts_folder_is_recorded_absolute_and_checked_before_anything_i
     code, out, err = run(capsys, plan_file, "--source", missing, "--ledger", url, "--artifacts", path)
     assert "cannot be written" in one_line_refusal(code, err) and "people.parquet" in err
     assert spent(url, manifest) == 1.0
+
+
+def test_files_that_cannot_be_published_after_the_debit_say_what_was_spent(
+    setup, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    manifest, path, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    replace = os.replace
+
+    def no_publish(src: str | Path, dst: str | Path) -> None:
+        if Path(src).parent.name == STAGING and Path(dst).parent.name != STAGING:
+            raise PermissionError(13, "Permission denied")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", no_publish)
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
+    code, out, err = run(capsys, *args)
+    line = one_line_refusal(code, err)
+    assert "Request dash-1" in line and "1 spent" in line and "run the same request again" in line
+    assert spent(url, manifest) == 1.0
+    monkeypatch.setattr(os, "replace", replace)
+    code, out, err = run(capsys, *args)  # the retry publishes the staged files and spends nothing
+    assert code == 0 and out.startswith("already released (nothing spent)"), err
+    record = Ledger(url).release_by_request("dash-1")
+    assert Path(record.artifact_path).is_file() and spent(url, manifest) == 1.0
