@@ -506,6 +506,21 @@ def _replay(record: ReleaseRecord) -> Release:
     return Release(record=record, manifest=bundle["manifest"], files=files, table=table, replayed=True)
 
 
+#: The manifest fields that make a plan (:meth:`dpcore.plan.ReleasePlan.from_manifest`), not its labels.
+_PLAN_FIELDS = (
+    "domain", "mechanism", "epsilon", "delta", "policy", "dataset_fingerprint", "parameters", "preparation",
+    "sampling_mode", "seed", "scope",
+)
+
+
+def _changed_fields(first: Mapping[str, Any], plan: ReleasePlan) -> list[str]:
+    """The plan fields in which ``plan`` differs from the manifest of a request's first release."""
+    from dpcore.plan import to_json
+
+    new = plan.to_manifest()
+    return [k for k in _PLAN_FIELDS if to_json(first.get(k)) != to_json(new[k])]
+
+
 def make_release(
     ledger: Ledger,
     plan: ReleasePlan,
@@ -534,7 +549,15 @@ def make_release(
                 f"Request {request_id} was already used for another release (account {previous.account}); "
                 "start a new request."
             )
-        return _replay(previous)
+        first = _replay(previous)
+        changed = _changed_fields(first.manifest, plan)
+        if changed:
+            raise LedgerError(
+                f"Request {request_id} was released with another plan (its {', '.join(changed)} differ from "
+                "this one's): the plan was changed since. Nothing was debited. Run the plan as it was "
+                "released, or release the changed plan under a new request id."
+            )
+        return first
     account = plan.account
     if ledger.budget(account) is None:
         raise BudgetNotSet(

@@ -125,3 +125,18 @@ def test_files_that_cannot_be_published_after_the_debit_say_what_was_spent(
     assert code == 0 and out.startswith("already released (nothing spent)"), err
     record = Ledger(url).release_by_request("dash-1")
     assert Path(record.artifact_path).is_file() and spent(url, manifest) == 1.0
+
+
+def test_a_request_id_reused_with_a_changed_plan_is_refused(setup, tmp_path: Path, capsys) -> None:
+    manifest, path, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
+    assert run(capsys, *args)[0] == 0
+    step = manifest["preparation"][1]
+    changed = {**step, "step": step["step"].replace("b [0.0, 10.0]", "b [0.0, 20.0]")}
+    assert changed != step
+    plan_file.write_text(json.dumps({**manifest, "preparation": [manifest["preparation"][0], changed]}))
+    code, out, err = run(capsys, *args)
+    assert "another plan" in one_line_refusal(code, err) and out == ""
+    assert spent(url, manifest) == 1.0
