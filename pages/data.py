@@ -181,7 +181,8 @@ def _database_source(settings: SourceSettings) -> None:
     )
     st.caption(
         "Read in a read-only transaction (PostgreSQL, SQLite); a query must be exactly one SELECT, never a "
-        f"statement that changes the database. {_limit_note(settings)}"
+        f"statement that changes the database. A read is stopped after {settings.query_timeout_s:g} s (the "
+        f"operator's time limit). {_limit_note(settings)}"
     )
     spec: DatabaseTable | DatabaseQuery
     if how == DB_TABLE:

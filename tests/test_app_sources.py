@@ -6,6 +6,7 @@ refused and changes nothing; a reload restores the source without uploading anyt
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +261,36 @@ def test_a_source_unreadable_at_one_reload_is_restored_at_the_next(folder: Path)
     restored = again.session_state["dp_dataset"]
     assert restored.name == ds.name and restored.fingerprint == ds.fingerprint
     assert again.multiselect(key=f"data_features_{ds.dataset_id}").value == ["age", "income"]
+
+
+def test_a_runaway_select_is_stopped_at_the_operators_time_limit_and_the_page_keeps_working(
+    warehouse: str,
+) -> None:
+    """A SELECT that would run for minutes held the page (a spinner, nothing else usable) for as long as
+    the database took; now it is stopped at the operator's limit with the fix, the dataset in use kept."""
+    runaway = (
+        "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000000) "
+        "SELECT COUNT(*) AS n FROM c"
+    )
+    secrets = {
+        "dpcore": {"databases": ["warehouse"], "query_timeout_s": 0.5},
+        "connections": {"warehouse": {"url": warehouse}},
+    }
+    at = _open(secrets)
+    at.radio(key="data_source").set_value(DATABASE).run()
+    assert any("stopped after 0.5 s" in c.value for c in at.caption)
+    at.button(key="data_load_db").click().run()
+    first = _ok(at).session_state["dp_dataset"]
+    at.radio(key="data_db_read").set_value("A SELECT query").run()
+    at.text_area(key="data_db_sql").input(runaway).run()
+    start = time.monotonic()
+    at.button(key="data_load_db").click().run(timeout=20)
+    assert time.monotonic() - start < 10
+    (error,) = _ok(at).error
+    assert "stopped after the database time limit of 0.5 s" in error.value
+    assert "add a WHERE clause" in error.value and "query_timeout_s" in error.value
+    ds = at.session_state["dp_dataset"]
+    assert ds.name == "warehouse: people" and ds.fingerprint == first.fingerprint  # the dataset is kept
+    at.text_area(key="data_db_sql").input("SELECT age FROM people WHERE age < 40").run()
+    at.button(key="data_load_db").click().run()  # the page keeps working: the next read loads
+    assert not _ok(at).error and list(at.session_state["dp_dataset"].raw.columns) == ["age"]

@@ -8,6 +8,7 @@ import gzip
 import io
 import os
 import resource
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,14 @@ import dpcore.data.io as data_io
 import dpcore.data.sources as sources
 from dpcore.data import fingerprint
 from dpcore.data.io import MAX_COLUMNS
-from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, list_folder_files, load_source
+from dpcore.data.sources import (
+    DatabaseQuery,
+    DatabaseTable,
+    FolderFile,
+    SourceSettings,
+    list_folder_files,
+    load_source,
+)
 from dpcore.errors import DataError
 from dpcore.outofcore.source import open_source
 from tests.postgres_server import PostgresServer
@@ -421,3 +429,65 @@ def test_a_folder_of_more_parts_than_open_files_allowed_loads(tmp_path: Path) ->
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert loaded.n_rows == 60 and len(loaded.table) == 10
+
+
+RUNAWAY = (  # a SELECT that would count for minutes (SQLite: about 2.6 million rows a second)
+    "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000000) "
+    "SELECT COUNT(*) AS n FROM c"
+)
+STOPPED = r"stopped after the database time limit of {} s.*WHERE.*query_timeout_s"
+
+
+def test_a_runaway_sqlite_select_is_stopped_at_the_time_limit(warehouse: sa.Engine) -> None:
+    """A SELECT with no end (a cross join, a COUNT over a huge table) held the Data page for as long as the
+    database took: now SQLite interrupts it at the deadline, and the pooled connection reads on unlimited."""
+    for spec in (DatabaseQuery("w", RUNAWAY), DatabaseQuery("w", f"SELECT x FROM t, ({RUNAWAY}) AS r")):
+        start = time.monotonic()
+        with pytest.raises(DataError, match=STOPPED.format("0.5")):
+            load_source(spec, engine=warehouse, timeout_s=0.5)
+        assert time.monotonic() - start < 3
+    longer = RUNAWAY.replace("1000000000", "1500000")  # about 0.6 s for each of its two statements
+    start = time.monotonic()  # the same pooled connection again, no limit: the interrupt was removed
+    loaded = load_source(DatabaseQuery("w", longer), engine=warehouse)
+    assert loaded.table["n"].tolist() == [1_500_000] and time.monotonic() - start > 0.5
+    assert load_source(DatabaseTable("w", "t"), engine=warehouse, timeout_s=0.5).n_rows == 2
+
+
+def test_a_runaway_postgresql_select_is_stopped_by_the_servers_statement_timeout(
+    postgres_engine: sa.Engine,
+) -> None:
+    """PostgreSQL cancels the statement itself (``SET LOCAL statement_timeout``, inside the read-only
+    transaction: the pooled connection keeps no limit), in the count, and in the rows with the time the
+    count left (3 rows of 0.4 s: the count takes 1.2 s of 2, the rows would end at 2.4 s)."""
+    slow = {"SELECT pg_sleep(30)::text AS s": 1, "SELECT y, (pg_sleep(0.4) IS NULL) AS s FROM t": 2}
+    for sql, limit in slow.items():
+        start = time.monotonic()
+        with pytest.raises(DataError, match=STOPPED.format(limit)):
+            load_source(DatabaseQuery("w", sql), engine=postgres_engine, timeout_s=limit)
+        assert limit <= time.monotonic() - start < limit + 1
+    with postgres_engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW statement_timeout").scalar_one() == "0"
+    assert load_source(DatabaseTable("w", "t"), engine=postgres_engine, timeout_s=1).n_rows == 3
+
+
+def test_the_time_limit_is_configured_by_the_operator() -> None:
+    assert SourceSettings.from_config({}, {}).query_timeout_s == sources.DEFAULT_QUERY_TIMEOUT_S == 60
+    assert SourceSettings.from_config({"query_timeout_s": 5}, {}).query_timeout_s == 5
+    environ = {"DPCORE_QUERY_TIMEOUT_S": "2.5"}
+    assert SourceSettings.from_config({"query_timeout_s": 5}, environ).query_timeout_s == 2.5
+    for bad in (0, -1, "soon", float("inf"), True):
+        with pytest.raises(DataError, match=r"query_timeout_s must be a positive number of seconds"):
+            SourceSettings.from_config({"query_timeout_s": bad}, {})
+
+
+def test_the_batch_job_reads_without_the_dashboards_time_limit(
+    warehouse: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run-plan --query`` is the operator's own job: the dashboard's limit (config or environment) does
+    not apply to it, so a SELECT that takes longer than that limit is read whole."""
+    monkeypatch.setenv("DPCORE_QUERY_TIMEOUT_S", "0.01")
+    quick = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 100000) SELECT * FROM c"
+    start = time.monotonic()
+    with open_source(warehouse.url.render_as_string(hide_password=False), query=quick) as source:
+        assert source.table.count().execute() == 100_000
+    assert time.monotonic() - start > 0.01

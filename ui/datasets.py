@@ -78,8 +78,9 @@ def load_upload(filename: str, data: bytes) -> state.Dataset:
 
 
 def source_settings() -> SourceSettings:
-    """Allow-listed data folders, database connection names and the in-memory row limit: the ``[dpcore]``
-    table of ``.streamlit/secrets.toml`` and the ``DPCORE_DATA_FOLDERS`` / ``DPCORE_MAX_ROWS`` variables."""
+    """Allow-listed data folders, database connection names, the in-memory row limit and the database read
+    time limit: the ``[dpcore]`` table of ``.streamlit/secrets.toml`` and the ``DPCORE_DATA_FOLDERS`` /
+    ``DPCORE_MAX_ROWS`` / ``DPCORE_QUERY_TIMEOUT_S`` variables."""
     section = st.secrets.get("dpcore") if st.secrets.load_if_toml_exists() else None
     return SourceSettings.from_config(section if isinstance(section, Mapping) else {}, os.environ)
 
@@ -146,7 +147,7 @@ def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> sta
     dataset. Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
     ``sample_seed`` (a new one from the OS entropy source when None, kept in the session plan), under
     the whole table's name and fingerprint (its ledger account is the whole table's); :func:`sample_of`
-    says it is a sample."""
+    says it is a sample. A database read is stopped at the operator's time limit (``query_timeout_s``)."""
     settings = source_settings()
     sample_seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
     if isinstance(spec, FolderFile):
@@ -160,6 +161,7 @@ def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> sta
             engine=database_engine(spec.connection),
             max_rows=settings.max_rows,
             sample_seed=sample_seed,
+            timeout_s=settings.query_timeout_s,
         )
     origin = {"source": spec.to_dict(), "seed": sample_seed, "sampled": loaded.sampled, "rows": loaded.n_rows}
     return state.set_dataset(

@@ -14,7 +14,8 @@ absolute path and no ``..``; only those folders are listed, never the rest of th
 must parse as exactly one SELECT with no data-modifying part (:func:`validate_select`) and runs in a
 read-only transaction where the database has one (PostgreSQL, SQLite); a table must be one the database
 lists. Rows are read in the order of all their columns, so the fingerprint does not depend on the
-database's scan order.
+database's scan order. The Data page's reads stop at the operator's time limit (``query_timeout_s``,
+:func:`sql_chunks`); the operator's batch job reads without one.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import math
 import os
 import secrets
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,6 +58,7 @@ from dpcore.errors import DataError
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
+    "DEFAULT_QUERY_TIMEOUT_S",
     "DatabaseQuery",
     "DatabaseTable",
     "FolderFile",
@@ -80,6 +84,9 @@ MAX_WALKED = 10_000
 BATCH_ROWS = 65_536
 FOLDERS_ENV = "DPCORE_DATA_FOLDERS"
 MAX_ROWS_ENV = "DPCORE_MAX_ROWS"
+DEFAULT_QUERY_TIMEOUT_S = 60.0
+QUERY_TIMEOUT_ENV = "DPCORE_QUERY_TIMEOUT_S"
+SQLITE_STEPS = 10_000  # SQLite virtual-machine instructions between two looks at the clock (well under 1 ms)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
 _SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "sqlite": "sqlite", "mysql": "mysql"}
@@ -173,15 +180,18 @@ def source_from_dict(data: Mapping[str, Any]) -> SourceSpec:
 
 @dataclass(frozen=True)
 class SourceSettings:
-    """What the operator allows: data folders, database connection names, and the in-memory row limit.
+    """What the operator allows: data folders, database connection names, the in-memory row limit and the
+    time limit of a database read on the Data page (seconds).
 
-    Read by :meth:`from_config` from a ``[dpcore]`` table (``data_folders``, ``databases``, ``max_rows``)
-    and the environment (``DPCORE_DATA_FOLDERS``: folders separated by ``os.pathsep``; ``DPCORE_MAX_ROWS``).
+    Read by :meth:`from_config` from a ``[dpcore]`` table (``data_folders``, ``databases``, ``max_rows``,
+    ``query_timeout_s``) and the environment (``DPCORE_DATA_FOLDERS``: folders separated by ``os.pathsep``;
+    ``DPCORE_MAX_ROWS``; ``DPCORE_QUERY_TIMEOUT_S``).
     """
 
     folders: tuple[str, ...] = ()
     databases: tuple[str, ...] = ()
     max_rows: int = DEFAULT_MAX_ROWS
+    query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
 
     @classmethod
     def from_config(cls, table: Mapping[str, Any], environ: Mapping[str, str]) -> SourceSettings:
@@ -195,7 +205,17 @@ class SourceSettings:
             max_rows = 0
         if max_rows < 1:
             raise DataError(f"max_rows must be a positive whole number (got {limit!r}); fix the config.")
-        return cls(tuple(dict.fromkeys(folders)), tuple(dict.fromkeys(databases)), max_rows)
+        timeout = environ.get(QUERY_TIMEOUT_ENV) or table.get("query_timeout_s", DEFAULT_QUERY_TIMEOUT_S)
+        try:
+            seconds = math.nan if isinstance(timeout, bool) else float(timeout)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise DataError(
+                f"query_timeout_s must be a positive number of seconds (got {timeout!r}), e.g. "
+                f"query_timeout_s = {DEFAULT_QUERY_TIMEOUT_S:g}; fix the config."
+            )
+        return cls(tuple(dict.fromkeys(folders)), tuple(dict.fromkeys(databases)), max_rows, seconds)
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -357,6 +377,78 @@ def _read_only(conn: sa.Connection) -> None:
         conn.exec_driver_sql("PRAGMA query_only = ON")
 
 
+class _Deadline:
+    """The end of a read allowed ``limit_s`` seconds from now (None: no end), enforced by the database
+    where it can be. PostgreSQL cancels a statement still running at the end (``SET LOCAL
+    statement_timeout`` to the time left, set again before the count, the rows and each chunk; local to
+    the read's transaction, so the pooled connection keeps no limit). SQLite's progress handler, on the DBAPI
+    connection, interrupts it (the clock is read every ``SQLITE_STEPS`` instructions; the handler is
+    removed when the read ends). Every dialect is also checked between chunks, so elsewhere (MySQL, SQL
+    Server, ...) the read stops at the first chunk after the end, but a statement the database does not
+    return from is waited for."""
+
+    def __init__(self, limit_s: float | None, label: str) -> None:
+        self.limit_s, self.label = limit_s, label
+        self.end = math.inf if limit_s is None else time.monotonic() + limit_s
+        self.fired = False  # the limit stopped the read (SQLite's interrupt or the check between chunks)
+        self._handler: Any = None
+
+    def left_ms(self) -> int:
+        """Milliseconds left; the time-limit ``DataError`` once none are."""
+        left = math.ceil((self.end - time.monotonic()) * 1000)
+        if left <= 0:
+            self.fired = True
+            raise self.error()
+        return left
+
+    def error(self) -> DataError:
+        return DataError(
+            f"The read of '{self.label}' was stopped after the database time limit of {self.limit_s:g} s. "
+            "Narrow it: select only the columns and rows you need (add a WHERE clause; no join without a "
+            "condition), or ask the operator to raise [dpcore] query_timeout_s. The batch job (python -m "
+            "dpcore run-plan) reads a whole table without this limit."
+        )
+
+    def arm(self, conn: sa.Connection) -> None:
+        """Limit what ``conn`` runs next to the time left."""
+        if self.limit_s is None:
+            return
+        left = self.left_ms()
+        if conn.dialect.name == "postgresql":
+            plain = {"stream_results": False}  # the rows' reader makes the connection stream: not for a SET
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {left:d}", execution_options=plain)
+        elif self._handler is None and conn.dialect.name == "sqlite":
+            self._handler = conn.connection.driver_connection
+            self._handler.set_progress_handler(self._interrupt, SQLITE_STEPS)
+
+    def _interrupt(self) -> int:
+        self.fired = self.fired or time.monotonic() >= self.end
+        return int(self.fired)
+
+    def disarm(self) -> None:
+        if self._handler is not None:
+            self._handler.set_progress_handler(None, 0)
+            self._handler = None
+
+    def stopped(self, err: BaseException) -> bool:
+        """Whether the limit stopped the read that raised ``err`` (PostgreSQL: query_canceled, 57014)."""
+        orig = getattr(err, "orig", err)
+        code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+        return self.fired or (code == "57014" and time.monotonic() >= self.end - 0.1)
+
+    def chunks(self, conn: sa.Connection, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """``chunks``, each fetched within the time left."""
+        if self.limit_s is None:
+            yield from chunks
+            return
+        while True:
+            self.arm(conn)
+            chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+
 _SQL_COLUMNS = "Load only the columns you need (features, the user column) with SELECT a, b, ... FROM ..."
 _FILE_COLUMNS = "Write a copy with only the columns you need (features, the user column) and use that."
 
@@ -416,10 +508,12 @@ def load_source(
     engine: sa.Engine | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
     sample_seed: int | None = None,
+    timeout_s: float | None = None,
 ) -> LoadedSource:
     """Read ``spec`` (a folder file needs the allow-listed ``folders``, a database spec its ``engine``);
     above ``max_rows`` rows keep a uniform sample drawn with ``sample_seed`` (new from the OS entropy
-    source when None: the sample is for diagnostics, its seed is recorded to load the same rows again)."""
+    source when None: the sample is for diagnostics, its seed is recorded to load the same rows again).
+    A database read is stopped after ``timeout_s`` seconds (None: no limit), see :func:`sql_chunks`."""
     if max_rows < 1:
         raise DataError(f"max_rows must be at least 1 (got {max_rows}).")
     seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
@@ -427,7 +521,7 @@ def load_source(
         return _load_folder_file(spec, folders, max_rows, seed)
     if engine is None:
         raise DataError(f"No database connection for '{spec.connection}'; the operator must configure it.")
-    return _load_sql(spec, engine, max_rows, seed)
+    return _load_sql(spec, engine, max_rows, seed, timeout_s)
 
 
 def _pass(
@@ -588,28 +682,42 @@ def _load_text_file(spec: FolderFile, path: Path, max_rows: int, seed: int) -> L
 
 @contextmanager
 def sql_chunks(
-    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, chunk_rows: int = BATCH_ROWS
+    spec: DatabaseTable | DatabaseQuery,
+    engine: sa.Engine,
+    chunk_rows: int = BATCH_ROWS,
+    timeout_s: float | None = None,
 ) -> Iterator[tuple[int, Iterator[pd.DataFrame]]]:
     """(number of rows, the rows in chunks) of a database table or SELECT, in the order of all their
     columns (named as ``load_table`` names them), read in one read-only transaction (rolled back on leaving
     the ``with`` block). Database errors raise ``DataError``. The chunks' types vary as
     ``pandas.read_sql`` infers them per chunk; :class:`~dpcore.data.fingerprint.FingerprintStream`
-    resolves them as a whole read would."""
+    resolves them as a whole read would.
+
+    With ``timeout_s`` the whole read (table check, count, rows) is stopped that many seconds after it
+    starts, by the database itself on PostgreSQL and SQLite, between chunks elsewhere (:class:`_Deadline`),
+    with a ``DataError`` naming the limit and the fix. None (the batch job's reads): no limit."""
+    deadline = _Deadline(timeout_s, spec.label)
     try:
         with engine.connect() as conn:
             conn.begin()
             try:
                 _read_only(conn)
+                deadline.arm(conn)
                 count, rows = _sql_selects(spec, conn)
+                deadline.arm(conn)
                 total = int(conn.execute(count).scalar_one())
+                deadline.arm(conn)
                 streamed = conn.execution_options(stream_results=True)
-                chunks = pd.read_sql(rows, streamed, chunksize=chunk_rows)
+                chunks = deadline.chunks(conn, pd.read_sql(rows, streamed, chunksize=chunk_rows))
                 yield total, (_plain(chunk.rename(columns=column_name), spec.label) for chunk in chunks)
             finally:
+                deadline.disarm()
                 conn.rollback()
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:  # pandas wraps the SQLAlchemy error
+        if deadline.stopped(err.__cause__ or err):
+            raise deadline.error() from err
         why = _first_line(err.__cause__ or err)
         query = isinstance(spec, DatabaseQuery)
         fix = "correct the SELECT" if query else "check the connection's access to it"
@@ -642,9 +750,9 @@ def _plain(chunk: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 def _load_sql(
-    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int
+    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int, timeout_s: float | None
 ) -> LoadedSource:
-    with sql_chunks(spec, engine) as (total, chunks):
+    with sql_chunks(spec, engine, timeout_s=timeout_s) as (total, chunks):
         result = _pass(spec.label, chunks, total, max_rows, seed)
     what = f"database '{spec.connection}', read in a read-only transaction"
     return _result(spec.label, *result, seed, what)
