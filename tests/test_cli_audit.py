@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
 from dpcore.report import STAGING
 from tests.test_outofcore import table
-from tests.test_run_plan import dashboard_release
+from tests.test_run_plan import ROOT, dashboard_release
 
 
 @pytest.fixture
@@ -140,3 +142,22 @@ def test_a_request_id_reused_with_a_changed_plan_is_refused(setup, tmp_path: Pat
     code, out, err = run(capsys, *args)
     assert "another plan" in one_line_refusal(code, err) and out == ""
     assert spent(url, manifest) == 1.0
+
+
+def test_spark_without_java_is_refused_in_one_line(setup, tmp_path: Path) -> None:
+    manifest, path, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    no_java = tmp_path / "bin"
+    no_java.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PYTHONPATH=str(ROOT), PATH=str(no_java))
+    out = subprocess.run(
+        [sys.executable, "-m", "dpcore", "run-plan", str(plan_file), "--source", str(path), "--engine",
+         "spark", "--ledger", url, "--artifacts", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+    )
+    assert "Traceback" not in out.stderr
+    line = one_line_refusal(out.returncode, out.stderr)
+    assert "Java" in line and "--engine duckdb" in line
+    assert spent(url, manifest) == 0.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
-from dpcore.outofcore.source import Engine, open_source
+from dpcore.outofcore.source import Engine, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, make_release
@@ -160,6 +161,29 @@ def check_supported(plan: ReleasePlan) -> None:
         )
 
 
+def start_spark() -> Any:
+    """The Spark session of a batch job (:func:`~dpcore.outofcore.source.spark_session`); without a Java
+    runtime (``JAVA_HOME/bin/java``, else ``java`` on PATH, as Spark looks for it), or when Spark does not
+    start, a ``ParameterError`` naming the fix."""
+    home = os.environ.get("JAVA_HOME")
+    java = Path(home, "bin", "java") if home else shutil.which("java")
+    if java is None or not Path(java).is_file():
+        where = f"JAVA_HOME={home} has no bin/java" if home else "JAVA_HOME is not set and no java is on PATH"
+        raise ParameterError(
+            f"--engine spark needs a Java runtime (17 or newer): {where}. Install one (apt-get install "
+            "default-jre-headless) and put it on PATH or set JAVA_HOME, or run with --engine duckdb."
+        )
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark_session()
+    except PySparkException as err:
+        raise ParameterError(
+            f"Spark did not start ({err}); check its Java runtime and DPCORE_SPARK_MASTER, or run with "
+            "--engine duckdb."
+        ) from None
+
+
 def run_plan(
     manifest: Mapping[str, Any],
     source: str | os.PathLike[str],
@@ -185,6 +209,8 @@ def run_plan(
     check_supported(plan)
     rid = request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"
     artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
+    if engine == "spark" and spark is None:
+        spark = start_spark()
     with open_source(source, engine, table=table, query=query, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
