@@ -137,26 +137,9 @@ def hotspot_estimator(
     return BlowfishKMeans(n_clusters, epsilon, bounds=data.bounds, graph=graph, random_state=random_state)
 
 
-def fit_hotspots(
-    data: PlanePoints,
-    n_clusters: int,
-    epsilon: float,
-    *,
-    policy: str = "dp",
-    theta_m: float | None = None,
-    neighbours: str = "unbounded",
-    random_state: int | Sampler | None = None,
-) -> tuple[FloatArray, HotspotModel]:
-    """Released hotspot centres of ``data`` as rows (lat, lon), and the fitted estimator."""
-    model = hotspot_estimator(
-        data,
-        n_clusters,
-        epsilon,
-        policy=policy,
-        theta_m=theta_m,
-        neighbours=neighbours,
-        random_state=random_state,
-    )
+def fit_hotspots(data: PlanePoints, model: HotspotModel) -> tuple[FloatArray, HotspotModel]:
+    """``model`` (from :func:`hotspot_estimator`) fitted on ``data``: its centres as rows (lat, lon), and
+    the model."""
     return data.to_latlon(data.fit(model).cluster_centers_), model
 
 
@@ -173,8 +156,9 @@ def location_hotspots(
     random_state: int | Sampler | None = None,
 ) -> tuple[FloatArray, HotspotModel]:
     """Released hotspot centres as rows (lat, lon), and the fitted estimator (budget log, sampling mode)."""
-    return fit_hotspots(
-        project_locations(lat, lon, region),
+    data = project_locations(lat, lon, region)
+    model = hotspot_estimator(
+        data,
         n_clusters,
         epsilon,
         policy=policy,
@@ -182,6 +166,7 @@ def location_hotspots(
         neighbours=neighbours,
         random_state=random_state,
     )
+    return fit_hotspots(data, model)
 
 
 def true_hotspots(data: ProjectedLocations, n_clusters: int, seed: int = 0) -> FloatArray:

@@ -11,7 +11,7 @@ import pandas as pd
 from dpcore.location.blowfish import noisy_mean
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.grids import DensityGrid
-from dpcore.location.hotspots import fit_hotspots
+from dpcore.location.hotspots import fit_hotspots, hotspot_estimator
 from dpcore.location.registry import LocationInputs, kept_details, kept_diagnostics, no_delta
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import density_heatmap, hotspot_map, released_map
@@ -111,7 +111,7 @@ def hotspot_release(
     kept = inputs.projected(params["max_per_user"], sampler)
     k, theta = params["hotspot_k"], params.get("theta_m")
     eps_row = per_member_epsilon(epsilon, kept.group)
-    centres, model = fit_hotspots(
+    estimator = hotspot_estimator(
         kept.points,
         k,
         eps_row,
@@ -120,6 +120,7 @@ def hotspot_release(
         neighbours=params.get("neighbours", "unbounded"),
         random_state=sampler,
     )
+    centres, model = fit_hotspots(kept.points, estimator)
     table = pd.DataFrame({"hotspot": np.arange(1, k + 1), "lat": centres[:, 0], "lon": centres[:, 1]})
     details: dict[str, Any] = {
         **kept_details(kept, inputs),
