@@ -398,6 +398,15 @@ def _zip_bytes(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def check_request_id(request_id: Any) -> str:
+    """``request_id`` if it can name the release's files, else ``ParameterError``."""
+    if not isinstance(request_id, str) or not _SAFE_ID.match(request_id):
+        raise ParameterError(
+            f"request_id {request_id!r} is not a valid file name: use 1-128 letters, digits, '-' or '_'."
+        )
+    return request_id
+
+
 def save_artifacts(
     directory: str | os.PathLike[str], request_id: str, files: Mapping[str, bytes]
 ) -> tuple[Path, str]:
@@ -406,10 +415,7 @@ def save_artifacts(
     The zip is deterministic, so the hash identifies the content (check with ``sha256sum``); the file is
     written atomically. Two runs of one request never overwrite each other (the hash is in the name).
     """
-    if not isinstance(request_id, str) or not _SAFE_ID.match(request_id):
-        raise ParameterError(
-            f"request_id {request_id!r} is not a valid file name: use 1-128 letters, digits, '-' or '_'."
-        )
+    check_request_id(request_id)
     if not files:
         raise ParameterError("There are no files to save; build them with release_files first.")
     payload = _zip_bytes(files)

@@ -161,3 +161,19 @@ def test_spark_without_java_is_refused_in_one_line(setup, tmp_path: Path) -> Non
     line = one_line_refusal(out.returncode, out.stderr)
     assert "Java" in line and "--engine duckdb" in line
     assert spent(url, manifest) == 0.0
+
+
+def test_a_request_id_that_cannot_name_the_files_is_refused_before_the_source_is_read(
+    setup, tmp_path: Path, capsys
+) -> None:
+    manifest, _, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    missing = tmp_path / "not-read.parquet"
+    args = ("--source", missing, "--ledger", url, "--artifacts", tmp_path / "out")
+    code, _, err = run(capsys, plan_file, *args, "--request-id", "job 7")
+    assert "request_id 'job 7' is not a valid file name" in one_line_refusal(code, err)
+    plan_file.write_text(json.dumps({**manifest, "request_id": "../x"}))  # edited in the file
+    code, _, err = run(capsys, plan_file, *args)
+    assert "'../x' is not a valid file name" in one_line_refusal(code, err)
+    assert spent(url, manifest) == 0.0

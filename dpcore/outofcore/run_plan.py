@@ -30,7 +30,7 @@ from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
-from dpcore.report import Release, artifacts_folder, make_release
+from dpcore.report import Release, artifacts_folder, check_request_id, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
 OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": LOCATION_KEYS}
@@ -207,7 +207,7 @@ def run_plan(
     """
     plan = ReleasePlan.from_manifest(manifest)
     check_supported(plan)
-    rid = request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"
+    rid = check_request_id(str(request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"))
     artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
     if engine == "spark" and spark is None:
         spark = start_spark()
@@ -224,7 +224,7 @@ def run_plan(
             ledger,
             plan,
             inputs,
-            request_id=str(rid),
+            request_id=rid,
             user=user,
             artifacts_dir=artifacts_dir,
             name=name or plan.domain,
