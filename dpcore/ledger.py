@@ -302,7 +302,7 @@ class Ledger:
 
     def _open(self, url: str | sa.URL | None, *, create: bool) -> None:
         self.url = _parse_url(url)
-        self._file = _sqlite_file(self.url)
+        self._file = sqlite_file(self.url)
         marker = _instance_marker(self._file)
         create = create or (marker is not None and not marker.is_file())  # the data folder's first use
         if self._file is not None and not create and not self._file.is_file():
@@ -714,7 +714,7 @@ def _engine_for(url: sa.URL, create_folder: bool) -> sa.Engine:
         return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
     if url.get_backend_name() != "sqlite":
         return sa.create_engine(url, pool_pre_ping=True)
-    file = _sqlite_file(url)
+    file = sqlite_file(url)
     if file is not None and create_folder:
         file.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(url, connect_args={"timeout": LOCK_WAIT_S})
@@ -752,7 +752,7 @@ def _parse_url(url: str | sa.URL | None) -> sa.URL:
         ) from None
 
 
-def _sqlite_file(url: sa.URL) -> Path | None:
+def sqlite_file(url: sa.URL) -> Path | None:
     """The file of a SQLite URL (None for other databases, in-memory and ``file:`` URIs)."""
     database = url.database
     if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
@@ -789,7 +789,7 @@ def _folder_words(file: Path) -> str:
 
 def _url_words(url: sa.URL) -> str:
     """A ledger URL in messages: a SQLite file by name, a server database without its password."""
-    file = _sqlite_file(url)
+    file = sqlite_file(url)
     if file is not None:
         return f"file {file.name!r}"
     if url.get_backend_name() == "sqlite":

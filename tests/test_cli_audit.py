@@ -177,3 +177,16 @@ def test_a_request_id_that_cannot_name_the_files_is_refused_before_the_source_is
     code, _, err = run(capsys, plan_file, *args)
     assert "'../x' is not a valid file name" in one_line_refusal(code, err)
     assert spent(url, manifest) == 0.0
+
+
+def test_a_sqlite_source_that_does_not_exist_is_refused_and_not_created(
+    setup, tmp_path: Path, capsys
+) -> None:
+    manifest, _, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+    typo = tmp_path / "warehuose.db"
+    source = ("--source", f"sqlite:///{typo}", "--table", "people")
+    code, _, err = run(capsys, plan_file, *source, "--ledger", url, "--artifacts", tmp_path / "out")
+    assert f"no SQLite database file at {typo}" in one_line_refusal(code, err)
+    assert not typo.exists() and spent(url, manifest) == 0.0

@@ -20,14 +20,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from dpcore.errors import DataError, DPCoreError, ParameterError
-from dpcore.ledger import Ledger
+from dpcore.ledger import Ledger, sqlite_file
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
-from dpcore.outofcore.source import Engine, open_source, spark_session
+from dpcore.outofcore.source import Engine, is_url, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
@@ -184,6 +186,22 @@ def start_spark() -> Any:
         ) from None
 
 
+def require_sqlite_file(source: str) -> None:
+    """``DataError`` if ``source`` is a SQLite URL whose file does not exist (connecting would create an
+    empty database there and then find no table in it)."""
+    try:
+        url = sa.make_url(source)
+        url.get_dialect()
+    except (sa.exc.ArgumentError, ImportError):  # malformed, or no such driver: open_source says so
+        return
+    file = sqlite_file(url)
+    if file is not None and not file.is_file():
+        raise DataError(
+            f"There is no SQLite database file at {file}; point --source at the database the plan was made "
+            "on."
+        )
+
+
 def run_plan(
     manifest: Mapping[str, Any],
     source: str | os.PathLike[str],
@@ -211,6 +229,8 @@ def run_plan(
     artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
     if engine == "spark" and spark is None:
         spark = start_spark()
+    if is_url(os.fspath(source)):
+        require_sqlite_file(os.fspath(source))
     with open_source(source, engine, table=table, query=query, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
