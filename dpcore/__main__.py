@@ -32,20 +32,31 @@ def run_plan(args: argparse.Namespace) -> int:
     from dpcore.outofcore.run_plan import run_plan as run
 
     manifest = load_manifest(args.plan)
-    release = run(
-        manifest,
-        args.source,
-        ledger=Ledger(args.ledger or config.ledger_url()),
-        artifacts_dir=args.artifacts or config.data_dir() / "artifacts",
-        user=args.user or config.local_user(),
-        engine=args.engine,
-        table=args.table,
-        query=args.query,
-        request_id=args.request_id,
-    )
-    record = release.record
-    verb = "already released (nothing spent)" if release.replayed else "released"
-    print(f"{verb}: request {record.request_id}, account {record.account}, eps {record.epsilon:g}")
+    ledger = Ledger(args.ledger or config.ledger_url())
+    try:
+        release = run(
+            manifest,
+            args.source,
+            ledger=ledger,
+            artifacts_dir=args.artifacts or config.data_dir() / "artifacts",
+            user=args.user or config.local_user(),
+            engine=args.engine,
+            table=args.table,
+            query=args.query,
+            request_id=args.request_id,
+        )
+        record = release.record
+        eps_left, delta_left = ledger.remaining(record.account)
+    finally:
+        ledger.close()
+    cost = f"eps {record.epsilon:g}" + (f", delta {record.delta:g}" if record.delta else "")
+    if release.replayed:
+        print(f"already released (nothing spent): request {record.request_id}, account {record.account}, "
+              f"{cost} spent at {record.time[:19]}")
+    else:
+        print(f"released: request {record.request_id}, account {record.account}, {cost} spent")
+    left = f"eps {eps_left:g}" + (f", delta {delta_left:g}" if record.delta or delta_left else "")
+    print(f"budget left on the account: {left}")
     print(f"files: {record.artifact_path}")
     return 0
 

@@ -17,6 +17,7 @@ import pytest
 from dpcore.__main__ import main
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
+from dpcore.policy import ApproxDP
 from dpcore.report import STAGING
 from tests.test_outofcore import table
 from tests.test_run_plan import ROOT, dashboard_release
@@ -190,3 +191,31 @@ def test_a_sqlite_source_that_does_not_exist_is_refused_and_not_created(
     code, _, err = run(capsys, plan_file, *source, "--ledger", url, "--artifacts", tmp_path / "out")
     assert f"no SQLite database file at {typo}" in one_line_refusal(code, err)
     assert not typo.exists() and spent(url, manifest) == 0.0
+
+
+def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
+    setup, tmp_path: Path, capsys
+) -> None:
+    manifest, path, _ = setup
+    base = ReleasePlan.from_manifest(manifest)
+    plan = ReleasePlan(
+        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
+        dataset_name="people", fingerprint=base.fingerprint, params={"n_clusters": 3},
+        preparation=base.preparation, mode="demo", seed=3,
+    )
+    url = f"sqlite:///{tmp_path / 'approx.db'}"
+    Ledger.initialise(url).set_budget(plan.account, epsilon=3.0, delta=1e-5)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_manifest()))
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
+    code, out, err = run(capsys, *args)
+    record = Ledger(url).release_by_request(f"plan-{plan.key[:32]}")
+    assert code == 0 and record is not None, err
+    assert out.splitlines() == [
+        f"released: request {record.request_id}, account {plan.account.key}, eps 1, delta 1e-06 spent",
+        "budget left on the account: eps 2, delta 9e-06",
+        f"files: {record.artifact_path}",
+    ]
+    code, out, err = run(capsys, *args)
+    assert code == 0 and out.splitlines()[0].startswith("already released (nothing spent)")
+    assert "eps 1, delta 1e-06 spent at" in out and "budget left on the account: eps 2, delta 9e-06" in out
