@@ -219,3 +219,31 @@ def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
     code, out, err = run(capsys, *args)
     assert code == 0 and out.splitlines()[0].startswith("already released (nothing spent)")
     assert "eps 1, delta 1e-06 spent at" in out and "budget left on the account: eps 2, delta 9e-06" in out
+
+
+def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
+    df = table(400)
+    df.loc[[4, 9], "a"] = np.nan
+    path = tmp_path / "people.parquet"
+    df.to_parquet(path, index=False)
+    manifest, _ = dashboard_release(tmp_path, df, mode="secure")
+    plan = ReleasePlan.from_manifest(manifest)
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_manifest()))  # as downloaded: the request id comes from the plan
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "dpcore", "run-plan", str(plan_file), "--source", str(path), "--ledger",
+               url, "--artifacts", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(2)]
+    results = [(job.communicate(timeout=300), job.returncode) for job in jobs]
+    assert [code for _, code in results] == [0, 0], results
+    firsts = sorted(stdout.split(":")[0] for (stdout, _), _ in results)
+    assert firsts == ["already released (nothing spent)", "released"]
+    ledger = Ledger(url)
+    [record] = ledger.all_releases()
+    assert ledger.budget(plan.account).epsilon_spent == 1.0
+    assert sorted(p.name for p in out.iterdir()) == [Path(record.artifact_path).name]  # no staging left
+    assert all(f"files: {record.artifact_path}" in stdout for (stdout, _), _ in results)
