@@ -4,7 +4,8 @@
 a release plan saved from the dashboard on the full table (a database's table or one read-only SELECT's
 whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the ledger of
 ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files to
-``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2.
+``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2
+(130 on Ctrl-C).
 
 ``adopt-dataset ID NAME [--ledger URL]``: give the budget and releases of a dataset whose id is its
 table's fingerprint (ledgers written before dataset names carried budgets) the name NAME.
@@ -133,6 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DPCoreError as err:  # bad input, policy or ledger refusals: one line, no stack trace
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: each ledger change is one transaction, a request debited once
+        print(
+            "error: interrupted. The ledger records a change whole or not at all, and a release's request "
+            "id is never debited twice: run the same command again to finish it.",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

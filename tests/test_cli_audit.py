@@ -247,3 +247,20 @@ def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
     assert ledger.budget(plan.account).epsilon_spent == 1.0
     assert sorted(p.name for p in out.iterdir()) == [Path(record.artifact_path).name]  # no staging left
     assert all(f"files: {record.artifact_path}" in stdout for (stdout, _), _ in results)
+
+
+def test_ctrl_c_prints_one_line_and_how_to_finish(setup, tmp_path: Path, capsys, monkeypatch) -> None:
+    manifest, path, url = setup
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(manifest))
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dpcore.outofcore.run_plan.open_source", interrupted)
+    try:
+        code, _, err = run(capsys, plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C reached the operator as a traceback")
+    assert code == 130 and err.startswith("error: interrupted") and err.count("\n") == 1, err
+    assert "run the same command again" in err and spent(url, manifest) == 0.0
