@@ -520,11 +520,12 @@ _PLAN_FIELDS = (
 
 
 def _changed_fields(first: Mapping[str, Any], plan: ReleasePlan) -> list[str]:
-    """The plan fields in which ``plan`` differs from the manifest of a request's first release."""
+    """The plan fields in which ``plan`` differs from the manifest of a request's first release (a field
+    that manifest does not record, being older, is not compared)."""
     from dpcore.plan import to_json
 
     new = plan.to_manifest()
-    return [k for k in _PLAN_FIELDS if to_json(first.get(k)) != to_json(new[k])]
+    return [k for k in _PLAN_FIELDS if k in first and to_json(first[k]) != to_json(new[k])]
 
 
 def make_release(
