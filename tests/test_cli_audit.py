@@ -1,7 +1,9 @@
 """``python -m dpcore run-plan`` as an operator runs it: a plan file that is not a valid plan, an artifacts
 folder given relative to the working directory or not writable, files that cannot be published after the
-debit, a request id reused with a changed plan, and ``--engine spark`` without Java. Every refusal is one
-line on stderr with exit status 2, and nothing is debited unless the message says what was."""
+debit, a request id reused with a changed plan or unfit to name files, a SQLite source that does not exist,
+``--engine spark`` without Java, Ctrl-C, two jobs of one plan at once, and what a release prints. Every
+refusal is one line on stderr (exit status 2, 130 on Ctrl-C), and nothing is debited unless the message
+says what was."""
 
 from __future__ import annotations
 
