@@ -34,7 +34,7 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
@@ -537,9 +537,13 @@ def make_release(
     user: str,
     artifacts_dir: str | os.PathLike[str],
     name: str = "release",
+    verify: Callable[[], None] | None = None,
 ) -> Release:
     """Run ``plan`` once on ``inputs``, stage the files, debit the plan's account, then publish the files
     in ``artifacts_dir``; return the release.
+
+    ``verify`` is called once the mechanism ran, before any file is written or anything is debited: it
+    raises to discard the output (a batch job's source files that changed while they were read).
 
     The sampler follows the plan (OS entropy, or the demo seed). Raises the ledger's ``BudgetExceeded`` /
     ``BudgetNotSet`` / ``LedgerBusy`` (staged files deleted, nothing published or returned) and whatever
@@ -580,6 +584,8 @@ def make_release(
         raise ParameterError(
             f"The mechanism protected '{out.scope}', but the plan says '{plan.scope}'; nothing was released."
         )
+    if verify is not None:
+        verify()
     manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
     earlier = {r.dataset_fingerprint for r in ledger.releases(dataset_id=plan.dataset_id)}
     if earlier - {plan.fingerprint, None}:  # the name carries the budget; the table changed under it

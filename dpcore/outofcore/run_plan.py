@@ -8,6 +8,8 @@ scaling, rows dropped for missing values; locations: rows dropped, the coordinat
 public region), runs the mechanism's passes out of core, then releases through
 :func:`dpcore.report.make_release`: same ledger account, same artifacts, and the request id decides
 whether anything is spent (an id already in the ledger returns the first release and spends nothing).
+Source files rewritten while the job read them are refused before anything is written or spent
+(:meth:`~dpcore.outofcore.source.Source.check_unchanged`).
 """
 
 from __future__ import annotations
@@ -248,4 +250,5 @@ def run_plan(
             user=user,
             artifacts_dir=artifacts_dir,
             name=name or plan.domain,
+            verify=src.check_unchanged,
         )

@@ -11,6 +11,10 @@ temporary folder; a CSV file is read whole by the Data page's own reader
 (:func:`dpcore.data.sources.read_text_file`: same delimiter, encoding, type inference and size limit, so
 the same fingerprint). The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page
 would load.
+
+Parquet is read twice (the fingerprint pass, then the engine's passes), so the files' (path, size,
+modification time, inode) are recorded before the first read and :meth:`Source.check_unchanged` refuses a
+release computed after any file was added, removed, resized or rewritten; a staged source is read once.
 """
 
 from __future__ import annotations
@@ -109,14 +113,58 @@ def _same_types(files: list[str]) -> None:
                 )
 
 
+@dataclass(frozen=True)
+class FileStamp:
+    """A file as ``os.stat`` saw it: a rewrite changes its size, modification time or inode."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp:
+        st = path.stat()
+        return cls(path, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def stamp_files(root: Path) -> tuple[FileStamp, ...]:
+    """The stamps of the Parquet files at ``root`` (:func:`parquet_files`) in path order."""
+    return tuple(FileStamp.of(f) for f in parquet_files(root))
+
+
 @dataclass
 class Source:
-    """An opened source: the Ibis ``table``, its ``fingerprint``, and the staging folder (if any), removed
-    by :meth:`close` (or on leaving a ``with`` block)."""
+    """An opened source: the Ibis ``table``, its ``fingerprint``, the staging folder (if any), removed
+    by :meth:`close` (or on leaving a ``with`` block), and, for files read where they lie, the ``root``
+    file or folder with its files' ``stamps`` taken before the fingerprint pass."""
 
     table: ir.Table
     fingerprint: str
     _staging: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+    root: Path | None = None
+    stamps: tuple[FileStamp, ...] = ()
+
+    def check_unchanged(self) -> None:
+        """``DataError`` naming the first file added, removed, resized or rewritten at ``root`` since the
+        stamps were taken: the engine may have read other rows than the fingerprinted ones."""
+        if self.root is None:
+            return
+        try:
+            now = stamp_files(self.root)
+        except (OSError, DataError):
+            now = ()
+        before = {s.path: s for s in self.stamps}
+        after = {s.path: s for s in now}
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        if changed:
+            first = changed[0]
+            what = "removed" if first not in after else "added" if first not in before else "rewritten"
+            raise DataError(
+                f"The source file {first} was {what} while the batch job read it, so the release may "
+                "not be of the fingerprinted table; nothing was released or debited. Run the job again when "
+                "the table is not being written."
+            )
 
     def __enter__(self) -> Source:
         return self
@@ -186,12 +234,13 @@ def open_source(
     con = connect(engine, spark)
     suffixes = "".join(path.suffixes).lower()
     if path.is_dir() or suffixes.endswith(PARQUET_SUFFIXES):
-        files = parquet_files(path)
+        stamps = stamp_files(path)  # before the first read: the engine reads the files again
+        files = [s.path for s in stamps]
         frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
         digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
         table = read_parquet(con, [str(f) for f in files])
         renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
-        return Source(table.rename(renamed) if renamed else table, digest)
+        return Source(table.rename(renamed) if renamed else table, digest, root=path, stamps=stamps)
     if suffixes.endswith(TEXT_SUFFIXES):
         from dpcore.data import fingerprint
 
