@@ -29,6 +29,7 @@ from dpcore.data.sources import (
     FolderFile,
     SourceSettings,
     list_folder_files,
+    list_tables,
     load_source,
 )
 from dpcore.errors import DataError
@@ -491,3 +492,55 @@ def test_the_batch_job_reads_without_the_dashboards_time_limit(
     with open_source(warehouse.url.render_as_string(hide_password=False), query=quick) as source:
         assert source.table.count().execute() == 100_000
     assert time.monotonic() - start > 0.01
+
+
+def slow_catalog(monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    """A catalog slow to answer: listing the tables first runs ``sql`` on the inspector's connection."""
+    from sqlalchemy.engine.reflection import Inspector
+
+    listed = Inspector.get_table_names
+
+    def slow(self: Inspector, *args: object, **kw: object) -> list[str]:
+        with self._operation_context() as conn:
+            conn.exec_driver_sql(sql)
+        return listed(self, *args, **kw)
+
+    monkeypatch.setattr(Inspector, "get_table_names", slow)
+
+
+def test_the_data_pages_table_list_is_stopped_at_the_time_limit(
+    warehouse: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Data page's cached table list waited on the database with no time limit; now it stops at the
+    operator's ``query_timeout_s`` as the reads do, and the pooled connection lists on unlimited."""
+    import ui.datasets
+
+    monkeypatch.setattr(ui.datasets, "database_engine", lambda name: warehouse)
+    monkeypatch.setattr(
+        ui.datasets, "source_settings", lambda: SourceSettings(databases=("w",), query_timeout_s=0.5)
+    )
+    slow_catalog(monkeypatch, RUNAWAY)
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"tables was stopped after the time limit of 0.5 s.*query_timeout_s"):
+        ui.datasets.database_tables(f"w-{uuid.uuid4().hex}")
+    assert time.monotonic() - start < 3
+    monkeypatch.undo()
+    slow_catalog(monkeypatch, RUNAWAY.replace("1000000000", "3000000"))  # about 1 s, above the limit
+    start = time.monotonic()  # the same pooled connection, no limit: the interrupt was removed
+    assert list_tables(warehouse) == ["empty", "t"] and time.monotonic() - start > 0.5
+    monkeypatch.undo()
+    assert list_tables(warehouse, timeout_s=0.5) == ["empty", "t"]
+
+
+def test_a_postgresql_table_list_is_stopped_by_the_servers_statement_timeout(
+    postgres_engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_catalog(monkeypatch, "SELECT pg_sleep(30)")
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"stopped after the time limit of 1 s"):
+        list_tables(postgres_engine, timeout_s=1)
+    assert 1 <= time.monotonic() - start < 2
+    monkeypatch.undo()
+    with postgres_engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW statement_timeout").scalar_one() == "0"
+    assert list_tables(postgres_engine, timeout_s=1) == ["t"]

@@ -115,8 +115,9 @@ def folder_files(folders: tuple[str, ...]) -> dict[str, FolderFile]:
 
 @st.cache_data(ttl=60, show_spinner=False)
 def database_tables(name: str) -> list[str]:
-    """Tables and views of an allow-listed database (listed again after a minute)."""
-    return list_tables(database_engine(name))
+    """Tables and views of an allow-listed database (listed again after a minute), stopped at the
+    operator's database time limit (``query_timeout_s``)."""
+    return list_tables(database_engine(name), timeout_s=source_settings().query_timeout_s)
 
 
 def _plain(section: Mapping[str, Any]) -> dict[str, Any]:

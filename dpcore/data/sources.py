@@ -14,8 +14,8 @@ absolute path and no ``..``; only those folders are listed, never the rest of th
 must parse as exactly one SELECT with no data-modifying part (:func:`validate_select`) and runs in a
 read-only transaction where the database has one (PostgreSQL, SQLite); a table must be one the database
 lists. Rows are read in the order of all their columns, so the fingerprint does not depend on the
-database's scan order. The Data page's reads stop at the operator's time limit (``query_timeout_s``,
-:func:`sql_chunks`); the operator's batch job reads without one.
+database's scan order. The Data page's reads and table lists stop at the operator's time limit
+(``query_timeout_s``, :func:`sql_chunks`, :func:`list_tables`); the operator's batch job reads without one.
 """
 
 from __future__ import annotations
@@ -355,12 +355,34 @@ def validate_select(sql: str, dialect: str = "") -> str:
     return text.rstrip(";").rstrip()
 
 
-def list_tables(bind: sa.Engine | sa.Connection) -> list[str]:
-    """Tables and views of the database's default schema, by name."""
-    try:
-        found = sa.inspect(bind)
+def list_tables(bind: sa.Engine | sa.Connection, timeout_s: float | None = None) -> list[str]:
+    """Tables and views of the database's default schema, by name. With ``timeout_s`` (an engine's
+    listing, as the Data page lists them) the listing runs in a transaction rolled back after it and is
+    stopped that many seconds after it starts (:class:`_Deadline`), with a ``DataError`` naming the fix."""
+
+    def names(conn: sa.Engine | sa.Connection) -> list[str]:
+        found = sa.inspect(conn)
         return sorted({*found.get_table_names(), *found.get_view_names()})
+
+    deadline = _Deadline(timeout_s, "the table list")
+    try:
+        if timeout_s is None or not isinstance(bind, sa.Engine):
+            return names(bind)
+        with bind.connect() as conn:
+            conn.begin()
+            try:
+                deadline.arm(conn)
+                return names(conn)
+            finally:
+                deadline.disarm()
+                conn.rollback()
     except sa.exc.SQLAlchemyError as err:
+        if deadline.stopped(err):
+            raise DataError(
+                f"Listing the database's tables was stopped after the time limit of {timeout_s:g} s; the "
+                "database is slow to answer. Try again later, or ask the operator to raise [dpcore] "
+                "query_timeout_s."
+            ) from err
         raise DataError(f"Could not list the tables ({_first_line(err)}); check the connection.") from err
 
 
