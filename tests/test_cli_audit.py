@@ -55,6 +55,13 @@ def one_line_refusal(code: int, err: str) -> str:
     return err
 
 
+def write_plan(folder: Path, manifest: dict) -> Path:
+    """``manifest`` written as ``folder/plan.json``, the file an operator passes to run-plan."""
+    path = folder / "plan.json"
+    path.write_text(json.dumps(manifest))
+    return path
+
+
 def test_a_plan_file_that_is_not_a_valid_plan_is_refused_in_one_line(setup, tmp_path: Path, capsys) -> None:
     manifest, path, url = setup
     steps = manifest["preparation"]
@@ -83,8 +90,7 @@ def test_the_artifacts_folder_is_recorded_absolute_and_checked_before_anything_i
     setup, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     manifest, path, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     work = tmp_path / "job"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -110,8 +116,7 @@ def test_files_that_cannot_be_published_after_the_debit_say_what_was_spent(
     setup, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     manifest, path, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     replace = os.replace
 
     def no_publish(src: str | Path, dst: str | Path) -> None:
@@ -134,8 +139,7 @@ def test_files_that_cannot_be_published_after_the_debit_say_what_was_spent(
 
 def test_a_request_id_reused_with_a_changed_plan_is_refused(setup, tmp_path: Path, capsys) -> None:
     manifest, path, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
     assert run(capsys, *args)[0] == 0
     step = manifest["preparation"][1]
@@ -149,8 +153,7 @@ def test_a_request_id_reused_with_a_changed_plan_is_refused(setup, tmp_path: Pat
 
 def test_spark_without_java_is_refused_in_one_line(setup, tmp_path: Path) -> None:
     manifest, path, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     no_java = tmp_path / "bin"
     no_java.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
@@ -170,8 +173,7 @@ def test_a_request_id_that_cannot_name_the_files_is_refused_before_the_source_is
     setup, tmp_path: Path, capsys
 ) -> None:
     manifest, _, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     missing = tmp_path / "not-read.parquet"
     args = ("--source", missing, "--ledger", url, "--artifacts", tmp_path / "out")
     code, _, err = run(capsys, plan_file, *args, "--request-id", "job 7")
@@ -186,8 +188,7 @@ def test_a_sqlite_source_that_does_not_exist_is_refused_and_not_created(
     setup, tmp_path: Path, capsys
 ) -> None:
     manifest, _, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
     typo = tmp_path / "warehuose.db"
     source = ("--source", f"sqlite:///{typo}", "--table", "people")
     code, _, err = run(capsys, plan_file, *source, "--ledger", url, "--artifacts", tmp_path / "out")
@@ -207,8 +208,7 @@ def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
     )
     url = f"sqlite:///{tmp_path / 'approx.db'}"
     Ledger.initialise(url).set_budget(plan.account, epsilon=3.0, delta=1e-5)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan.to_manifest()))
+    plan_file = write_plan(tmp_path, plan.to_manifest())
     args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
     code, out, err = run(capsys, *args)
     record = Ledger(url).release_by_request(f"plan-{plan.key[:32]}")
@@ -232,8 +232,7 @@ def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
     plan = ReleasePlan.from_manifest(manifest)
     url = f"sqlite:///{tmp_path / 'batch.db'}"
     Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan.to_manifest()))  # as downloaded: the request id comes from the plan
+    plan_file = write_plan(tmp_path, plan.to_manifest())  # as downloaded: the request id comes from the plan
     out = tmp_path / "out"
     command = [sys.executable, "-m", "dpcore", "run-plan", str(plan_file), "--source", str(path), "--ledger",
                url, "--artifacts", str(out)]
@@ -253,8 +252,7 @@ def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
 
 def test_ctrl_c_prints_one_line_and_how_to_finish(setup, tmp_path: Path, capsys, monkeypatch) -> None:
     manifest, path, url = setup
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(manifest))
+    plan_file = write_plan(tmp_path, manifest)
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
