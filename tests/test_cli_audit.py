@@ -159,9 +159,26 @@ def test_spark_without_java_is_refused_in_one_line(setup, tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env.update(PYTHONPATH=str(ROOT), PATH=str(no_java))
     out = subprocess.run(
-        [sys.executable, "-m", "dpcore", "run-plan", str(plan_file), "--source", str(path), "--engine",
-         "spark", "--ledger", url, "--artifacts", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "dpcore",
+            "run-plan",
+            str(plan_file),
+            "--source",
+            str(path),
+            "--engine",
+            "spark",
+            "--ledger",
+            url,
+            "--artifacts",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
     )
     assert "Traceback" not in out.stderr
     line = one_line_refusal(out.returncode, out.stderr)
@@ -202,9 +219,17 @@ def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
     manifest, path, _ = setup
     base = ReleasePlan.from_manifest(manifest)
     plan = ReleasePlan(
-        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
-        dataset_name="people", fingerprint=base.fingerprint, params={"n_clusters": 3},
-        preparation=base.preparation, mode="demo", seed=3,
+        domain="kmeans",
+        mechanism="colored",
+        epsilon=1.0,
+        delta=1e-6,
+        policy=ApproxDP(1.0, 1e-6),
+        dataset_name="people",
+        fingerprint=base.fingerprint,
+        params={"n_clusters": 3},
+        preparation=base.preparation,
+        mode="demo",
+        seed=3,
     )
     url = f"sqlite:///{tmp_path / 'approx.db'}"
     Ledger.initialise(url).set_budget(plan.account, epsilon=3.0, delta=1e-5)
@@ -234,11 +259,24 @@ def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
     Ledger.initialise(url).set_budget(plan.account, epsilon=5.0)
     plan_file = write_plan(tmp_path, plan.to_manifest())  # as downloaded: the request id comes from the plan
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "dpcore", "run-plan", str(plan_file), "--source", str(path), "--ledger",
-               url, "--artifacts", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "dpcore",
+        "run-plan",
+        str(plan_file),
+        "--source",
+        str(path),
+        "--ledger",
+        url,
+        "--artifacts",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            for _ in range(2)]
+    jobs = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
     results = [(job.communicate(timeout=300), job.returncode) for job in jobs]
     assert [code for _, code in results] == [0, 0], results
     firsts = sorted(stdout.split(":")[0] for (stdout, _), _ in results)

@@ -267,7 +267,13 @@ def uniform_grid_of(
     sampler = as_sampler(rng)
     region: Region = points.region  # type: ignore[union-attr]
     log, n_hat, source, s = _prepare(
-        points, epsilon, neighbours, n_estimate, count_fraction, sampler, [("grid", Fraction(1))],
+        points,
+        epsilon,
+        neighbours,
+        n_estimate,
+        count_fraction,
+        sampler,
+        [("grid", Fraction(1))],
         points_per_person,
     )
     eps_grid = log[-1][1]
