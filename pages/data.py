@@ -89,6 +89,7 @@ def _source_section() -> None:
         sample = datasets.sample_of(ds)
         if sample:
             st.warning(sample)
+        _read_again(ds)
     if choice == FOLDER:
         _folder_source(settings)
     elif choice == DATABASE:
@@ -130,6 +131,21 @@ def _name(ds: state.Dataset) -> None:
     if b.button("Use this name", key="data_rename"):
         with user_errors("renaming the dataset") as outcome:
             state.rename_dataset(typed)
+        if not outcome.failed:
+            st.rerun()
+
+
+def _read_again(ds: state.Dataset) -> None:
+    """For a table read from a database: when it was read (reloads and other sessions reuse that read for
+    the operator's ``source_cache_ttl_s``) and a button that reads it now."""
+    note = datasets.read_note(ds)
+    if note is None:
+        return
+    a, b = st.columns([4, 1], vertical_alignment="center")
+    a.caption(note)
+    if b.button("Read the table again", key="data_read_again"):
+        with user_errors(f"reading {ds.name} again") as outcome, st.spinner("Reading the table again..."):
+            datasets.read_source_again()
         if not outcome.failed:
             st.rerun()
 

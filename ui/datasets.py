@@ -11,7 +11,9 @@ import os
 import re
 import secrets
 import shlex
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -21,6 +23,8 @@ import streamlit as st
 
 from dpcore.data import SAMPLES, Schema
 from dpcore.data.sources import (
+    DatabaseQuery,
+    DatabaseTable,
     FolderFile,
     LoadedSource,
     SourceSettings,
@@ -143,28 +147,82 @@ def _folder_table(
     return load_source(FolderFile(folder, path), folders=folders, max_rows=max_rows, sample_seed=sample_seed)
 
 
-def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> state.Dataset:
+def _read_database(
+    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, sample_seed: int, timeout_s: float
+) -> tuple[LoadedSource, float]:
+    """One read of a database table or SELECT, stopped after ``timeout_s`` seconds, with the time it ended
+    (seconds since the epoch)."""
+    loaded = load_source(spec, engine=engine, max_rows=max_rows, sample_seed=sample_seed, timeout_s=timeout_s)
+    return loaded, time.time()
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _database_table(
+    spec: dict[str, str], url: str, _engine: sa.Engine, max_rows: int, sample_seed: int, _timeout_s: float
+) -> tuple[LoadedSource, float]:
+    """A database read kept per server, by the source ``spec`` (connection name, table or SELECT text), the
+    connection's ``url`` (the operator's settings for it), the row limit and the sample seed (the time limit
+    does not change the rows read). A failed read raises and is not kept; :func:`_database_read` drops an
+    entry older than ``source_cache_ttl_s``."""
+    return _read_database(source_from_dict(spec), _engine, max_rows, sample_seed, _timeout_s)
+
+
+def _database_read(
+    spec: DatabaseTable | DatabaseQuery, settings: SourceSettings, sample_seed: int, *, again: bool
+) -> tuple[LoadedSource, float]:
+    """The rows of ``spec`` and when they were read: the read this server keeps if it is younger than the
+    operator's ``source_cache_ttl_s`` (0: none is kept) and ``again`` is False, else a new read, kept."""
+    engine = database_engine(spec.connection)
+    args = (engine, settings.max_rows, sample_seed, settings.query_timeout_s)
+    if settings.source_cache_ttl_s == 0:
+        return _read_database(spec, *args)
+    key = (spec.to_dict(), engine.url.render_as_string(hide_password=False), *args)
+    if again:
+        _database_table.clear(*key)
+    asked = time.time()
+    loaded, read_at = _database_table(*key)
+    if asked - read_at >= settings.source_cache_ttl_s:  # kept longer than the operator allows (not new)
+        _database_table.clear(*key)
+        loaded, read_at = _database_table(*key)
+    return loaded, read_at
+
+
+@st.cache_resource(show_spinner=False)
+def _sample_seeds() -> dict[tuple[tuple[tuple[str, str], ...], int], int]:
+    """The sample seed of each source and row limit on this server, drawn once from the OS entropy source:
+    sessions that load the same large table get the same diagnostic sample, hence one kept read."""
+    return {}
+
+
+def load_source_dataset(
+    spec: SourceSpec, sample_seed: int | None = None, *, again: bool = False
+) -> state.Dataset:
     """Read a folder file or a database table/SELECT (``dpcore.data.sources``) and make it the current
     dataset. Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
-    ``sample_seed`` (a new one from the OS entropy source when None, kept in the session plan), under
-    the whole table's name and fingerprint (its ledger account is the whole table's); :func:`sample_of`
-    says it is a sample. A database read is stopped at the operator's time limit (``query_timeout_s``)."""
+    ``sample_seed`` (when None, this server's seed for the source, drawn once from the OS entropy source;
+    kept in the session plan), under the whole table's name and fingerprint (its ledger account is the whole
+    table's); :func:`sample_of` says it is a sample. A database read is stopped at the operator's time limit
+    (``query_timeout_s``) and kept per server for ``source_cache_ttl_s`` seconds; ``again`` reads it now."""
     settings = source_settings()
-    sample_seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
+    if sample_seed is None:
+        key = (tuple(sorted(spec.to_dict().items())), settings.max_rows)
+        sample_seed = _sample_seeds().setdefault(key, secrets.randbits(63))
+    sample_seed = int(sample_seed)
+    read_at: dict[str, float] = {}
     if isinstance(spec, FolderFile):
         files = resolve_folder_file(spec, settings.folders)
         stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
         limits = (settings.folders, settings.max_rows, sample_seed)
         loaded = _folder_table(spec.folder, spec.path, *limits, stamp)
     else:
-        loaded = load_source(
-            spec,
-            engine=database_engine(spec.connection),
-            max_rows=settings.max_rows,
-            sample_seed=sample_seed,
-            timeout_s=settings.query_timeout_s,
-        )
-    origin = {"source": spec.to_dict(), "seed": sample_seed, "sampled": loaded.sampled, "rows": loaded.n_rows}
+        loaded, read_at["read_at"] = _database_read(spec, settings, sample_seed, again=again)
+    origin = {
+        "source": spec.to_dict(),
+        "seed": sample_seed,
+        "sampled": loaded.sampled,
+        "rows": loaded.n_rows,
+        **read_at,
+    }
     return state.set_dataset(
         spec.label,
         loaded.table,
@@ -177,6 +235,39 @@ def load_source_dataset(spec: SourceSpec, sample_seed: int | None = None) -> sta
 def restore_source_dataset(origin: Mapping[str, Any]) -> state.Dataset:
     """Load again the source a saved session used (the same sample rows, through its seed)."""
     return load_source_dataset(source_from_dict(origin["source"]), origin.get("seed"))
+
+
+def read_source_again() -> state.Dataset:
+    """Read the current database dataset's table or SELECT now, not from this server's kept read (the
+    table may have changed), with the same sample seed, under the curator's name: the rows and the
+    fingerprint of this read replace both of the earlier one (a new fingerprint is what later releases
+    carry)."""
+    ds = state.dataset()
+    origin = (ds.origin or {}) if ds is not None else {}
+    if "read_at" not in origin:
+        raise DataError("The dataset in use was not read from a database; load a database table first.")
+    fresh = load_source_dataset(source_from_dict(origin["source"]), origin.get("seed"), again=True)
+    return fresh if fresh.name == ds.name else state.update_dataset(name=ds.name)
+
+
+def read_note(ds: state.Dataset | None) -> str | None:
+    """For a dataset read from a database, when it was read and how long this server keeps that read
+    for reloads and other sessions (``source_cache_ttl_s``), else None."""
+    read_at = (ds.origin or {}).get("read_at") if ds is not None else None
+    if read_at is None:
+        return None
+    when = datetime.fromtimestamp(read_at, UTC)
+    shown = when.strftime("%H:%M UTC" if when.date() == datetime.now(UTC).date() else "%Y-%m-%d %H:%M UTC")
+    ttl = source_settings().source_cache_ttl_s
+    if ttl == 0:
+        kept = "every load and reload reads it again ([dpcore] source_cache_ttl_s = 0)"
+    else:
+        until = datetime.fromtimestamp(read_at + ttl, UTC).strftime("%H:%M UTC")
+        kept = f"reloads and other sessions use this read until {until} ([dpcore] source_cache_ttl_s)"
+    return (
+        f"Read from the database at {shown}; {kept}. If the table has changed since, read it again: the "
+        "new rows come with their own fingerprint, which later releases carry."
+    )
 
 
 def sample_of(ds: state.Dataset | None) -> str | None:

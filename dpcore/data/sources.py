@@ -59,6 +59,7 @@ from dpcore.errors import DataError
 __all__ = [
     "DEFAULT_MAX_ROWS",
     "DEFAULT_QUERY_TIMEOUT_S",
+    "DEFAULT_SOURCE_CACHE_TTL_S",
     "DatabaseQuery",
     "DatabaseTable",
     "FolderFile",
@@ -86,6 +87,8 @@ FOLDERS_ENV = "DPCORE_DATA_FOLDERS"
 MAX_ROWS_ENV = "DPCORE_MAX_ROWS"
 DEFAULT_QUERY_TIMEOUT_S = 300.0  # a sampled read of 2M x 10 SQLite rows: 12 s
 QUERY_TIMEOUT_ENV = "DPCORE_QUERY_TIMEOUT_S"
+DEFAULT_SOURCE_CACHE_TTL_S = 600.0  # a database read is kept per server this long (0: read every time)
+SOURCE_CACHE_TTL_ENV = "DPCORE_SOURCE_CACHE_TTL_S"
 SQLITE_STEPS = 10_000  # SQLite virtual-machine instructions between two looks at the clock (well under 1 ms)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
@@ -180,18 +183,21 @@ def source_from_dict(data: Mapping[str, Any]) -> SourceSpec:
 
 @dataclass(frozen=True)
 class SourceSettings:
-    """What the operator allows: data folders, database connection names, the in-memory row limit and the
-    time limit of a database read on the Data page (seconds).
+    """What the operator allows: data folders, database connection names, the in-memory row limit, the
+    time limit of a database read on the Data page (seconds) and how long the Data page keeps a database
+    read for other sessions and reloads (seconds, 0: never kept).
 
     Read by :meth:`from_config` from a ``[dpcore]`` table (``data_folders``, ``databases``, ``max_rows``,
-    ``query_timeout_s``) and the environment (``DPCORE_DATA_FOLDERS``: folders separated by ``os.pathsep``;
-    ``DPCORE_MAX_ROWS``; ``DPCORE_QUERY_TIMEOUT_S``).
+    ``query_timeout_s``, ``source_cache_ttl_s``) and the environment (``DPCORE_DATA_FOLDERS``: folders
+    separated by ``os.pathsep``; ``DPCORE_MAX_ROWS``; ``DPCORE_QUERY_TIMEOUT_S``;
+    ``DPCORE_SOURCE_CACHE_TTL_S``).
     """
 
     folders: tuple[str, ...] = ()
     databases: tuple[str, ...] = ()
     max_rows: int = DEFAULT_MAX_ROWS
     query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
+    source_cache_ttl_s: float = DEFAULT_SOURCE_CACHE_TTL_S
 
     @classmethod
     def from_config(cls, table: Mapping[str, Any], environ: Mapping[str, str]) -> SourceSettings:
@@ -206,16 +212,31 @@ class SourceSettings:
         if max_rows < 1:
             raise DataError(f"max_rows must be a positive whole number (got {limit!r}); fix the config.")
         timeout = environ.get(QUERY_TIMEOUT_ENV) or table.get("query_timeout_s", DEFAULT_QUERY_TIMEOUT_S)
-        try:
-            seconds = math.nan if isinstance(timeout, bool) else float(timeout)
-        except (TypeError, ValueError):
-            seconds = math.nan
-        if not (math.isfinite(seconds) and seconds > 0):
+        seconds = _seconds(timeout)
+        if not seconds > 0:
             raise DataError(
                 f"query_timeout_s must be a positive number of seconds (got {timeout!r}), e.g. "
                 f"query_timeout_s = {DEFAULT_QUERY_TIMEOUT_S:g}; fix the config."
             )
-        return cls(tuple(dict.fromkeys(folders)), tuple(dict.fromkeys(databases)), max_rows, seconds)
+        ttl = environ.get(SOURCE_CACHE_TTL_ENV) or table.get("source_cache_ttl_s", DEFAULT_SOURCE_CACHE_TTL_S)
+        kept = _seconds(ttl)
+        if not kept >= 0:
+            raise DataError(
+                f"source_cache_ttl_s must be a number of seconds, 0 or more (got {ttl!r}), e.g. "
+                f"source_cache_ttl_s = {DEFAULT_SOURCE_CACHE_TTL_S:g} (0 reads a database on every load); "
+                "fix the config."
+            )
+        unique = tuple(dict.fromkeys(folders)), tuple(dict.fromkeys(databases))
+        return cls(*unique, max_rows, seconds, kept)
+
+
+def _seconds(value: Any) -> float:
+    """``value`` as a finite number of seconds, NaN when it is not one (a boolean, text, inf)."""
+    try:
+        seconds = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return seconds if math.isfinite(seconds) else math.nan
 
 
 def _strings(value: Any, name: str) -> list[str]:
