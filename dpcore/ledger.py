@@ -22,7 +22,8 @@ Concurrency: the budget check and the debit are one transaction. On SQLite (writ
 readers never wait for a writer) it starts with ``BEGIN IMMEDIATE``, the database write lock; on other
 databases the budget row is locked with ``SELECT ... FOR UPDATE``. A lock held elsewhere is waited for
 at most :data:`LOCK_WAIT_S` seconds, then :class:`LedgerBusy` says to retry (nothing was debited).
-``request_id`` is unique: a rerun of a request returns the first record and debits nothing.
+``request_id`` is unique: a rerun of a request returns the first record and debits nothing (its
+``inserted`` is False; only the call that debited gets ``inserted=True``).
 
 Faults never look like a fresh budget. A ledger is created only by :meth:`Ledger.initialise` (the
 operator's ``python -m dpcore init-ledger``), which records a random instance id; only the default
@@ -48,7 +49,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 from pathlib import Path, PurePath
@@ -231,7 +232,12 @@ class BudgetExceeded(LedgerError):
 
 @dataclass(frozen=True)
 class ReleaseRecord:
-    """One release as stored in the ledger; ``parameters`` is the decoded JSON object."""
+    """One release as stored in the ledger; ``parameters`` is the decoded JSON object.
+
+    ``inserted`` is not stored: True only on the record :meth:`Ledger.spend` returns from the call that
+    recorded it (and debited), False on a rerun's and on every record read back. Records compare
+    without it.
+    """
 
     id: int
     request_id: str
@@ -253,6 +259,11 @@ class ReleaseRecord:
     composition: str
     parallel_group: str | None
     partition_key: str | None
+    inserted: bool = field(default=False, compare=False)
+
+
+#: The stored fields of a release (the columns of ``releases`` that :class:`ReleaseRecord` reads).
+_STORED = tuple(f.name for f in fields(ReleaseRecord) if f.name != "inserted")
 
 
 @dataclass(frozen=True)
@@ -513,11 +524,13 @@ class Ledger:
         parallel_group: str | None = None,
         partition_key: str | None = None,
     ) -> ReleaseRecord:
-        """Check the account's budget and record one release in a single transaction; return its record.
+        """Check the account's budget and record one release in a single transaction; return its record,
+        with ``inserted=True`` when this call recorded it.
 
-        A ``request_id`` already in the ledger for this account returns that first record and debits
-        nothing (whatever the other arguments). Releases sharing ``parallel_group`` run on disjoint
-        parts named by distinct ``partition_key`` values and cost the group's maximum (eps and delta).
+        A ``request_id`` already in the ledger for this account returns that first record
+        (``inserted=False``) and debits nothing (whatever the other arguments). Releases sharing
+        ``parallel_group`` run on disjoint parts named by distinct ``partition_key`` values and cost the
+        group's maximum (eps and delta).
         ``sampling_mode`` defaults to the account's mode and must equal it (demo releases only debit
         demo accounts). ``definition`` defaults to the account's. ``user`` defaults to
         :func:`config.local_user`. A ``fingerprint`` that already has releases of this mode under another
@@ -600,7 +613,7 @@ class Ledger:
                 raise _exceeded(row, acc, *left, eps_ok)
             row = {**row, "time": _now()}
             new_id = conn.execute(_releases.insert().values(**row)).inserted_primary_key[0]
-            return _record({**row, "id": int(new_id)})
+            return _record({**row, "id": int(new_id)}, inserted=True)
 
     # -- reads --------------------------------------------------------------------------------------
 
@@ -670,7 +683,7 @@ class Ledger:
 
         records = self.releases(dataset_id=dataset_id)
         names = self.dataset_names()
-        columns = [f.name for f in fields(ReleaseRecord)]
+        columns = list(_STORED)
         rows = [[getattr(r, c) for c in columns] for r in records]
         frame = pd.DataFrame(rows, columns=columns)
         frame.insert(0, "dataset_name", [names.get(r.dataset_id, r.dataset_id) for r in records])
@@ -1006,14 +1019,14 @@ def _exceeded(
     )
 
 
-def _record(row: Mapping[str, Any]) -> ReleaseRecord:
-    values = {f.name: row[f.name] for f in fields(ReleaseRecord)}
+def _record(row: Mapping[str, Any], *, inserted: bool = False) -> ReleaseRecord:
+    values: dict[str, Any] = {name: row[name] for name in _STORED}
     values["epsilon"], values["delta"], _ = _checked_spend(row["id"], row["epsilon"], row["delta"], None)
     try:
         values["parameters"] = json.loads(values["parameters"])
     except (TypeError, ValueError):
         raise _invalid(f"release #{row['id']} has parameters that are not JSON") from None
-    return ReleaseRecord(**values)
+    return ReleaseRecord(**values, inserted=inserted)
 
 
 def _now() -> str:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import uuid
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -413,7 +414,9 @@ def save_artifacts(
     """Write ``files`` as ``<directory>/<request_id>-<sha12>.zip``; return its path and SHA-256 hex.
 
     The zip is deterministic, so the hash identifies the content (check with ``sha256sum``); the file is
-    written atomically. Two runs of one request never overwrite each other (the hash is in the name).
+    written atomically, through a temporary file of its own (two runs of one request that made the same
+    bytes may write at once). Two runs of one request never overwrite each other's content (the hash is in
+    the name).
     """
     check_request_id(request_id)
     if not files:
@@ -423,7 +426,7 @@ def save_artifacts(
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{request_id}-{digest[:12]}.zip"
-    tmp = path.with_suffix(".zip.tmp")
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_bytes(payload)
     os.replace(tmp, path)
     return path, digest
@@ -494,10 +497,13 @@ def _tidy(staging: Path) -> None:
 
 def _replay(record: ReleaseRecord) -> Release:
     path = record.artifact_path
-    if path is not None and not Path(path).exists():  # killed after the debit, before publishing
+    if path is not None and not Path(path).exists():  # killed after the debit, or publishing right now
         staged = Path(path).parent / STAGING / Path(path).name
-        if staged.is_file() and sha256_file(staged) == record.artifact_hash:
-            _publish(staged, Path(path))
+        try:
+            if sha256_file(staged) == record.artifact_hash:
+                _publish(staged, Path(path))
+        except FileNotFoundError:  # nothing staged, or the run that debited published it meanwhile
+            pass
     if path is None or not Path(path).is_file() or sha256_file(path) != record.artifact_hash:
         raise LedgerError(
             f"Request {record.request_id} was already released (ledger entry {record.id}), but its "
@@ -617,9 +623,10 @@ def make_release(
         staged.unlink(missing_ok=True)
         _tidy(staged.parent)
         raise
-    if record.artifact_hash != digest:  # a concurrent run of the same request was recorded first
-        staged.unlink(missing_ok=True)
-        _tidy(staged.parent)
+    if not record.inserted:  # a concurrent run of the same request was recorded first
+        if record.artifact_hash != digest:  # else these staged bytes are the ones it publishes
+            staged.unlink(missing_ok=True)
+            _tidy(staged.parent)
         return _replay(record)
     try:
         _publish(staged, path)

@@ -7,10 +7,14 @@ says what was."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,7 @@ from dpcore.plan import ReleasePlan
 from dpcore.policy import ApproxDP
 from dpcore.report import STAGING
 from tests.test_outofcore import table
+from tests.test_report_concurrency import identical_runs_meet_before_debit, in_threads
 from tests.test_run_plan import ROOT, dashboard_release
 
 
@@ -286,6 +291,32 @@ def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
     assert ledger.budget(plan.account).epsilon_spent == 1.0
     assert sorted(p.name for p in out.iterdir()) == [Path(record.artifact_path).name]  # no staging left
     assert all(f"files: {record.artifact_path}" in stdout for (stdout, _), _ in results)
+
+
+def test_two_demo_jobs_writing_the_same_bytes_at_once_print_one_release(
+    setup, tmp_path: Path, monkeypatch
+) -> None:
+    """Demo jobs of one plan write byte-identical files when their manifests carry the same second; the
+    ledger, not the files' hash, says which one debited."""
+    manifest, path, url = setup
+    plan_file = write_plan(tmp_path, manifest)
+    identical_runs_meet_before_debit(monkeypatch)
+    printed: dict[int, str] = defaultdict(str)
+
+    class PerThread(io.StringIO):
+        def write(self, text: str) -> int:
+            printed[threading.get_ident()] += text
+            return len(text)
+
+    monkeypatch.setattr(sys, "stdout", PerThread())
+    args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
+    job = partial(main, ["run-plan", *map(str, args)])
+    assert in_threads(job, job) == [0, 0]
+    firsts = sorted(out.split(":")[0] for out in printed.values())
+    assert firsts == ["already released (nothing spent)", "released"]
+    [record] = Ledger(url).all_releases()
+    assert spent(url, manifest) == 1.0
+    assert all(f"files: {record.artifact_path}" in out for out in printed.values())
 
 
 def test_ctrl_c_prints_one_line_and_how_to_finish(setup, tmp_path: Path, capsys, monkeypatch) -> None:

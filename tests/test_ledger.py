@@ -136,6 +136,8 @@ def test_same_request_id_debits_once(led: Ledger) -> None:
     again = led.spend("ds", 0.4, 1e-7, "gaussian", "req", parameters={"k": 3})
     different = led.spend("ds", 0.9, 0.0, "laplace", "req", parameters={"k": 9})
     assert first == again == different
+    assert first.inserted and not again.inserted and not different.inserted  # only the first call debited
+    assert not led.release_by_request("req").inserted
     assert different.epsilon == 0.4 and different.mechanism == "gaussian"
     assert len(led.releases("ds")) == 1
     assert led.remaining("ds") == (0.6, 9e-7)
@@ -363,7 +365,8 @@ def test_budgets_listing_and_dataframe(led: Ledger) -> None:
         (2.0, 1.5, 0.0, 1),
     ]
     frame = led.to_dataframe()
-    assert list(frame.columns) == ["dataset_name", *ReleaseRecord.__dataclass_fields__]
+    stored = [name for name in ReleaseRecord.__dataclass_fields__ if name != "inserted"]  # not a column
+    assert list(frame.columns) == ["dataset_name", *stored]
     assert list(frame["request_id"]) == ["a1", "b1"]
     assert json.loads(frame["parameters"].iloc[0]) == {"k": 2}
     only_a = led.to_dataframe("a")
