@@ -67,6 +67,7 @@ __all__ = [
     "release_files",
     "save_artifacts",
     "sha256_file",
+    "stored_release",
 ]
 
 DEMO_NOTICE = "DEMO - not a privacy release"
@@ -516,6 +517,14 @@ def _replay(record: ReleaseRecord) -> Release:
     )
     table = pd.DataFrame(bundle["data"])
     return Release(record=record, manifest=bundle["manifest"], files=files, table=table, replayed=True)
+
+
+def stored_release(ledger: Ledger, request_id: str) -> Release | None:
+    """The release recorded under ``request_id`` rebuilt from its stored files (``replayed``: nothing is
+    debited; a batch job's release, shown once the job is done), or None when the ledger has no such
+    request; ``LedgerError`` when its files are missing or altered."""
+    record = ledger.release_by_request(request_id)
+    return None if record is None else _replay(record)
 
 
 #: The manifest fields that make a plan (:meth:`dpcore.plan.ReleasePlan.from_manifest`), not its labels.
