@@ -1,7 +1,7 @@
 """The Data page's operator-configured sources (AppTest, configured through ``at.secrets``): a file from an
 allow-listed folder and a database table load as an upload does; a large one is a labelled uniform sample
-under the whole table's fingerprint and cannot be released from the page; a query that is not one SELECT is
-refused and changes nothing; a reload restores the source without uploading anything."""
+under the whole table's fingerprint, released only on the whole table (a batch job); a query that is not one
+SELECT is refused and changes nothing; a reload restores the source without uploading anything."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> 
     assert at.radio(key="data_source").value == FOLDER
 
 
-def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it(
+def test_a_large_file_is_a_labelled_sample_released_only_on_the_whole_table(
     folder: Path, downloads: dict[str, bytes], tmp_path: Path
 ) -> None:
     at = _open(_folder_secrets(folder))
@@ -116,7 +116,9 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
     assert ds.n_rows == 100 and ds.name == "tables/large.parquet"  # the whole table's name and fingerprint
     assert ds.fingerprint == fingerprint(load_table(folder / "large.parquet"))
     assert any("uniform sample of 100 of the 400 rows" in w.value for w in at.warning)
-    assert "Uniform sample of 100 of 400 rows: diagnostics only" in [w.value for w in at.sidebar.warning]
+    assert "Uniform sample of 100 of 400 rows: diagnostics; releases use them all" in [
+        w.value for w in at.sidebar.warning
+    ]
     at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age"]).run()
     at.text_input(key=f"data_lower_{ds.dataset_id}_age").input("18").run()
     at.text_input(key=f"data_upper_{ds.dataset_id}_age").input("90").run()
@@ -126,11 +128,11 @@ def test_a_large_file_is_a_labelled_sample_and_the_page_does_not_release_from_it
     ledger.close()
     at.switch_page("pages/kmeans.py").run()
     _ok(at)
-    release = [b for b in at.button if str(b.label).startswith("Release (spends")]
-    assert len(release) == 1 and release[0].disabled
-    assert any("A release must use the whole table" in w.value for w in at.warning)
+    assert not [b for b in at.button if str(b.label).startswith("Release (spends")]  # not from the sample
+    (release,) = [b for b in at.button if str(b.label).startswith("Release on the whole table (400 rows")]
+    assert not release.disabled  # a batch job on this server (tests/test_app_whole_table.py)
     command = f"python -m dpcore run-plan PLAN.json --source {folder / 'large.parquet'}\n"
-    assert any(command in w.value for w in at.warning)  # the command for this source
+    assert any(command in m.value for m in at.markdown)  # the command for this source, for a terminal
     # the plan for a batch job on the whole table: its name and fingerprint, not the sample's
     (name,) = [n for n in downloads if n.startswith("plan-")]
     manifest = json.loads(downloads[name])

@@ -14,7 +14,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -277,8 +277,8 @@ def sample_of(ds: state.Dataset | None) -> str | None:
         return None
     return (
         f"This table is a uniform sample of {ds.n_rows:,} of the {origin['rows']:,} rows of the source: "
-        "comparisons and diagnostics run on the sample, and a release from it would not be a release of the "
-        "whole table."
+        "comparisons and diagnostics run on the sample; a release runs on the whole table, as a batch job on "
+        "this server."
     )
 
 
@@ -286,7 +286,8 @@ def sample_label(ds: state.Dataset | None) -> str | None:
     """A short label for a dataset that is a uniform sample of a larger table (for the sidebar), else None."""
     if sample_of(ds) is None:
         return None
-    return f"Uniform sample of {ds.n_rows:,} of {ds.origin['rows']:,} rows: diagnostics only"
+    rows = f"{ds.n_rows:,} of {ds.origin['rows']:,}"
+    return f"Uniform sample of {rows} rows: diagnostics; releases use them all"
 
 
 def batch_command(origin: Mapping[str, Any]) -> str:
@@ -305,9 +306,21 @@ def batch_command(origin: Mapping[str, Any]) -> str:
     return f"{fence}bash\n{command}\n{fence}"
 
 
+def job_source(origin: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """(source, table, query) of a whole-table batch job on the source a dataset's ``origin`` names: a
+    folder file's absolute path (checked against the allow-list again), or a database connection's URL
+    (password included: it goes only to the job's process) with its table or SELECT."""
+    spec = source_from_dict(origin.get("source") or {})
+    if isinstance(spec, FolderFile):
+        resolve_folder_file(spec, source_settings().folders)
+        return str(Path(spec.folder).resolve().joinpath(*PurePosixPath(spec.path).parts)), None, None
+    url = database_engine(spec.connection).url.render_as_string(hide_password=False)
+    return (url, spec.table, None) if isinstance(spec, DatabaseTable) else (url, None, spec.sql)
+
+
 def release_refusal(ds: state.Dataset | None, plan: ReleasePlan) -> str | None:
-    """Why the dashboard does not release ``plan`` from ``ds`` (a sample of a larger table), or None: the
-    batch command for the whole table, or why a batch job would refuse this plan."""
+    """Why the dashboard cannot release ``plan`` from ``ds``, a sample of a larger table (a batch job on the
+    whole table would refuse it), or None (not a sample, or the panel runs it on the whole table)."""
     sample = sample_of(ds)
     if sample is None:
         return None
@@ -316,30 +329,35 @@ def release_refusal(ds: state.Dataset | None, plan: ReleasePlan) -> str | None:
     problem = batch_refusal(plan)
     if problem is not None:
         return f"{sample} A release must use the whole table, as a batch job; this plan cannot: {problem}"
-    return (
-        f"{sample} A release must use the whole table: download the plan below and run it as a batch job "
-        f"on the whole table, or load a table within the row limit here.\n\n{batch_command(ds.origin or {})}"
-    )
+    return None
 
 
 def offer_whole_table_plan(plan: ReleasePlan, key: str) -> None:
-    """On a sample of a larger table: a download of ``plan`` (whose dataset name and fingerprint are the
-    whole table's), for ``python -m dpcore run-plan`` on the whole table, if a batch job can run it."""
-    if sample_of(state.dataset()) is None:
+    """On a sample of a larger table: the plan (whose dataset name and fingerprint are the whole table's) to
+    download and the ``python -m dpcore run-plan`` command that releases it from a terminal, if a batch job
+    can run it (the release panel can also run it on this server)."""
+    ds = state.dataset()
+    if sample_of(ds) is None:
         return
     from dpcore.outofcore.run_plan import batch_refusal
 
     if batch_refusal(plan) is not None:
         return
-    st.download_button(
-        "Download the plan for the whole table",
-        data=to_json(plan.to_manifest()),
-        file_name=f"plan-{plan.dataset_id}-{plan.mechanism}.json",
-        mime="application/json",
-        key=f"{key}_whole_table_plan",
-        on_click="ignore",
-        icon=":material/download:",
-    )
+    with st.expander("Or run it from a terminal, as the operator"):
+        st.markdown(
+            "The same batch job from a shell on a machine that can read the source (it debits the same "
+            "ledger under the same request id, so it never spends twice):\n\n"
+            + batch_command(ds.origin or {})
+        )
+        st.download_button(
+            "Download the plan for the whole table",
+            data=to_json(plan.to_manifest()),
+            file_name=f"plan-{plan.dataset_id}-{plan.mechanism}.json",
+            mime="application/json",
+            key=f"{key}_whole_table_plan",
+            on_click="ignore",
+            icon=":material/download:",
+        )
 
 
 def bounds_frame(features: list[str], schema: Schema, stored: Mapping[str, tuple[str, str]]) -> pd.DataFrame:

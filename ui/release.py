@@ -24,8 +24,8 @@ import streamlit as st
 from dpcore import config
 from dpcore.ledger import BudgetStatus
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
-from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file
-from ui import datasets, state
+from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file, stored_release
+from ui import batch_job, datasets, state
 from ui.errors import user_errors
 from ui.text import md
 
@@ -113,21 +113,27 @@ def current_plan(
     return None if outcome.failed else plan
 
 
-def _panel(key: str, intent: str) -> PanelState:
+def _panel(key: str, plan: ReleasePlan, whole_table: bool) -> PanelState:
+    """The panel's state for ``plan``: a new request id when the plan changed (a whole table's first
+    request is the batch command's id for the plan, :func:`ui.batch_job.first_request_id`)."""
     slot = state.RELEASE_PREFIX + key
     panel = st.session_state.get(slot)
-    if panel is None or panel.intent != intent:
-        panel = PanelState(intent=intent, request_id=uuid.uuid4().hex)
+    if panel is None or panel.intent != plan.key:
+        first = batch_job.first_request_id(plan) if whole_table else uuid.uuid4().hex
+        panel = PanelState(intent=plan.key, request_id=first)
         st.session_state[slot] = panel
     return panel
 
 
-def show_release(result: Release, key: str) -> None:
-    """The paid release: ledger confirmation, table, figures and download buttons (CSV, JSON, HTML)."""
+def show_release(result: Release, key: str, *, whole_table: bool = False) -> None:
+    """The paid release: ledger confirmation, table, figures and download buttons (CSV, JSON, HTML); a
+    whole table's release (made by a batch job) is read back from its stored files, its charts are in the
+    HTML report."""
     rec = result.record
-    note = " (already recorded: nothing was debited again)" if result.replayed else ""
+    note = " (already recorded: nothing was debited again)" if result.replayed and not whole_table else ""
+    where = " on the whole table by a batch job" if whole_table else ""
     st.success(
-        f"Released {result.manifest.get('mechanism_label', rec.mechanism)} at "
+        f"Released {result.manifest.get('mechanism_label', rec.mechanism)}{where} at "
         f"{'level l' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
         f"δ = {rec.delta:.3g}; recorded in the ledger as request {rec.request_id[:8]} at {rec.time[:19]} "
         f"UTC{note}."
@@ -137,6 +143,8 @@ def show_release(result: Release, key: str) -> None:
     st.dataframe(result.table, hide_index=True)
     for i, fig in enumerate(result.figures):
         st.plotly_chart(fig, key=f"{key}_release_fig_{i}")
+    if whole_table:
+        st.caption("Its charts are in the HTML report below.")
     names = sorted(result.files)
     for col, name in zip(st.columns(len(names)), names, strict=True):
         col.download_button(
@@ -210,14 +218,17 @@ def release_panel(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
                 f"{plan.unit} = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
             )
-    panel = _panel(key, plan.key)
+    whole = datasets.sample_of(state.dataset()) is not None  # the release runs on the whole table
+    panel = _panel(key, plan, whole)
     if blocked:
         st.warning(blocked)
-    datasets.offer_whole_table_plan(plan, key)  # a sample's plan, for the batch job on the whole table
+    if whole and panel.result is None:
+        with user_errors("reading the release from the ledger"):  # a job done here, in a tab or a terminal
+            panel.result = stored_release(state.ledger(), panel.request_id)
     if panel.result is not None:
         shown = st.empty()  # the previous release, cleared below if a new request is made in this run
         with shown.container():
-            show_release(panel.result, key)
+            show_release(panel.result, key, whole_table=whole)
         again = st.checkbox(
             "Make another release with these settings (a new request: spends the budget again)",
             # bound to this request: once it is spent the next one needs a fresh confirmation
@@ -228,6 +239,9 @@ def release_panel(
             return panel.result
         shown.empty()  # a refused request must not leave the previous files on screen
         panel.request_id, panel.result = uuid.uuid4().hex, None
+    elif whole:
+        if not _whole_table_button(panel.request_id, plan, key, blocked):
+            return None
     elif not st.button(
         f"Release (spends {plan.unit} = {plan.epsilon:.4g})",
         type="primary",
@@ -235,6 +249,12 @@ def release_panel(
         disabled=blocked is not None,
         help=blocked,
     ):
+        return None
+    if whole:
+        with user_errors("starting the batch job on the whole table") as outcome:
+            batch_job.start(plan, panel.request_id, name=key, artifacts_dir=artifacts_dir())
+        if not outcome.failed:
+            st.rerun()
         return None
     with (
         user_errors(f"releasing {plan.spec.label}") as outcome,
@@ -253,3 +273,26 @@ def release_panel(
         return None
     panel.result = result
     st.rerun()
+
+
+def _whole_table_button(request_id: str, plan: ReleasePlan, key: str, blocked: str | None) -> bool:
+    """A sample's release control: the running job's progress (no button), or the button that starts the
+    batch job on the whole table (again, after a failed or stopped one, whose reason is shown); True when
+    clicked."""
+    datasets.offer_whole_table_plan(plan, key)
+    job = batch_job.status(request_id)
+    if job is not None and job.state == "running":
+        batch_job.progress(request_id)
+        return False
+    if job is not None and job.state in ("failed", "stopped"):
+        st.error(f"The batch job on the whole table did not release: {job.message}")
+    ds = state.dataset()
+    rows = f"{ds.origin['rows']:,} rows" if ds is not None and ds.origin else "all rows"
+    return st.button(
+        f"Release on the whole table ({rows}; spends {plan.unit} = {plan.epsilon:.4g})",
+        type="primary",
+        key=f"{key}_release",
+        disabled=blocked is not None,
+        help=blocked
+        or "Runs as a batch job on this server (DuckDB, out of core); the release shows here when recorded.",
+    )

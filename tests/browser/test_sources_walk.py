@@ -1,9 +1,9 @@
 """A curator picks a Parquet file from an operator's allow-listed folder, or a database table, on the Data
 page and releases DP-Lloyd from it in a real browser: the release and the ledger name the source and its
 fingerprint (for the file, the one an upload of it gives). A file above the row limit loads as a labelled
-uniform sample that the page does not release from. The server gets the folder through
-``DPCORE_DATA_FOLDERS``, the row limit through ``DPCORE_MAX_ROWS``, and the database through a secrets file
-(``STREAMLIT_SECRETS_FILES``) with ``[dpcore] databases`` and ``[connections.warehouse]``."""
+uniform sample, and its release runs on the whole file as a batch job on the server. The server gets the
+folder through ``DPCORE_DATA_FOLDERS``, the row limit through ``DPCORE_MAX_ROWS``, and the database through a
+secrets file (``STREAMLIT_SECRETS_FILES``) with ``[dpcore] databases`` and ``[connections.warehouse]``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ pytestmark = pytest.mark.browser
 
 FOLDER = "File in a data folder"
 MAX_ROWS = 1500
+JOB_TIMEOUT_MS = 120_000  # a whole-table batch job: a new Python process, DuckDB passes, the ledger
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +163,24 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     click(page, "Prepare")
     set_budget(page, 2.0, 1e-5)
     go(page, "K-means")
-    expect(body.get_by_text("A release must use the whole table").first).to_be_visible()
-    expect(body.get_by_role("button", name="Release (spends ε = 1)")).to_be_disabled()
+    set_number(page, "K (number of clusters)", 3)
+    expect(body.get_by_role("button", name="Release (spends ε = 1)")).to_have_count(0)  # not the sample
+    whole = "Release on the whole table (4,000 rows; spends ε = 1)"
+    click(page, whole)  # a batch job on this server
+    released = body.get_by_text("Released DP-Lloyd (SuLQ) on the whole table by a batch job at ε = 1")
+    expect(released.first).to_be_visible(timeout=JOB_TIMEOUT_MS)
+    (record,) = _recorded(server, big)
+    assert record.request_id.startswith("plan-") and record.mechanism == "dp_lloyd"
+    names = release_file_names(page)
+    (manifest_name,) = [n for n in names if n.endswith("-manifest.json")]
+    manifest = json.loads(download(page, manifest_name)[1])
+    assert manifest["dataset_fingerprint"] == big and manifest["request_id"] == record.request_id
+    page.reload()  # the same plan after a reload: the one release, shown again, nothing spent twice
+    wait_for_app(page)
+    go(page, "K-means")
+    expect(released.first).to_be_visible()
+    expect(body.get_by_role("button", name=whole)).to_have_count(0)
+    assert len(_recorded(server, big)) == 1
     assert_no_exception(page)
 
 

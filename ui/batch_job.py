@@ -1,0 +1,84 @@
+"""Releases of a table above the row limit: the release panel runs the plan as a batch job on the whole
+table, on this server, and shows the release once the job has recorded it.
+
+The dashboard holds a uniform sample of such a table (diagnostics only). The release itself is the batch
+command's (``python -m dpcore run-plan``), started by :func:`dpcore.outofcore.jobs.start_job` in its own
+process: DuckDB reads the whole source out of core, the mechanism's passes run there, and the release is
+debited and stored like any other. Its request id is the batch command's default for the plan,
+``plan-`` and the first 32 hex digits of the plan's key, so a reload, a second tab, a server restart or the
+same plan run from a terminal all find the one job and the one ledger entry (the ledger debits a request
+id once). A job's status lives in ``<DPCORE_DATA_DIR>/jobs``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import streamlit as st
+
+from dpcore import config
+from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job
+from dpcore.plan import ReleasePlan
+from ui import datasets, state
+
+JOBS = "jobs"
+POLL_S = 2.0
+
+
+def jobs_dir() -> Path:
+    """Folder of the batch jobs' status files and logs: ``<DPCORE_DATA_DIR>/jobs``."""
+    return config.data_dir() / JOBS
+
+
+def first_request_id(plan: ReleasePlan) -> str:
+    """The request id of a plan's first whole-table release: the batch command's default for it."""
+    return f"plan-{plan.key[:32]}"
+
+
+def status(request_id: str) -> JobStatus | None:
+    """The job of ``request_id`` (running, done, failed or stopped), or None if none was started."""
+    return job_status(jobs_dir(), request_id)
+
+
+def start(plan: ReleasePlan, request_id: str, *, name: str, artifacts_dir: Path) -> JobStatus:
+    """Start the batch job releasing ``plan`` on the whole table of the current dataset's source (a running
+    or finished job of ``request_id`` is returned as it is, nothing is started twice)."""
+    ds = state.dataset()
+    source, table, query = datasets.job_source((ds.origin or {}) if ds is not None else {})
+    spec = JobSpec(
+        manifest=plan.to_manifest(),
+        source=source,
+        ledger_url=config.ledger_url(),
+        artifacts_dir=str(artifacts_dir),
+        user=state.user(),
+        request_id=request_id,
+        table=table,
+        query=query,
+        name=name,
+    )
+    return start_job(spec, jobs_dir())
+
+
+def _elapsed(started: str) -> str:
+    """Time since an ISO UTC instant, as minutes and seconds."""
+    begun = dt.datetime.fromisoformat(started)
+    if begun.tzinfo is None:
+        begun = begun.replace(tzinfo=dt.UTC)
+    seconds = max(0, int((dt.datetime.now(dt.UTC) - begun).total_seconds()))
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+@st.fragment(run_every=POLL_S)
+def progress(request_id: str) -> None:
+    """While the job of ``request_id`` runs: what it is doing and for how long, read again every
+    :data:`POLL_S` seconds; once it has ended, the whole page runs again to show the outcome."""
+    job = status(request_id)
+    if job is None or job.state != "running":
+        st.rerun()
+    st.info(
+        f"Releasing on the whole table: a batch job on this server has been reading the source since "
+        f"{job.started[11:19]} UTC ({_elapsed(job.started)}). You can leave this page or reload it: the job "
+        "goes on, and the release shows here (and on the Ledger page) once it is recorded.",
+        icon=":material/hourglass_top:",
+    )
