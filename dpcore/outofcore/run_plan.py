@@ -9,7 +9,8 @@ public region), runs the mechanism's passes out of core, then releases through
 :func:`dpcore.report.make_release`: same ledger account, same artifacts, and the request id decides
 whether anything is spent (an id already in the ledger returns the first release and spends nothing).
 Source files rewritten while the job read them are refused before anything is written or spent
-(:meth:`~dpcore.outofcore.source.Source.check_unchanged`).
+(:meth:`~dpcore.outofcore.source.Source.check_unchanged`), and one removed while the engine reads it is
+named in the error.
 """
 
 from __future__ import annotations
@@ -241,14 +242,20 @@ def run_plan(
                 "at that table, or make a new plan on this one."
             )
         read = plan_locations if plan.domain == "location" else plan_features
-        inputs = read(plan, src.table)
-        return make_release(
-            ledger,
-            plan,
-            inputs,
-            request_id=rid,
-            user=user,
-            artifacts_dir=artifacts_dir,
-            name=name or plan.domain,
-            verify=src.check_unchanged,
-        )
+        try:
+            inputs = read(plan, src.table)
+            return make_release(
+                ledger,
+                plan,
+                inputs,
+                request_id=rid,
+                user=user,
+                artifacts_dir=artifacts_dir,
+                name=name or plan.domain,
+                verify=src.check_unchanged,
+            )
+        except DPCoreError:
+            raise
+        except Exception:  # the engine failed to read the files again: say which one was removed
+            src.check_unchanged()
+            raise

@@ -15,6 +15,7 @@ would load.
 Parquet is read twice (the fingerprint pass, then the engine's passes), so the files' (path, size,
 modification time, inode) are recorded before the first read and :meth:`Source.check_unchanged` refuses a
 release computed after any file was added, removed, resized or rewritten; a staged source is read once.
+A file removed or made unreadable between its listing and its reads is a ``DataError`` naming it.
 """
 
 from __future__ import annotations
@@ -129,8 +130,40 @@ class FileStamp:
 
 
 def stamp_files(root: Path) -> tuple[FileStamp, ...]:
-    """The stamps of the Parquet files at ``root`` (:func:`parquet_files`) in path order."""
-    return tuple(FileStamp.of(f) for f in parquet_files(root))
+    """The stamps of the Parquet files at ``root`` (:func:`parquet_files`) in path order; ``DataError``
+    naming a file removed or made unreadable while they are listed."""
+    try:
+        return tuple(FileStamp.of(f) for f in parquet_files(root))
+    except OSError as err:
+        raise _unreadable(Path(err.filename) if err.filename else root, err) from None
+
+
+def _unreadable(path: Path, err: OSError) -> DataError:
+    return DataError(
+        f"The source file {path} cannot be read ({err.strerror or err}): it was removed or made unreadable "
+        "after the batch job listed it; nothing was released or debited. Run the job again when the table "
+        "is not being written."
+    )
+
+
+def check_unchanged(root: Path, stamps: tuple[FileStamp, ...]) -> None:
+    """``DataError`` naming the first file added, removed, resized or rewritten at ``root`` since ``stamps``
+    were taken: the engine may have read other rows than the fingerprinted ones."""
+    try:
+        now = stamp_files(root)
+    except DataError:
+        now = ()
+    before = {s.path: s for s in stamps}
+    after = {s.path: s for s in now}
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    if changed:
+        first = changed[0]
+        what = "removed" if first not in after else "added" if first not in before else "rewritten"
+        raise DataError(
+            f"The source file {first} was {what} while the batch job read it, so the release may "
+            "not be of the fingerprinted table; nothing was released or debited. Run the job again when "
+            "the table is not being written."
+        )
 
 
 @dataclass
@@ -146,25 +179,9 @@ class Source:
     stamps: tuple[FileStamp, ...] = ()
 
     def check_unchanged(self) -> None:
-        """``DataError`` naming the first file added, removed, resized or rewritten at ``root`` since the
-        stamps were taken: the engine may have read other rows than the fingerprinted ones."""
-        if self.root is None:
-            return
-        try:
-            now = stamp_files(self.root)
-        except (OSError, DataError):
-            now = ()
-        before = {s.path: s for s in self.stamps}
-        after = {s.path: s for s in now}
-        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-        if changed:
-            first = changed[0]
-            what = "removed" if first not in after else "added" if first not in before else "rewritten"
-            raise DataError(
-                f"The source file {first} was {what} while the batch job read it, so the release may "
-                "not be of the fingerprinted table; nothing was released or debited. Run the job again when "
-                "the table is not being written."
-            )
+        """:func:`check_unchanged` on ``root`` (a file or folder read where it lies)."""
+        if self.root is not None:
+            check_unchanged(self.root, self.stamps)
 
     def __enter__(self) -> Source:
         return self
@@ -187,7 +204,7 @@ def is_url(source: str) -> bool:
 def parquet_files(path: Path) -> list[Path]:
     """The Parquet file itself, or the ``.parquet`` files below the folder (partitioned layouts such as
     year=2020/...) as the Data page reads a folder (:func:`dpcore.data.sources.parquet_parts`)."""
-    if path.is_file():
+    if not path.is_dir():  # a file (its stamp says whether it is still there)
         return [path]
     files = parquet_parts(path)
     if not files:
@@ -237,14 +254,23 @@ def open_source(
         stamps = stamp_files(path)  # before the first read: the engine reads the files again
         files = [s.path for s in stamps]
         frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
-        digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
-        table = read_parquet(con, [str(f) for f in files])
+        try:
+            digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
+            table = read_parquet(con, [str(f) for f in files])
+        except Exception as err:  # a file removed or rewritten since it was listed: name it and the fix
+            check_unchanged(path, stamps)
+            if isinstance(err, OSError):
+                raise _unreadable(Path(err.filename) if err.filename else path, err) from None
+            raise
         renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
         return Source(table.rename(renamed) if renamed else table, digest, root=path, stamps=stamps)
     if suffixes.endswith(TEXT_SUFFIXES):
         from dpcore.data import fingerprint
 
-        df = read_text_file(path, path.name)
+        try:
+            df = read_text_file(path, path.name)
+        except OSError as err:  # removed or made unreadable since it was found
+            raise _unreadable(path, err) from None
         staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
         staged = Path(staging.name) / "table.parquet"
         df.to_parquet(staged, index=False)
