@@ -6,6 +6,10 @@ command's, so a terminal run of the same plan is the same release."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +27,13 @@ from ui import batch_job
 from ui.state import DEFAULT_POLICY
 
 JOB_TIMEOUT = 180.0
+HOLD_LOCK = (  # a process that holds a job's lock until it is ended, as a running job does
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(120)\n"
+)
 
 
 @pytest.fixture
@@ -167,3 +178,36 @@ def test_a_plan_a_batch_job_cannot_run_is_refused_with_the_reason(folder: Path) 
     button = _whole_table_button(at)
     assert button.disabled
     assert not [e for e in at.expander if "terminal" in str(e.label)]  # no plan offered for a batch job
+
+
+def test_a_running_job_shows_its_progress_and_can_be_stopped(folder: Path) -> None:
+    """A job still running (a process holding its lock, as a long job does) shows its progress and a stop
+    button; stopping it ends the process, says nothing was released, and offers the release again."""
+    at = _open(_folder_secrets(folder))
+    _prepared_sample(at)
+    rid = at.session_state["dp_release::kmeans"].request_id
+    jobs = batch_job.jobs_dir()
+    jobs.mkdir(parents=True, exist_ok=True)
+    lock = jobs / f"{rid}.lock"
+    holder = subprocess.Popen(  # its own session, as start_job gives a job
+        [sys.executable, "-c", HOLD_LOCK, str(lock)], start_new_session=True, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+        started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        plan_key = at.session_state["dp_release::kmeans"].intent
+        status = {"request_id": rid, "state": "running", "started": started, "finished": None}
+        status |= {"message": None, "plan_key": plan_key, "pid": holder.pid}
+        (jobs / f"{rid}.json").write_text(json.dumps(status))
+        _ok(at.run())
+        assert any("Releasing on the whole table" in i.value for i in at.info)
+        assert not [b for b in at.button if str(b.label).startswith("Release on the whole table")]
+        at.button(key=f"stop_job_{rid}").click().run()
+        _ok(at)
+        assert holder.wait(timeout=15) != 0  # the process was ended by the stop
+        (error,) = [e.value for e in at.error]
+        assert "did not release" in error and "stopped before it finished" in error
+        assert not _whole_table_button(at).disabled  # it can be started again
+    finally:
+        if holder.poll() is None:
+            holder.kill()

@@ -22,7 +22,7 @@ from dpcore.data import fingerprint, infer_schema, prepare
 from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
 from dpcore.outofcore import jobs
-from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job
+from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job, stop_job
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.outofcore.source import open_source
 from dpcore.plan import ReleasePlan, preparation_steps
@@ -184,6 +184,30 @@ def test_a_killed_job_is_stopped_and_starting_it_again_debits_once(big, tmp_path
     assert wait_end(folder, "job-3").state == "done"
     account = ReleasePlan.from_manifest(manifest).account
     assert debits(ledger, "job-3") == 1 and ledger.budget(account).epsilon_spent == 1.0
+    ledger.close()
+
+
+def test_stop_job_ends_a_running_job_and_leaves_a_finished_one_alone(
+    big, tmp_path: Path, folder: Path
+) -> None:
+    manifest, path = big
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = ledger_for(url, manifest)
+    job = spec(manifest, path, url, tmp_path, "job-stop")
+    start_job(job, folder)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (folder / "job-stop.log").read_text().count("started") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stopped = stop_job(folder, "job-stop")
+    assert stopped is not None and stopped.state == "stopped"  # its process ended within the wait
+    assert "done" not in (folder / "job-stop.log").read_text()
+    assert debits(ledger, "job-stop") == 0
+    assert stop_job(folder, "job-stop") == stopped  # not running: left as it is
+    assert stop_job(folder, "no-such-job") is None
+    start_job(job, folder)
+    done = wait_end(folder, "job-stop")
+    assert done.state == "done" and stop_job(folder, "job-stop") == done
+    assert debits(ledger, "job-stop") == 1
     ledger.close()
 
 

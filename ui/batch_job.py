@@ -18,7 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from dpcore import config
-from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job
+from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job, stop_job
 from dpcore.plan import ReleasePlan
 from ui import datasets, state
 
@@ -72,7 +72,8 @@ def _elapsed(started: str) -> str:
 @st.fragment(run_every=POLL_S)
 def progress(request_id: str) -> None:
     """While the job of ``request_id`` runs: what it is doing and for how long, read again every
-    :data:`POLL_S` seconds; once it has ended, the whole page runs again to show the outcome."""
+    :data:`POLL_S` seconds, and a button that stops it; once it has ended, the whole page runs again to
+    show the outcome."""
     job = status(request_id)
     if job is None or job.state != "running":
         st.rerun()
@@ -82,3 +83,10 @@ def progress(request_id: str) -> None:
         "goes on, and the release shows here (and on the Ledger page) once it is recorded.",
         icon=":material/hourglass_top:",
     )
+    if st.button(
+        "Stop the job",
+        key=f"stop_job_{request_id}",
+        help="Ends the job's process. Nothing is spent unless it had already recorded the release.",
+    ):
+        stop_job(jobs_dir(), request_id)
+        st.rerun()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,11 +53,13 @@ from dpcore.outofcore.source import is_url
 from dpcore.plan import ReleasePlan
 from dpcore.report import artifacts_folder, check_request_id
 
-__all__ = ["JobSpec", "JobStatus", "job_status", "start_job"]
+__all__ = ["JobSpec", "JobStatus", "job_status", "start_job", "stop_job"]
 
 State = Literal["running", "done", "failed", "stopped"]
 #: How long a start or a child waits for a lock that a status check may hold for an instant.
 LOCK_WAIT_S = 0.5
+#: How long :func:`stop_job` waits for a stopped job's process to end.
+STOP_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,34 @@ def start_job(spec: JobSpec, folder: str | os.PathLike[str]) -> JobStatus:
         except BrokenPipeError:  # it died at start: its log says why, its free lock makes it "stopped"
             pass
     return status  # the child inherited the locked descriptor: the lock stays held while it lives
+
+
+def stop_job(
+    folder: str | os.PathLike[str], request_id: str, wait_s: float = STOP_WAIT_S
+) -> JobStatus | None:
+    """Stop ``request_id``'s running job: SIGTERM to its process group (the session :func:`start_job` gave
+    it), then wait up to ``wait_s`` seconds for its lock to be free; returns its status then ("stopped", or
+    what it wrote if it ended first). A job not running is left as it is. The ledger's debit is one
+    transaction, so a stop either leaves the request unspent or, after the debit, a release whose files
+    :func:`dpcore.report.stored_release` publishes."""
+    path, lock, _ = _files(folder, request_id)
+    status = job_status(folder, request_id)
+    if status is None or status.state != "running":
+        return status
+    try:
+        pid = json.loads(path.read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError):
+        pid = None
+    if not isinstance(pid, int) or pid <= 1:  # finishing (its final status is being written): let it
+        return status
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):  # it ended meanwhile, or is no longer its process group
+        pass
+    deadline = time.monotonic() + wait_s
+    while not _lock_free(lock) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return job_status(folder, request_id)
 
 
 def _redactor(*urls: str) -> Callable[[str], str]:
