@@ -1,10 +1,11 @@
 """A large location table from an allow-listed folder (AppTest): the Locations page works on the labelled
-sample, refuses to release from it, and the plan it offers releases the same grid on the whole table as a
-batch job, from the same ledger account and with the page's columns, per-user cap and public region."""
+sample and releases on the whole table as a batch job on the server, from the same ledger account and with
+the page's columns, per-user cap and public region; the plan it offers for a terminal is the same request."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,9 @@ def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
     at.selectbox(key="loc_rel_mech").set_value("adaptive_grid").run()
     at.number_input(key="loc_max_per_user").set_value(3).run()
     _ok(at)
-    release = [b for b in at.button if str(b.label).startswith("Release (spends")]
-    assert len(release) == 1 and release[0].disabled
-    assert any("A release must use the whole table" in w.value for w in at.warning)
+    assert not [b for b in at.button if str(b.label).startswith("Release (spends")]  # not the sample
+    (release,) = [b for b in at.button if str(b.label).startswith("Release on the whole table (900 rows")]
+    assert not release.disabled and not any("A release must use" in w.value for w in at.warning)
     (name,) = [n for n in downloads if n.startswith("plan-")]
     manifest = json.loads(downloads[name])
     plan = ReleasePlan.from_manifest(manifest)
@@ -65,10 +66,20 @@ def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
     lat, lon, user, region = read_location_steps(s.step for s in plan.preparation)
     assert (lat, lon, user) == ("latitude", "longitude", "user")
     assert (region.lat_min, region.lat_max, region.lon_min, region.lon_max) == (24.0, 50.0, -125.0, -66.0)
+    release.click().run()  # the panel runs it as a batch job on this server
+    deadline = time.monotonic() + 180
+    while not [s for s in at.success if "on the whole table by a batch job" in s.value]:
+        assert time.monotonic() < deadline and not at.error, [e.value for e in at.error]
+        time.sleep(0.5)
+        _ok(at.run())
     ledger = Ledger(config.ledger_url())
+    (record,) = ledger.releases(dataset_id=ds.dataset_id)
+    assert record.request_id == f"plan-{plan.key[:32]}" and record.mechanism == "adaptive_grid"
+    # the downloaded plan run from a terminal is the same request: the same release, nothing spent again
     rel = run_plan(
         manifest, folder / "visits.parquet", ledger=ledger, artifacts_dir=tmp_path / "b", user="batch"
     )
+    assert rel.replayed and rel.record.request_id == record.request_id
     assert (
         rel.record.account == plan.account.key and ledger.budget(plan.account).epsilon_spent == plan.epsilon
     )
@@ -88,8 +99,8 @@ def test_a_mechanism_without_out_of_core_passes_is_not_offered_as_a_plan(
     at.selectbox(key=f"loc_region_{ds.dataset_id}").set_value("Contiguous US (24, 50, -125, -66)").run()
     at.selectbox(key="loc_rel_mech").set_value("prilocation").run()
     _ok(at)
-    release = [b for b in at.button if str(b.label).startswith("Release (spends")]
-    assert len(release) == 1 and release[0].disabled
+    (release,) = [b for b in at.button if str(b.label).startswith("Release on the whole table")]
+    assert release.disabled
     (refusal,) = [w.value for w in at.warning if "A release must use the whole table" in w.value]
     assert "does not run out of core" in refusal and "Adaptive density grid" in refusal
     assert "run-plan" not in refusal and not [n for n in downloads if n.startswith("plan-")]
