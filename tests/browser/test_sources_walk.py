@@ -7,7 +7,9 @@ secrets file (``STREAMLIT_SECRETS_FILES``) with ``[dpcore] databases`` and ``[co
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,7 +19,7 @@ import sqlalchemy as sa
 from playwright.sync_api import Browser, Page, expect
 
 from dpcore.data import fingerprint, load_table, make_blobs
-from dpcore.data.sources import DatabaseTable, load_source
+from dpcore.data.sources import DatabaseQuery, DatabaseTable, load_source
 from dpcore.ledger import Ledger, ReleaseRecord
 from tests.browser.conftest import (
     Server,
@@ -260,6 +262,68 @@ def test_a_select_source_survives_leaving_the_page_a_reload_a_second_tab_and_a_r
             shows_the_select(page)
             assert main(page).get_by_text("fingerprint").first.inner_text() == digest
             screenshot(page, "select-source-after-restart")
+            page.context.close()
+        finally:
+            stop_server(proc)
+
+
+def test_a_select_above_the_row_limit_is_released_on_the_whole_table_across_a_server_restart(
+    browser: Browser, tables: Path, warehouse: str, tmp_path: Path
+) -> None:
+    """A SELECT over a table above the row limit: "Release on the whole table" starts the batch job (the
+    database URL reaches it through a pipe), the server restarts while it runs, and after the restart the
+    page shows the one release, made from every row the SELECT returns."""
+    rows = 600_000
+    engine = sa.create_engine(warehouse)
+    trips = make_blobs(rows, 2, 3, seed=16)
+    trips.to_sql("trips", engine, index=False, if_exists="replace", chunksize=50_000)
+    engine.dispose()
+    sql = "SELECT x1, x2 FROM trips"
+    engine = sa.create_engine(warehouse)
+    digest = load_source(DatabaseQuery("warehouse", sql), engine=engine, max_rows=MAX_ROWS).fingerprint
+    engine.dispose()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DPCORE_DATA_FOLDERS", str(tables))
+        env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
+        env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
+        proc, server = start_server(tmp_path)
+        try:
+            page = open_app(browser, server)
+            go(page, "Data")
+            choose_radio(page, "Database")
+            choose_radio(page, "A SELECT query")
+            box = main(page).get_by_role("textbox", name="SELECT query")
+            box.fill(sql)
+            box.press("Control+Enter")
+            wait_for_app(page)
+            click(page, "Load from the database")
+            body = main(page)
+            note = f"uniform sample of {MAX_ROWS:,} of the {rows:,} rows"
+            expect(body.get_by_text(note).first).to_be_visible()
+            multiselect(page, "Features to cluster on", ["x1", "x2"])
+            for feature in ("x1", "x2"):
+                _type_bound(page, f"Lower bound of {feature}", "-15")
+                _type_bound(page, f"Upper bound of {feature}", "15")
+            click(page, "Prepare")
+            set_budget(page, 2.0, 1e-5)
+            go(page, "K-means")
+            set_number(page, "K (number of clusters)", 3)
+            click(page, f"Release on the whole table ({rows:,} rows; spends ε = 1)")
+            expect(body.get_by_text("Releasing on the whole table").first).to_be_visible()
+            stop_server(proc)  # the server restarts while the job reads the table
+            stopped_at = time.time()
+            proc, server = start_server(tmp_path, port=urlparse(server.url).port)
+            page.goto(page.url)
+            wait_for_app(page)
+            go(page, "K-means")
+            released = body.get_by_text("Released DP-Lloyd (SuLQ) on the whole table by a batch job at ε = 1")
+            expect(released.first).to_be_visible(timeout=JOB_TIMEOUT_MS)
+            (record,) = _recorded(server, digest)  # the whole SELECT's fingerprint, one debit
+            assert record.request_id.startswith("plan-")
+            (status,) = (tmp_path / "data" / "jobs").glob("plan-*.json")
+            finished = json.loads(status.read_text())["finished"]
+            assert dt.datetime.fromisoformat(finished).timestamp() >= stopped_at - 1  # it outlived the server
+            assert_no_exception(page)
             page.context.close()
         finally:
             stop_server(proc)
