@@ -59,6 +59,7 @@ import sqlalchemy as sa
 
 from dpcore import config
 from dpcore.errors import DPCoreError, ParameterError, PolicyError
+from dpcore.url_text import shown_url, url_redactor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -801,13 +802,14 @@ def _folder_words(file: Path) -> str:
 
 
 def _url_words(url: sa.URL) -> str:
-    """A ledger URL in messages: a SQLite file by name, a server database without its password."""
+    """A ledger URL in messages: a SQLite file by name, a server database without its password and query
+    values (:func:`~dpcore.url_text.shown_url`)."""
     file = sqlite_file(url)
     if file is not None:
         return f"file {file.name!r}"
     if url.get_backend_name() == "sqlite":
         return "(in-memory SQLite)"
-    return repr(url.render_as_string(hide_password=True))
+    return repr(shown_url(url))
 
 
 def _is_busy(err: sa.exc.DBAPIError) -> bool:
@@ -824,7 +826,8 @@ def _database_fault(err: sa.exc.DBAPIError, url: sa.URL) -> LedgerError:
             f"The ledger is busy: another program held its lock for more than {LOCK_WAIT_S:g} s. Nothing was "
             "changed or debited; retry in a moment."
         )
-    first = str(err.orig).strip().splitlines()[0][:200] if str(err.orig).strip() else type(err.orig).__name__
+    text = url_redactor(url)(str(err.orig).strip())  # a driver may quote the URL's values (libpq: sslmode)
+    first = text.splitlines()[0][:200] if text else type(err.orig).__name__
     return LedgerUnavailable(
         f"The ledger database {_url_words(url)} cannot be used ({first}). Nothing was changed. Check that "
         "it is a dpcore ledger that the app can reach and write (restore it from a backup if it is damaged); "

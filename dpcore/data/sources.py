@@ -55,6 +55,7 @@ from dpcore.data.io import (
     parquet_batches,
 )
 from dpcore.errors import DataError
+from dpcore.url_text import url_redactor
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
@@ -404,7 +405,8 @@ def list_tables(bind: sa.Engine | sa.Connection, timeout_s: float | None = None)
                 "database is slow to answer. Try again later, or ask the operator to raise [dpcore] "
                 "query_timeout_s."
             ) from err
-        raise DataError(f"Could not list the tables ({_first_line(err)}); check the connection.") from err
+        why = url_redactor(bind.engine.url)(_first_line(err))  # a driver may quote the URL's values
+        raise DataError(f"Could not list the tables ({why}); check the connection.") from err
 
 
 def _first_line(err: BaseException) -> str:
@@ -761,7 +763,7 @@ def sql_chunks(
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:  # pandas wraps the SQLAlchemy error
         if deadline.stopped(err.__cause__ or err):
             raise deadline.error() from err
-        why = _first_line(err.__cause__ or err)
+        why = url_redactor(engine.url)(_first_line(err.__cause__ or err))  # a driver may quote its values
         query = isinstance(spec, DatabaseQuery)
         fix = "correct the SELECT" if query else "check the connection's access to it"
         if "operator" in why:  # rows are read in the order of all their columns: json cannot be sorted

@@ -43,15 +43,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import quote, quote_plus
-
-import sqlalchemy as sa
 
 import dpcore
 from dpcore.errors import DPCoreError, ParameterError
 from dpcore.outofcore.source import is_url
 from dpcore.plan import ReleasePlan
 from dpcore.report import artifacts_folder, check_request_id
+from dpcore.url_text import url_redactor
 
 __all__ = ["JobSpec", "JobStatus", "job_status", "start_job", "stop_job"]
 
@@ -274,29 +272,9 @@ def stop_job(
 
 
 def _redactor(*urls: str) -> Callable[[str], str]:
-    """A function removing the passwords (and query values) of ``urls`` from a text."""
-    pairs: list[tuple[str, str]] = []
-    secrets: list[str] = []
-    for text in filter(is_url, urls):
-        try:
-            url = sa.make_url(text)
-        except sa.exc.ArgumentError:
-            pairs.append((text, "<the database URL>"))
-            continue
-        masked = url.set(query={k: "***" for k in url.query}).render_as_string(hide_password=True)
-        for shown in (text, url.render_as_string(hide_password=False), url.render_as_string()):
-            pairs.append((shown, masked))
-        if url.password:
-            secrets += [url.password, quote(url.password, safe=""), quote_plus(url.password)]
-
-    def redact(message: str) -> str:
-        for shown, masked in sorted(pairs, key=lambda p: -len(p[0])):
-            message = message.replace(shown, masked)
-        for secret in secrets:
-            message = message.replace(secret, "***")
-        return message
-
-    return redact
+    """A function removing the passwords and query values of the database URLs among ``urls`` (a file path
+    is left as it is) from a text: :func:`dpcore.url_text.url_redactor`."""
+    return url_redactor(*filter(is_url, urls))
 
 
 def _run(spec: JobSpec, log_name: str) -> tuple[State, str | None]:

@@ -367,7 +367,9 @@ def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> S
             f"Cannot open the database URL ({err}); give a SQLAlchemy URL such as "
             "postgresql+psycopg://user@host/db whose driver is installed."
         ) from err
-    shown = engine.url.render_as_string(hide_password=True)
+    from dpcore.url_text import shown_url  # the label quotes the URL: no password, no query value
+
+    shown = shown_url(engine.url)
     spec = DatabaseTable(shown, table) if table is not None else DatabaseQuery(shown, str(query))
     staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
     staged = Path(staging.name) / "table.parquet"
