@@ -141,7 +141,7 @@ def test_a_sample_is_released_on_the_whole_table_by_a_batch_job(folder: Path, tm
     ledger.close()
 
 
-def test_a_job_that_fails_says_why_spends_nothing_and_can_run_again(folder: Path) -> None:
+def test_a_job_that_fails_says_why_spends_nothing_and_can_run_again_and_again(folder: Path) -> None:
     at = _open(_folder_secrets(folder))
     _prepared_sample(at)
     ds = at.session_state["dp_dataset"]
@@ -164,6 +164,17 @@ def test_a_job_that_fails_says_why_spends_nothing_and_can_run_again(folder: Path
     _released(at)
     ledger = Ledger(config.ledger_url())
     assert len(ledger.releases(dataset_id=ds.dataset_id)) == 1
+    ledger.close()
+    first = at.session_state["dp_release::kmeans"].request_id
+    # another release of the same plan: a new request, confirmed, run as a new job
+    at.checkbox(key=f"kmeans_again_{first}").check().run()
+    at.button(key="kmeans_release_again").click().run()
+    _ok(at)
+    second = at.session_state["dp_release::kmeans"].request_id
+    assert second != first and batch_job.status(second) is not None
+    _released(at)
+    ledger = Ledger(config.ledger_url())
+    assert {r.request_id for r in ledger.releases(dataset_id=ds.dataset_id)} == {first, second}
     ledger.close()
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +211,34 @@ def test_stop_job_ends_a_running_job_and_leaves_a_finished_one_alone(
     done = wait_end(folder, "job-stop")
     assert done.state == "done" and stop_job(folder, "job-stop") == done
     assert debits(ledger, "job-stop") == 1
+    ledger.close()
+
+
+def test_starting_again_right_after_a_failure_waits_for_the_ended_process(
+    people, tmp_path: Path, folder: Path
+) -> None:
+    """A failed job's process holds its lock until it exits; a start in that moment (the curator clicks
+    again at once) waits for it and runs, instead of returning the old failure."""
+    manifest, path = people
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = ledger_for(url, manifest)
+    folder.mkdir(parents=True)
+    plan_key = ReleasePlan.from_manifest(manifest).key
+    failed = JobStatus("job-again", "failed", "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:01+00:00",
+                       "The source's fingerprint is not the plan's.", plan_key)
+    (folder / "job-again.json").write_text(json.dumps({**asdict(failed), "pid": None}))
+    holder = subprocess.Popen(  # the ended job's process, exiting: it holds the lock for a moment more
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(1.0)\n",
+         str(folder / "job-again.lock")],
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+    again = start_job(spec(manifest, path, url, tmp_path, "job-again"), folder)
+    holder.wait(timeout=10)
+    assert again.state == "running" and again.started > failed.started  # a new run, not the old failure
+    assert wait_end(folder, "job-again").state == "done" and debits(ledger, "job-again") == 1
     ledger.close()
 
 

@@ -23,7 +23,7 @@ from dpcore.plan import ReleasePlan
 from ui import datasets, state
 
 JOBS = "jobs"
-POLL_S = 2.0
+POLL_S = 1.0
 
 
 def jobs_dir() -> Path:

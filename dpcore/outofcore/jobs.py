@@ -56,6 +56,8 @@ __all__ = ["JobSpec", "JobStatus", "job_status", "start_job", "stop_job"]
 State = Literal["running", "done", "failed", "stopped"]
 #: How long a start or a child waits for a lock that a status check may hold for an instant.
 LOCK_WAIT_S = 0.5
+#: How long a start waits for the lock of a job whose end is written (its process is exiting).
+END_WAIT_S = 5.0
 #: How long :func:`stop_job` waits for a stopped job's process to end.
 STOP_WAIT_S = 10.0
 
@@ -208,7 +210,9 @@ def start_job(spec: JobSpec, folder: str | os.PathLike[str]) -> JobStatus:
     path, lock, log = _files(folder, rid)
     spec = JobSpec(**{**asdict(spec), "artifacts_dir": str(artifacts_folder(spec.artifacts_dir))})
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock_file(lock, LOCK_WAIT_S) as fd:
+    ended = _read_status(path, rid)  # a job that wrote its end holds its lock until it exits: wait for it
+    wait = END_WAIT_S if ended is not None and ended.state != "running" else LOCK_WAIT_S
+    with _lock_file(lock, wait) as fd:
         current = _read_status(path, rid) if fd is not None else job_status(folder, rid)
         if fd is None or (current is not None and current.state == "done"):  # running or done: as it is
             if current is not None and current.plan_key not in ("", plan.key):
@@ -322,8 +326,9 @@ def main() -> int:
     state, message = _run(spec, log.name)
     final = JobStatus(spec.request_id, state, payload["started"], _now(), message, plan_key)
     _write_status(path, final, None)
+    fcntl.flock(fd, fcntl.LOCK_UN)  # ended: a new start need not wait for this process to exit
     print(f"{_now()} job {spec.request_id}: {state}", flush=True)
-    return 0  # the lock is released when the process exits
+    return 0
 
 
 if __name__ == "__main__":
