@@ -75,6 +75,27 @@ def test_the_batch_command_s_refusal_of_a_database_read_does_not_show_the_url_s_
     assert SECRET not in out + err
 
 
+@pytest.mark.parametrize(
+    "source",
+    [f"postgresql+psycopg://u:pw@localhost:{SECRET}/db", "sqlite:///{db}?timeout=" + SECRET],
+    ids=["port the URL cannot parse", "query value the driver cannot parse"],
+)
+def test_a_database_url_the_batch_command_cannot_open_is_one_line_without_its_values(
+    setup, tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str  # noqa: F811 (the fixture)
+) -> None:
+    manifest, _, ledger = setup
+    db = tmp_path / "warehouse.db"
+    sa.create_engine(f"sqlite:///{db}").dispose()
+    db.touch()  # the file exists: the URL's query value is what cannot be read
+    code, out, err = run(
+        capsys, write_plan(tmp_path, manifest), "--source", source.format(db=db), "--table", "people",
+        "--ledger", ledger, "--artifacts", tmp_path / "out",
+    )
+    one_line_refusal(code, err)
+    assert "Cannot open the database URL" in err or "database URL" in err
+    assert SECRET not in out + err
+
+
 @pytest.mark.parametrize("query", [f"token={SECRET}", f"sslmode={SECRET}"])
 def test_a_ledger_error_shows_neither_the_url_s_query_values_nor_its_password(query: str) -> None:
     with pytest.raises(LedgerError) as caught:

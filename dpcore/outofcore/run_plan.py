@@ -195,7 +195,7 @@ def require_sqlite_file(source: str) -> None:
     try:
         url = sa.make_url(source)
         url.get_dialect()
-    except (sa.exc.ArgumentError, ImportError):  # malformed, or no such driver: open_source says so
+    except (sa.exc.ArgumentError, ImportError, ValueError):  # malformed, no such driver: open_source says so
         return
     file = sqlite_file(url)
     if file is not None and not file.is_file():

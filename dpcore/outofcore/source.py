@@ -360,15 +360,19 @@ def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> S
     fingerprint the rows and stage them as Parquet for the engine."""
     import sqlalchemy as sa
 
+    from dpcore.url_text import URL_PLACEHOLDER, shown_url, url_redactor  # no secret in any message
+
     try:
         engine = sa.create_engine(url)
-    except (sa.exc.SQLAlchemyError, ImportError) as err:  # a malformed URL, an unknown or absent driver
+    except (sa.exc.SQLAlchemyError, ImportError, ValueError, TypeError) as err:
+        # a malformed URL, an unknown or absent driver, a query value the driver cannot parse; the error of
+        # a URL that does not even parse may quote any part of it: only its type is shown
+        shown = shown_url(url)
+        why = type(err).__name__ if shown == URL_PLACEHOLDER else url_redactor(url)(str(err))
         raise DataError(
-            f"Cannot open the database URL ({err}); give a SQLAlchemy URL such as "
+            f"Cannot open the database URL {shown} ({why}); give a SQLAlchemy URL such as "
             "postgresql+psycopg://user@host/db whose driver is installed."
-        ) from err
-    from dpcore.url_text import shown_url  # the label quotes the URL: no password, no query value
-
+        ) from None
     shown = shown_url(engine.url)
     spec = DatabaseTable(shown, table) if table is not None else DatabaseQuery(shown, str(query))
     staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
