@@ -209,9 +209,11 @@ def test_a_running_job_shows_its_progress_and_can_be_stopped(folder: Path) -> No
         plan_key = at.session_state["dp_release::kmeans"].intent
         status = {"request_id": rid, "state": "running", "started": started, "finished": None}
         status |= {"message": None, "plan_key": plan_key, "pid": holder.pid}
+        status["stage"] = "running DP-Lloyd (SuLQ)"
         (jobs / f"{rid}.json").write_text(json.dumps(status))
         _ok(at.run())
-        assert any("Releasing on the whole table" in i.value for i in at.info)
+        (note,) = [i.value for i in at.info if "Releasing on the whole table" in i.value]
+        assert "is running DP-Lloyd (SuLQ)" in note  # the job's stage
         assert not [b for b in at.button if str(b.label).startswith("Release on the whole table")]
         at.button(key=f"stop_job_{rid}").click().run()
         _ok(at)

@@ -198,9 +198,18 @@ def test_stop_job_ends_a_running_job_and_leaves_a_finished_one_alone(
     ledger = ledger_for(url, manifest)
     job = spec(manifest, path, url, tmp_path, "job-stop")
     start_job(job, folder)
+    pid = json.loads((folder / "job-stop.json").read_text())["pid"]
     deadline = time.monotonic() + TIMEOUT_S
     while not (folder / "job-stop.log").read_text().count("started") and time.monotonic() < deadline:
         time.sleep(0.02)
+    while (running := job_status(folder, "job-stop")).stage is None or "fingerprint" in running.stage:
+        assert running.state == "running" and time.monotonic() < deadline
+        time.sleep(0.02)
+    assert running.stage.startswith("running DP-Lloyd") and "DuckDB" in running.stage  # what the page shows
+    assert json.loads((folder / "job-stop.json").read_text())["pid"] == pid  # still its process, to stop
+    log = (folder / "job-stop.log").read_text()
+    fingerprint_pass = log.index("reading every row of the source once for its fingerprint")
+    assert fingerprint_pass < log.index("running DP-Lloyd")
     stopped = stop_job(folder, "job-stop")
     assert stopped is not None and stopped.state == "stopped"  # its process ended within the wait
     assert "done" not in (folder / "job-stop.log").read_text()
@@ -356,7 +365,7 @@ def test_an_unexpected_error_is_one_line_for_the_user_and_a_traceback_for_the_op
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger_for(url, manifest).close()
     job = spec(manifest, "sqlite:////db?token=T0kenValue99", url, tmp_path, "job-7", table="people")
-    state, message = jobs._run(job, "job-7.log")
+    state, message = jobs._run(job, "job-7.log", lambda _stage: None)
     assert state == "failed" and message == (
         "The batch job stopped on an unexpected error (RuntimeError); the operator can read its log on the "
         "server: job-7.log"

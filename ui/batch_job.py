@@ -77,10 +77,11 @@ def progress(request_id: str) -> None:
     job = status(request_id)
     if job is None or job.state != "running":
         st.rerun()
+    doing = job.stage or "starting"
     st.info(
-        f"Releasing on the whole table: a batch job on this server has been reading the source since "
-        f"{job.started[11:19]} UTC ({_elapsed(job.started)}). You can leave this page or reload it: the job "
-        "goes on, and the release shows here (and on the Ledger page) once it is recorded.",
+        f"Releasing on the whole table: a batch job on this server, started at {job.started[11:19]} UTC "
+        f"({_elapsed(job.started)} ago), is {doing}. You can leave this page or reload it: the job goes on, "
+        "and the release shows here (and on the Ledger page) once it is recorded.",
         icon=":material/hourglass_top:",
     )
     if st.button(

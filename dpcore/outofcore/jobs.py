@@ -39,7 +39,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -89,6 +89,7 @@ class JobStatus:
     finished: str | None
     message: str | None
     plan_key: str
+    stage: str | None = None  # what a running job is doing now (``run_plan``'s progress)
 
 
 def _now() -> str:
@@ -136,7 +137,9 @@ def _read_status(path: Path, request_id: str) -> JobStatus | None:
     """The status in ``path``; None if there is none; a malformed file is a "failed" status saying so."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        status = JobStatus(**{k: data[k] for k in JobStatus.__dataclass_fields__})
+        status = JobStatus(**{k: data[k] for k in JobStatus.__dataclass_fields__ if k != "stage"})
+        stage = data.get("stage")
+        status = replace(status, stage=stage if isinstance(stage, str) else None)
         datetime.fromisoformat(status.started)
         if status.state not in get_args(State) or status.request_id != request_id:
             raise ValueError("a field has a wrong value")
@@ -177,7 +180,7 @@ def job_status(folder: str | os.PathLike[str], request_id: str) -> JobStatus | N
         f"released unless the Ledger page lists request {request_id}. Starting it again is safe: the ledger "
         "debits a request at most once."
     )
-    return JobStatus(request_id, "stopped", status.started, None, message, status.plan_key)
+    return JobStatus(request_id, "stopped", status.started, None, message, status.plan_key, status.stage)
 
 
 def _checked_plan(spec: JobSpec) -> ReleasePlan:
@@ -281,8 +284,9 @@ def _redactor(*urls: str) -> Callable[[str], str]:
     return url_redactor(*filter(is_url, urls))
 
 
-def _run(spec: JobSpec, log_name: str) -> tuple[State, str | None]:
-    """Run the job's release; ("done", None) or ("failed", the line the user sees)."""
+def _run(spec: JobSpec, log_name: str, progress: Callable[[str], None]) -> tuple[State, str | None]:
+    """Run the job's release (``progress``: each stage of ``run_plan``); ("done", None) or ("failed", the
+    line the user sees)."""
     from dpcore.ledger import Ledger
     from dpcore.outofcore.run_plan import run_plan
 
@@ -293,7 +297,7 @@ def _run(spec: JobSpec, log_name: str) -> tuple[State, str | None]:
             run_plan(
                 spec.manifest, spec.source, ledger=ledger, artifacts_dir=spec.artifacts_dir, user=spec.user,
                 engine=spec.engine, table=spec.table, query=spec.query, request_id=spec.request_id,
-                name=spec.name,
+                name=spec.name, progress=progress,
             )
         finally:
             ledger.close()
@@ -323,7 +327,13 @@ def main() -> int:
         return 0
     plan_key = ReleasePlan.from_manifest(spec.manifest).key
     print(f"{_now()} job {spec.request_id}: started (pid {os.getpid()}, plan {plan_key[:16]})", flush=True)
-    state, message = _run(spec, log.name)
+    running = JobStatus(spec.request_id, "running", payload["started"], None, None, plan_key)
+
+    def progress(stage: str) -> None:  # the page shows it; the log keeps it with its time
+        print(f"{_now()} job {spec.request_id}: {stage}", flush=True)
+        _write_status(path, replace(running, stage=stage), os.getpid())
+
+    state, message = _run(spec, log.name, progress)
     final = JobStatus(spec.request_id, state, payload["started"], _now(), message, plan_key)
     _write_status(path, final, None)
     fcntl.flock(fd, fcntl.LOCK_UN)  # ended: a new start need not wait for this process to exit

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -218,14 +218,17 @@ def run_plan(
     request_id: str | None = None,
     name: str | None = None,
     spark: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Release:
     """Release ``manifest``'s plan on ``source`` (see the module docstring) and return the release.
 
     ``request_id``: default the manifest's own (a plan already released under it is returned, not
     spent again), else ``plan-`` and the first 32 hex digits of the plan's key, so re-running one plan
     never spends twice. ``table`` or ``query`` (one read-only SELECT) names a database source's rows.
+    ``progress`` is called with each stage, in words (the fingerprint pass, the mechanism's passes).
     Raises ``DataError`` when the source is not the plan's table.
     """
+    say = progress or (lambda _stage: None)
     plan = ReleasePlan.from_manifest(manifest)
     check_supported(plan)
     rid = check_request_id(str(request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"))
@@ -234,6 +237,7 @@ def run_plan(
         spark = start_spark()
     if is_url(os.fspath(source)):
         require_sqlite_file(os.fspath(source))
+    say("reading every row of the source once for its fingerprint")
     with open_source(source, engine, table=table, query=query, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
@@ -244,6 +248,8 @@ def run_plan(
         read = plan_locations if plan.domain == "location" else plan_features
         try:
             inputs = read(plan, src.table)
+            say(f"running {plan.spec.label} over every row ({'Spark' if engine == 'spark' else 'DuckDB'}), "
+                "then recording the release")
             return make_release(
                 ledger,
                 plan,
