@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from dpcore import config
-from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job, stop_job
 from dpcore.plan import ReleasePlan
 from ui import datasets, state
+
+if TYPE_CHECKING:  # the engines (Ibis, DuckDB) load only when a sample's release panel needs them
+    from dpcore.outofcore.jobs import JobStatus
 
 JOBS = "jobs"
 POLL_S = 1.0
@@ -38,12 +41,16 @@ def first_request_id(plan: ReleasePlan) -> str:
 
 def status(request_id: str) -> JobStatus | None:
     """The job of ``request_id`` (running, done, failed or stopped), or None if none was started."""
+    from dpcore.outofcore.jobs import job_status
+
     return job_status(jobs_dir(), request_id)
 
 
 def start(plan: ReleasePlan, request_id: str, *, name: str, artifacts_dir: Path) -> JobStatus:
     """Start the batch job releasing ``plan`` on the whole table of the current dataset's source (a running
     or finished job of ``request_id`` is returned as it is, nothing is started twice)."""
+    from dpcore.outofcore.jobs import JobSpec, start_job
+
     ds = state.dataset()
     source, table, query = datasets.job_source((ds.origin or {}) if ds is not None else {})
     spec = JobSpec(
@@ -89,5 +96,7 @@ def progress(request_id: str) -> None:
         key=f"stop_job_{request_id}",
         help="Ends the job's process. Nothing is spent unless it had already recorded the release.",
     ):
+        from dpcore.outofcore.jobs import stop_job
+
         stop_job(jobs_dir(), request_id)
         st.rerun()
