@@ -183,3 +183,17 @@ def test_refused_release_again_shows_no_stale_downloads(dataset: Dataset, ledger
     assert next(c for c in at.checkbox if c.key.startswith("fake_again")).disabled  # 0.6 > 0.4 left
     assert any("more than the budget left" in w.value for w in at.warning)
     assert "fake_release_again" not in [b.key for b in at.button]
+
+
+def test_a_long_released_table_shows_its_first_rows_and_says_the_files_hold_all(
+    dataset: Dataset, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+):
+    import ui.release
+
+    monkeypatch.setattr(ui.release, "PANEL_ROWS", 1)  # a per-visit release: millions of rows
+    at = _panel(dataset)
+    at.button(key="fake_release").click().run()
+    assert not at.exception
+    (shown,) = at.dataframe
+    assert len(shown.value) == 1  # DP-Lloyd with K = 2 released 2 rows
+    assert any("The first 1 of 2 released rows" in c.value for c in at.caption)

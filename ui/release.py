@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 ARTIFACTS = "artifacts"
+PANEL_ROWS = 10_000  # rows of a released table the panel shows (a per-visit release can have millions)
 _MIME = {".csv": "text/csv", ".json": "application/json", ".html": "text/html"}
 
 
@@ -140,7 +141,12 @@ def show_release(result: Release, key: str, *, whole_table: bool = False) -> Non
     )
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
-    st.dataframe(result.table, hide_index=True)
+    st.dataframe(result.table.head(PANEL_ROWS), hide_index=True)
+    if len(result.table) > PANEL_ROWS:
+        st.caption(
+            f"The first {PANEL_ROWS:,} of {len(result.table):,} released rows; the CSV and JSON files below "
+            "hold them all."
+        )
     for i, fig in enumerate(result.figures):
         st.plotly_chart(fig, key=f"{key}_release_fig_{i}")
     if whole_table:
