@@ -136,8 +136,8 @@ def show_release(result: Release, key: str, *, whole_table: bool = False) -> Non
     st.success(
         f"Released {result.manifest.get('mechanism_label', rec.mechanism)}{where} at "
         f"{'level l' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
-        f"δ = {rec.delta:.3g}; recorded in the ledger as request {rec.request_id[:8]} at {rec.time[:19]} "
-        f"UTC{note}."
+        f"δ = {rec.delta:.3g}; recorded in the ledger as request {_short(rec.request_id)} by {rec.user} at "
+        f"{rec.time[:19]} UTC{note}."
     )
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
@@ -162,6 +162,11 @@ def show_release(result: Release, key: str, *, whole_table: bool = False) -> Non
             on_click="ignore",
             icon=":material/download:",
         )
+
+
+def _short(request_id: str) -> str:
+    """A request id as the panel shows it: 8 hex digits (a batch plan's id keeps its ``plan-`` prefix)."""
+    return "plan-" + request_id[5:13] if request_id.startswith("plan-") else request_id[:8]
 
 
 def stale_reason(compared: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str | None:
