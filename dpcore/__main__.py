@@ -1,11 +1,12 @@
 """Command line: ``python -m dpcore <command>``; each subcommand is one function under one argparse parser.
 
-``run-plan PLAN.json --source PATH_OR_URL [--table NAME | --query SELECT] [--engine duckdb|spark]``: re-run
-a release plan saved from the dashboard on the full table (a database's table or one read-only SELECT's
-whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`), debiting the ledger of
-``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the release files to
-``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with status 2
-(130 on Ctrl-C).
+``run-plan PLAN.json --source PATH_OR_URL [--table NAME | --query SELECT] [--engine duckdb|spark]
+[--memory-rows N]``: re-run a release plan saved from the dashboard on the full table (a database's table or
+one read-only SELECT's whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`; a mechanism without
+out-of-core passes reads at most N rows into memory, default ``DPCORE_JOB_MEMORY_ROWS`` or 2,000,000),
+debiting the ledger of ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the
+release files to ``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with
+status 2 (130 on Ctrl-C).
 
 ``adopt-dataset ID NAME [--ledger URL]``: give the budget and releases of a dataset whose id is its
 table's fingerprint (ledgers written before dataset names carried budgets) the name NAME.
@@ -45,6 +46,7 @@ def run_plan(args: argparse.Namespace) -> int:
             table=args.table,
             query=args.query,
             request_id=args.request_id,
+            memory_rows=args.memory_rows,
         )
         record = release.record
         eps_left, delta_left = ledger.remaining(record.account)
@@ -74,6 +76,12 @@ def _add_run_plan(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--artifacts", help="folder for the release files (default: <data folder>/artifacts)")
     p.add_argument("--user", help="user recorded with the release (default: DPCORE_USER or 'local')")
     p.add_argument("--request-id", help="request id (default: the manifest's, else one from the plan)")
+    p.add_argument(
+        "--memory-rows",
+        type=int,
+        help="most rows read into memory for a mechanism without out-of-core passes (DP-Lloyd + MCMC, "
+        "planar Laplace, PriLocation); default: DPCORE_JOB_MEMORY_ROWS or 2000000",
+    )
     p.set_defaults(command=run_plan)
 
 

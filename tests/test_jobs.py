@@ -28,7 +28,7 @@ from dpcore.outofcore import jobs
 from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job, stop_job
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.outofcore.source import open_source
-from dpcore.plan import ReleasePlan, preparation_steps
+from dpcore.plan import PrepStep, ReleasePlan, preparation_steps
 from dpcore.policy import GeoIndistinguishability, PureDP
 from dpcore.report import DEMO_NOTICE, stored_release
 from tests.test_outofcore import BOUNDS, table
@@ -332,8 +332,10 @@ def test_start_job_refuses_what_a_batch_job_cannot_run_before_starting_anything(
         path, "planar_laplace", params={"radius_m": 1000.0}, policy=GeoIndistinguishability(0.001, 1000.0)
     )
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with pytest.raises(ParameterError, match="does not run out of core in a batch job"):
-        start_job(spec(geo.to_manifest(), path, url, tmp_path, "geo"), folder)
+    old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
+    unreadable = location_plan(path, "uniform_grid", steps=old)  # no location columns: cannot replay
+    with pytest.raises(ParameterError, match="location columns"):
+        start_job(spec(unreadable.to_manifest(), path, url, tmp_path, "old"), folder)
     manifest = geo.to_manifest()
     del manifest["mechanism"]
     with pytest.raises(ParameterError, match="not valid"):

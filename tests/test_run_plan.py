@@ -146,8 +146,8 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
         preparation=plan.preparation,
     )
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
-    with pytest.raises(ParameterError, match="does not run out of core"):
-        run_plan(mcmc.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    with pytest.raises(ParameterError, match="reads the rows in memory and the table has 1,998 rows"):
+        run_plan(mcmc.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u", memory_rows=100)
     imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
     demo = ReleasePlan(
         domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",

@@ -123,8 +123,8 @@ def test_mechanisms_that_read_rows_in_memory_and_old_plans_are_refused(source, t
     _, path = source
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
-    with pytest.raises(ParameterError, match="does not run out of core"):
-        run_plan(pri.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
+    with pytest.raises(ParameterError, match="reads the rows in memory and the table has 2,999 rows"):
+        run_plan(pri.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u", memory_rows=100)
     old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
     plan = location_plan(path, "uniform_grid", steps=old)
     ledger.set_budget(plan.account, epsilon=5.0)
@@ -148,14 +148,15 @@ def test_batch_jobs_offer_the_grids_means_and_hotspots(source, mechanism: str) -
     assert batch_refusal(location_plan(path, mechanism, params=AGGREGATES.get(mechanism))) is None
 
 
-def test_batch_jobs_refuse_planar_laplace_and_prilocation(source) -> None:
+def test_batch_jobs_refuse_planar_laplace_and_prilocation_only_above_the_memory_limit(source) -> None:
     _, path = source
     geo = location_plan(
         path, "planar_laplace", params={"radius_m": 1000.0}, policy=GeoIndistinguishability(0.001, 1000.0)
     )
     pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
     for plan in (geo, pri):
-        assert "does not run out of core in a batch job" in str(batch_refusal(plan))
+        assert batch_refusal(plan) is None and batch_refusal(plan, rows=3000) is None
+        assert "reads the rows in memory" in str(batch_refusal(plan, rows=10**9))
 
 
 @pytest.mark.parametrize("mechanism", list(AGGREGATES))

@@ -326,7 +326,7 @@ def release_refusal(ds: state.Dataset | None, plan: ReleasePlan) -> str | None:
         return None
     from dpcore.outofcore.run_plan import batch_refusal  # the engines load only for a sample's plan
 
-    problem = batch_refusal(plan)
+    problem = batch_refusal(plan, rows=ds.origin.get("rows"))
     if problem is not None:
         return f"{sample} A release must use the whole table, as a batch job; this plan cannot: {problem}"
     return None
@@ -341,7 +341,7 @@ def offer_whole_table_plan(plan: ReleasePlan, key: str) -> None:
         return
     from dpcore.outofcore.run_plan import batch_refusal
 
-    if batch_refusal(plan) is not None:
+    if batch_refusal(plan, rows=(ds.origin or {}).get("rows")) is not None:
         return
     with st.expander("Or run it from a terminal, as the operator"):
         st.markdown(

@@ -11,10 +11,21 @@ whether anything is spent (an id already in the ledger returns the first release
 Source files rewritten while the job read them are refused before anything is written or spent
 (:meth:`~dpcore.outofcore.source.Source.check_unchanged`), and one removed while the engine reads it is
 named in the error.
+
+A mechanism without out-of-core passes (:data:`OUT_OF_CORE` lists those with them: DP-Lloyd + MCMC,
+planar Laplace and PriLocation have none) runs in memory when the table, after the plan's dropped rows,
+has at most ``memory_rows`` rows (``--memory-rows``, else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000:
+:func:`dpcore.config.job_memory_rows`): one COUNT pass, then the engine's prepared rows (k-means: the
+scaled features of :meth:`~dpcore.outofcore.features.TableFeatures.scaled`, bit for bit those of
+``dpcore.data.prepare``; locations: the coordinate and user columns validated by
+:class:`~dpcore.outofcore.locations.TableLocations`) are read into the in-memory inputs, so the release is
+the dashboard's on that table. Above the limit the job refuses before the mechanism runs and before any
+debit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,12 +34,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sqlalchemy as sa
 
+from dpcore import config
 from dpcore.errors import DataError, DPCoreError, ParameterError
+from dpcore.kmeans.registry import KMeansInputs
 from dpcore.ledger import Ledger, sqlite_file
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
+from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
@@ -141,29 +156,72 @@ def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
     return TableLocations(drop_missing(table, dropped), lat, lon, user, region)
 
 
-def batch_refusal(plan: ReleasePlan) -> str | None:
-    """Why a batch job would refuse ``plan`` before reading any row (its mechanism has no out-of-core
-    passes, or its preparation cannot be replayed), or None."""
+def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
+    """Why a batch job would refuse ``plan`` before running its mechanism (its preparation cannot be
+    replayed, or it reads the rows in memory and ``rows``, the whole table's rows when known, is above
+    :func:`dpcore.config.job_memory_rows`), or None."""
     try:
-        check_supported(plan)
         if plan.domain == "location":
             location_steps(plan)
         else:
             parse_preparation(plan)
+        if rows is not None:
+            check_rows(plan, rows)
     except DPCoreError as err:
         return str(err)
     return None
 
 
-def check_supported(plan: ReleasePlan) -> None:
-    """Refuse a mechanism that has no out-of-core passes (before any data is read)."""
-    supported = OUT_OF_CORE.get(plan.domain, ())
-    if plan.mechanism not in supported:
-        raise ParameterError(
-            f"{plan.spec.label} reads the rows in memory: it does not run out of core in a batch job. "
-            f"Batch jobs run {', '.join(registry(plan.domain)[k].label for k in supported) or 'nothing'}; "
-            "choose one of them, or release from the dashboard a table within its row limit."
-        )
+def in_memory(plan: ReleasePlan) -> bool:
+    """True if ``plan``'s mechanism has no out-of-core passes: a batch job reads the rows into memory."""
+    return plan.mechanism not in OUT_OF_CORE.get(plan.domain, ())
+
+
+def memory_limit(memory_rows: int | None = None) -> int:
+    """``memory_rows`` checked (a positive whole number), or the configured limit when None."""
+    if memory_rows is None:
+        return config.job_memory_rows()
+    if isinstance(memory_rows, bool) or not isinstance(memory_rows, int) or memory_rows < 1:
+        raise ParameterError(f"--memory-rows must be a positive whole number of rows (got {memory_rows!r}).")
+    return memory_rows
+
+
+def check_rows(plan: ReleasePlan, rows: int, memory_rows: int | None = None) -> None:
+    """Refuse an in-memory mechanism (:func:`in_memory`) on more than the limit's rows (``memory_rows``,
+    default :func:`dpcore.config.job_memory_rows`); out-of-core mechanisms take any number."""
+    if not in_memory(plan):
+        return
+    limit = memory_limit(memory_rows)
+    if rows <= limit:
+        return
+    out_of_core = ", ".join(registry(plan.domain)[k].label for k in OUT_OF_CORE.get(plan.domain, ()))
+    raise ParameterError(
+        f"{plan.spec.label} reads the rows in memory and the table has {rows:,} rows, above a batch job's "
+        f"limit of {limit:,}: choose a mechanism that runs out of core ({out_of_core}), or raise the limit "
+        "(DPCORE_JOB_MEMORY_ROWS, or run-plan --memory-rows) on a machine with the memory."
+    )
+
+
+def kmeans_in_memory(features: TableFeatures) -> KMeansInputs:
+    """The in-memory inputs of ``features``' rows: the scaled values (prepare's, bit for bit), in the
+    table's order, with its public bounds, names and inverse scaling."""
+    scaled = features.rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled())})
+    X = scaled.to_pandas().to_numpy(dtype=np.float64)
+    return dataclasses.replace(features.described, X=X)
+
+
+def locations_in_memory(locations: TableLocations) -> LocationInputs:
+    """The in-memory inputs of ``locations``' rows, in the table's order: the coordinates and the user ids
+    as text (as the Locations page reads them; each row its own person without a user column)."""
+    names = [locations.lat_column, locations.lon_column, *filter(None, [locations.user_column])]
+    frame = locations.table.select(*names).to_pandas()
+    users = None if locations.user_column is None else frame[locations.user_column].astype(str).to_numpy()
+    return LocationInputs(
+        frame[locations.lat_column].to_numpy(dtype=np.float64),
+        frame[locations.lon_column].to_numpy(dtype=np.float64),
+        users,
+        locations.region,
+    )
 
 
 def start_spark() -> Any:
@@ -219,6 +277,7 @@ def run_plan(
     name: str | None = None,
     spark: Any = None,
     progress: Callable[[str], None] | None = None,
+    memory_rows: int | None = None,
 ) -> Release:
     """Release ``manifest``'s plan on ``source`` (see the module docstring) and return the release.
 
@@ -226,11 +285,13 @@ def run_plan(
     spent again), else ``plan-`` and the first 32 hex digits of the plan's key, so re-running one plan
     never spends twice. ``table`` or ``query`` (one read-only SELECT) names a database source's rows.
     ``progress`` is called with each stage, in words (the fingerprint pass, the mechanism's passes).
+    ``memory_rows``: most rows read into memory for a mechanism without out-of-core passes (None: the
+    configured :func:`dpcore.config.job_memory_rows`); above it ``ParameterError`` before any debit.
     Raises ``DataError`` when the source is not the plan's table.
     """
     say = progress or (lambda _stage: None)
     plan = ReleasePlan.from_manifest(manifest)
-    check_supported(plan)
+    limit = memory_limit(memory_rows) if in_memory(plan) else None  # a bad setting is refused now
     rid = check_request_id(str(request_id or manifest.get("request_id") or f"plan-{plan.key[:32]}"))
     artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
     if engine == "spark" and spark is None:
@@ -246,10 +307,19 @@ def run_plan(
                 "at that table, or make a new plan on this one."
             )
         read = plan_locations if plan.domain == "location" else plan_features
+        where = "Spark" if engine == "spark" else "DuckDB"
         try:
-            inputs = read(plan, src.table)
-            say(f"running {plan.spec.label} over every row ({'Spark' if engine == 'spark' else 'DuckDB'}), "
-                "then recording the release")
+            inputs: Any = read(plan, src.table)
+            if in_memory(plan):
+                say("counting the rows the release reads")
+                rows = inputs.n_rows if isinstance(inputs, TableLocations) else inputs.n_rows()
+                check_rows(plan, rows, limit)
+                say(f"reading the {rows:,} rows into memory ({where}), running {plan.spec.label}, then "
+                    "recording the release")
+                materialise = locations_in_memory if plan.domain == "location" else kmeans_in_memory
+                inputs = materialise(inputs)
+            else:
+                say(f"running {plan.spec.label} over every row ({where}), then recording the release")
             return make_release(
                 ledger,
                 plan,
