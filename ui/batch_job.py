@@ -3,8 +3,9 @@ table, on this server, and shows the release once the job has recorded it.
 
 The dashboard holds a uniform sample of such a table (diagnostics only). The release itself is the batch
 command's (``python -m dpcore run-plan``), started by :func:`dpcore.outofcore.jobs.start_job` in its own
-process: DuckDB reads the whole source out of core, the mechanism's passes run there, and the release is
-debited and stored like any other. Its request id is the batch command's default for the plan,
+process: DuckDB reads the whole source out of core, the mechanism's passes run there (a mechanism without
+them reads the prepared rows into memory, up to ``DPCORE_JOB_MEMORY_ROWS``), and the release is debited and
+stored like any other. Its request id is the batch command's default for the plan,
 ``plan-`` and the first 32 hex digits of the plan's key, so a reload, a second tab, a server restart or the
 same plan run from a terminal all find the one job and the one ledger entry (the ledger debits a request
 id once). A job's status lives in ``<DPCORE_DATA_DIR>/jobs``.

@@ -305,5 +305,5 @@ def _whole_table_button(request_id: str, plan: ReleasePlan, key: str, blocked: s
         key=f"{key}_release",
         disabled=blocked is not None,
         help=blocked
-        or "Runs as a batch job on this server (DuckDB, out of core); the release shows here when recorded.",
+        or "Runs as a batch job on this server on every row (DuckDB); the release shows here when recorded.",
     )
