@@ -110,7 +110,7 @@ def test_a_sample_is_released_on_the_whole_table_by_a_batch_job(folder: Path, tm
     assert panel.request_id.startswith("plan-")  # the batch command's default id for this plan
     assert batch_job.status(panel.request_id) is not None  # started: running, or already done
     message = _released(at)
-    assert "request plan-" in message[:200] or panel.request_id[:8] in message
+    assert f"request plan-{panel.request_id[5:13]} by test-curator at" in message  # who released it, when
     record = _record(at)
     assert record.dataset_fingerprint == ds.fingerprint  # the whole table's account and fingerprint
     ledger = Ledger(config.ledger_url())
