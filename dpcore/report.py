@@ -59,6 +59,7 @@ __all__ = [
     "DEMO_NOTICE",
     "LOCAL_NOTICE",
     "Release",
+    "StoredPreview",
     "build_manifest",
     "file_stem",
     "html_report",
@@ -67,6 +68,8 @@ __all__ = [
     "release_files",
     "save_artifacts",
     "sha256_file",
+    "stored_file",
+    "stored_preview",
     "stored_release",
 ]
 
@@ -144,10 +147,13 @@ def release_files(
     if manifest.get("demo"):  # the mark travels inside every file, not only in its name
         table = table.copy()
         table.insert(0, "notice", DEMO_NOTICE)
-    data = json.loads(table.to_json(orient="records", double_precision=15))
+    # the rows as pandas writes them (one line, NaN as null), not as Python objects: a per-visit release
+    # of a million rows would otherwise hold them twice over in memory
+    data = table.to_json(orient="records", double_precision=15)
+    head = json.dumps({"manifest": _jsonable(manifest)}, indent=2, ensure_ascii=False, allow_nan=False)
     files = {
         f"{stem}.csv": csv_bytes(table),  # formula-like text neutralised (OWASP CSV injection)
-        f"{stem}.json": _dumps({"manifest": manifest, "data": data}),
+        f"{stem}.json": f'{head[:-2]},\n  "data": {data}\n}}'.encode(),
         f"{stem}-manifest.json": _dumps(manifest),
     }
     if html_text is not None:
@@ -496,7 +502,9 @@ def _tidy(staging: Path) -> None:
         pass
 
 
-def _replay(record: ReleaseRecord) -> Release:
+def _published(record: ReleaseRecord) -> Path:
+    """The stored zip of a recorded release, published first if a run was stopped after its debit, checked
+    against its ledger hash; ``LedgerError`` when it is missing or altered."""
     path = record.artifact_path
     if path is not None and not Path(path).exists():  # killed after the debit, or publishing right now
         staged = Path(path).parent / STAGING / Path(path).name
@@ -511,7 +519,11 @@ def _replay(record: ReleaseRecord) -> Release:
             f"stored files ({Path(path or '').name or 'none'}) are missing or altered. Nothing new was "
             "debited; start a new request to release again."
         )
-    files = load_artifacts(path)
+    return Path(path)
+
+
+def _replay(record: ReleaseRecord) -> Release:
+    files = load_artifacts(_published(record))
     bundle = next(
         json.loads(v) for k, v in files.items() if k.endswith(".json") and not k.endswith("-manifest.json")
     )
@@ -525,6 +537,49 @@ def stored_release(ledger: Ledger, request_id: str) -> Release | None:
     request; ``LedgerError`` when its files are missing or altered."""
     record = ledger.release_by_request(request_id)
     return None if record is None else _replay(record)
+
+
+@dataclass(frozen=True)
+class StoredPreview:
+    """A recorded release as a page shows it without reading it whole: its ``release`` with the first rows
+    of its table (read from its CSV file, as downloaded) and no file contents, the table's ``n_rows``, and
+    the verified zip at ``path`` whose members :func:`stored_file` reads one at a time."""
+
+    release: Release
+    n_rows: int
+    path: Path
+    names: tuple[str, ...]
+
+
+def stored_preview(ledger: Ledger, request_id: str, rows: int) -> StoredPreview | None:
+    """The release recorded under ``request_id`` with at most ``rows`` rows of its table read (a per-visit
+    release may hold millions), or None when the ledger has no such request; ``LedgerError`` when its
+    files are missing or altered."""
+    record = ledger.release_by_request(request_id)
+    if record is None:
+        return None
+    path = _published(record)
+    with zipfile.ZipFile(path) as archive:
+        names = tuple(archive.namelist())
+        manifest = json.loads(archive.read(next(n for n in names if n.endswith("-manifest.json"))))
+        csv = next(n for n in names if n.endswith(".csv"))
+        with archive.open(csv) as text:
+            table = pd.read_csv(text, nrows=rows)
+        with archive.open(csv) as text:
+            n_rows = sum(len(chunk) for chunk in pd.read_csv(text, usecols=[0], chunksize=1_000_000))
+    release = Release(record=record, manifest=manifest, files={}, table=table, replayed=True)
+    return StoredPreview(release, n_rows, path, names)
+
+
+def stored_file(path: str | os.PathLike[str], name: str, expected_sha256: str) -> bytes:
+    """One file of a stored release's zip, read when it is downloaded; ``LedgerError`` if the zip no longer
+    matches its ledger hash."""
+    if sha256_file(path) != expected_sha256:
+        raise LedgerError(
+            f"The stored release {Path(path).name} changed since it was recorded; ask the operator."
+        )
+    with zipfile.ZipFile(path) as archive:
+        return archive.read(name)
 
 
 #: The manifest fields that make a plan (:meth:`dpcore.plan.ReleasePlan.from_manifest`), not its labels.

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import re
+import zipfile
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.registry import KMEANS, KMeansInputs
-from dpcore.ledger import BudgetExceeded, BudgetNotSet, Ledger
+from dpcore.ledger import BudgetExceeded, BudgetNotSet, Ledger, LedgerError
 from dpcore.plan import ReleasePlan
 from dpcore.policy import LocalPDP, PureDP
 from dpcore.report import (
@@ -31,6 +32,8 @@ from dpcore.report import (
     release_files,
     save_artifacts,
     sha256_file,
+    stored_file,
+    stored_preview,
 )
 
 
@@ -303,3 +306,26 @@ def test_demo_release_is_marked_reproducible_and_on_the_demo_account(tmp_path: P
     pd.testing.assert_frame_equal(a.table, b.table)
     assert ledger.remaining(_plan().account) == (1.0, 0.0)  # the real budget is untouched
     assert ledger.remaining(demo_account) == pytest.approx((0.2, 0.0))
+
+
+def test_a_stored_preview_reads_only_the_first_rows_and_each_file_on_demand(tmp_path: Path):
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger.set_budget(_plan().account, 1.0, 0.0)
+    first = _release(ledger, tmp_path, "r1")  # 3 released centroids
+    assert stored_preview(ledger, "nope", 2) is None
+    preview = stored_preview(ledger, "r1", 2)
+    assert preview is not None and preview.n_rows == len(first.table) == 3
+    assert len(preview.release.table) == 2 and preview.release.files == {}  # nothing else read
+    np.testing.assert_allclose(
+        preview.release.table.to_numpy(dtype=float), first.table.head(2).to_numpy(dtype=float), rtol=1e-15
+    )
+    assert preview.release.manifest == json.loads(json.dumps(first.manifest, default=str))
+    assert sorted(preview.names) == sorted(first.files)
+    for name in preview.names:  # each file, read when downloaded, is the recorded one
+        assert stored_file(preview.path, name, first.record.artifact_hash) == first.files[name]
+    with zipfile.ZipFile(preview.path, "a") as archive:  # altered after it was recorded
+        archive.writestr("extra.txt", "x")
+    with pytest.raises(LedgerError, match="changed since it was recorded"):
+        stored_file(preview.path, preview.names[0], first.record.artifact_hash)
+    with pytest.raises(LedgerError, match="missing or altered"):
+        stored_preview(ledger, "r1", 2)

@@ -12,6 +12,7 @@ the files, debit atomically, and only then show anything.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +25,16 @@ import streamlit as st
 from dpcore import config
 from dpcore.ledger import BudgetStatus
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
-from dpcore.report import DEMO_NOTICE, LOCAL_NOTICE, Release, make_release, sha256_file, stored_release
+from dpcore.report import (
+    DEMO_NOTICE,
+    LOCAL_NOTICE,
+    Release,
+    StoredPreview,
+    make_release,
+    sha256_file,
+    stored_file,
+    stored_preview,
+)
 from ui import batch_job, datasets, state
 from ui.errors import user_errors
 from ui.text import md
@@ -47,11 +57,13 @@ _MIME = {".csv": "text/csv", ".json": "application/json", ".html": "text/html"}
 
 @dataclass
 class PanelState:
-    """A panel's current plan key, its request id, and the release made for it (None until paid)."""
+    """A panel's current plan key, its request id, and the release made for it (None until paid); a
+    whole-table release is kept as its ``stored`` preview (first rows, files read on download)."""
 
     intent: str
     request_id: str
     result: Release | None = None
+    stored: StoredPreview | None = None
 
 
 def artifacts_dir() -> Path:
@@ -126,10 +138,11 @@ def _panel(key: str, plan: ReleasePlan, whole_table: bool) -> PanelState:
     return panel
 
 
-def show_release(result: Release, key: str, *, whole_table: bool = False) -> None:
+def show_release(result: Release, key: str, *, stored: StoredPreview | None = None) -> None:
     """The paid release: ledger confirmation, table, figures and download buttons (CSV, JSON, HTML); a
-    whole table's release (made by a batch job) is read back from its stored files, its charts are in the
-    HTML report."""
+    whole table's release (made by a batch job) is its ``stored`` preview: its first rows, each file read
+    from the stored zip when downloaded, its charts in the HTML report."""
+    whole_table = stored is not None
     rec = result.record
     note = " (already recorded: nothing was debited again)" if result.replayed and not whole_table else ""
     where = " on the whole table by a batch job" if whole_table else ""
@@ -142,20 +155,26 @@ def show_release(result: Release, key: str, *, whole_table: bool = False) -> Non
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
     st.dataframe(result.table.head(PANEL_ROWS), hide_index=True)
-    if len(result.table) > PANEL_ROWS:
+    n_rows = len(result.table) if stored is None else stored.n_rows
+    if n_rows > PANEL_ROWS:
         st.caption(
-            f"The first {PANEL_ROWS:,} of {len(result.table):,} released rows; the CSV and JSON files below "
-            "hold them all."
+            f"The first {PANEL_ROWS:,} of {n_rows:,} released rows; the CSV and JSON files below hold them "
+            "all."
         )
     for i, fig in enumerate(result.figures):
         st.plotly_chart(fig, key=f"{key}_release_fig_{i}")
     if whole_table:
         st.caption("Its charts are in the HTML report below.")
-    names = sorted(result.files)
+    names = sorted(result.files) if stored is None else sorted(stored.names)
     for col, name in zip(st.columns(len(names)), names, strict=True):
+        content = (
+            result.files[name]
+            if stored is None
+            else functools.partial(stored_file, stored.path, name, result.record.artifact_hash or "")
+        )
         col.download_button(
             name,
-            data=result.files[name],
+            data=content,
             file_name=name,
             mime=_MIME.get(Path(name).suffix, "application/octet-stream"),
             key=f"{key}_download_{name}",
@@ -235,11 +254,12 @@ def release_panel(
         st.warning(blocked)
     if whole and panel.result is None:
         with user_errors("reading the release from the ledger"):  # a job done here, in a tab or a terminal
-            panel.result = stored_release(state.ledger(), panel.request_id)
+            panel.stored = stored_preview(state.ledger(), panel.request_id, PANEL_ROWS)
+            panel.result = None if panel.stored is None else panel.stored.release
     if panel.result is not None:
         shown = st.empty()  # the previous release, cleared below if a new request is made in this run
         with shown.container():
-            show_release(panel.result, key, whole_table=whole)
+            show_release(panel.result, key, stored=panel.stored if whole else None)
         again = st.checkbox(
             "Make another release with these settings (a new request: spends the budget again)",
             # bound to this request: once it is spent the next one needs a fresh confirmation
@@ -249,7 +269,7 @@ def release_panel(
         if not (again and st.button("Release again", key=f"{key}_release_again")):
             return panel.result
         shown.empty()  # a refused request must not leave the previous files on screen
-        panel.request_id, panel.result = uuid.uuid4().hex, None
+        panel.request_id, panel.result, panel.stored = uuid.uuid4().hex, None, None
     elif whole:
         if not _whole_table_button(panel.request_id, plan, key, blocked):
             return None
