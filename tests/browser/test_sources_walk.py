@@ -96,6 +96,26 @@ def _type_bound(page: Page, label: str, text: str) -> None:
     wait_for_app(page)
 
 
+def _bounded_features(page: Page) -> None:
+    """Features x1, x2 with public bounds [-15, 15] typed in."""
+    multiselect(page, "Features to cluster on", ["x1", "x2"])
+    for feature in ("x1", "x2"):
+        _type_bound(page, f"Lower bound of {feature}", "-15")
+        _type_bound(page, f"Upper bound of {feature}", "15")
+
+
+def _load_select(page: Page, sql: str) -> None:
+    """The Data page's database source: ``sql`` typed as the SELECT, then loaded."""
+    go(page, "Data")
+    choose_radio(page, "Database")
+    choose_radio(page, "A SELECT query")
+    box = main(page).get_by_role("textbox", name="SELECT query")
+    box.fill(sql)
+    box.press("Control+Enter")
+    wait_for_app(page)
+    click(page, "Load from the database")
+
+
 def _load(page: Page, label: str) -> None:
     go(page, "Data")
     choose_radio(page, FOLDER)
@@ -115,10 +135,7 @@ def _recorded(server: Server, digest: str) -> list[ReleaseRecord]:
 def _prepare_and_release(page: Page, rows: int) -> dict:
     """Features x1, x2 with public bounds [-15, 15], a budget, DP-Lloyd with K = 3 at ε = 1; the manifest."""
     body = main(page)
-    multiselect(page, "Features to cluster on", ["x1", "x2"])
-    for feature in ("x1", "x2"):
-        _type_bound(page, f"Lower bound of {feature}", "-15")
-        _type_bound(page, f"Upper bound of {feature}", "15")
+    _bounded_features(page)
     click(page, "Prepare")
     expect(body.get_by_text(f"{rows:,} rows × 2 features ready").first).to_be_visible()
     set_budget(page, 2.0, 1e-5)
@@ -158,10 +175,7 @@ def test_release_from_a_parquet_file_in_an_allow_listed_folder(
     expect(body.get_by_text(f"uniform sample of {MAX_ROWS:,} of the 4,000 rows").first).to_be_visible()
     big = fingerprint(load_table(tables / "big.parquet"))
     expect(body.get_by_text(big[:16]).first).to_be_visible()
-    multiselect(page, "Features to cluster on", ["x1", "x2"])
-    for feature in ("x1", "x2"):
-        _type_bound(page, f"Lower bound of {feature}", "-15")
-        _type_bound(page, f"Upper bound of {feature}", "15")
+    _bounded_features(page)
     click(page, "Prepare")
     set_budget(page, 2.0, 1e-5)
     go(page, "K-means")
@@ -230,14 +244,7 @@ def test_a_select_source_survives_leaving_the_page_a_reload_a_second_tab_and_a_r
         proc, server = start_server(tmp_path)
         try:
             page = open_app(browser, server)
-            go(page, "Data")
-            choose_radio(page, "Database")
-            choose_radio(page, "A SELECT query")
-            box = main(page).get_by_role("textbox", name="SELECT query")
-            box.fill(sql)
-            box.press("Control+Enter")
-            wait_for_app(page)
-            click(page, "Load from the database")
+            _load_select(page, sql)
             shows_the_select(page)
             digest = main(page).get_by_text("fingerprint").first.inner_text()
             go(page, "K-means")
@@ -289,21 +296,11 @@ def test_a_select_above_the_row_limit_is_released_on_the_whole_table_across_a_se
         proc, server = start_server(tmp_path)
         try:
             page = open_app(browser, server)
-            go(page, "Data")
-            choose_radio(page, "Database")
-            choose_radio(page, "A SELECT query")
-            box = main(page).get_by_role("textbox", name="SELECT query")
-            box.fill(sql)
-            box.press("Control+Enter")
-            wait_for_app(page)
-            click(page, "Load from the database")
+            _load_select(page, sql)
             body = main(page)
             note = f"uniform sample of {MAX_ROWS:,} of the {rows:,} rows"
             expect(body.get_by_text(note).first).to_be_visible()
-            multiselect(page, "Features to cluster on", ["x1", "x2"])
-            for feature in ("x1", "x2"):
-                _type_bound(page, f"Lower bound of {feature}", "-15")
-                _type_bound(page, f"Upper bound of {feature}", "15")
+            _bounded_features(page)
             click(page, "Prepare")
             set_budget(page, 2.0, 1e-5)
             go(page, "K-means")
