@@ -169,6 +169,25 @@ def test_bad_coordinates_are_refused_as_in_memory(tmp_path: Path, bad: dict, mes
         on_duckdb(path, False)
 
 
+@pytest.mark.parametrize("missing", [None, np.nan], ids=["null text id", "NaN numeric id"])
+def test_rows_without_a_user_id_are_refused_as_in_memory(tmp_path: Path, missing: object) -> None:
+    """Per user, a row without a user id is refused out of core as in memory (it is not one more user)."""
+    df = visits(50)
+    if missing is not None:  # numeric user ids, one NaN
+        df["user"] = np.arange(len(df), dtype=float) % 7
+    df.loc[[3, 8], "user"] = missing
+    path = tmp_path / "no-user.parquet"
+    df.to_parquet(path, index=False)
+    message = "2 row\\(s\\) have no user id; drop or fill those rows first"
+    with pytest.raises(DataError, match=message):
+        LocationInputs(df["lat"].to_numpy(), df["lon"].to_numpy(), df["user"].to_numpy(), REGION).counted(
+            1, Sampler(1)
+        )
+    with pytest.raises(DataError, match=message):
+        on_duckdb(path, True)
+    on_duckdb(path, False)  # without the user column (per location) the same rows are fine
+
+
 def test_grid_keys_are_registered_location_mechanisms() -> None:
     assert set(GRID_KEYS) <= set(LOCATIONS.keys())
 

@@ -148,22 +148,27 @@ class TableLocations:
         return t.select(**cols)
 
     def _validate(self) -> None:
-        """validate_latlon's checks in one aggregate over the table (``n_rows`` is its row count)."""
+        """validate_latlon's checks, and user_codes' refusal of rows without a user id, in one aggregate over
+        the table (``n_rows`` is its row count)."""
         t = self._coordinates
         finite = (
             t.la.notnull() & t.lo.notnull() & ~(t.la.isnan() | t.la.isinf() | t.lo.isnan() | t.lo.isinf())
         )
         null = ibis.null("float64")
+        no_user = t.user.isnull().sum() if self.user_column is not None else ibis.literal(0)
         stats = t.aggregate(
             n=t.count(),
             n_ok=finite.sum(),
             lat=ibis.cases((finite, t.la.abs()), else_=null).max(),
             lon=ibis.cases((finite, t.lo.abs()), else_=null).max(),
+            no_user=no_user,
         ).to_pandas()
         span = stats.iloc[0]
         n, n_ok = int(span["n"]), int(span["n_ok"] or 0)
         if n == 0:
             raise DataError("no locations were given; pass at least one (latitude, longitude) pair.")
+        if int(span["no_user"] or 0):  # as user_codes refuses them in memory (not one user of them all)
+            raise DataError(f"{int(span['no_user'])} row(s) have no user id; drop or fill those rows first.")
         if n_ok < n:
             raise DataError(
                 f"{n - n_ok} location(s) have a missing or infinite latitude/longitude; drop or fill those "
