@@ -351,8 +351,11 @@ class ReleasePlan:
             ("Neighbours", self.relation + (f", {self.scope}" if self.scope else "")),
             ("Mode", "DEMO (fixed seed)" if self.mode == "demo" else "secure (OS entropy)"),
         ]
-        labels = {p.name: p.label for p in self.spec.params}
-        rows += [(labels.get(name, name), _show(value)) for name, value in self.params.items()]
+        specs = {p.name: p for p in self.spec.params}
+        for name, value in self.params.items():
+            spec = specs.get(name)
+            shown = spec.zero if spec is not None and spec.zero and value == 0 else _show(value)
+            rows.append((spec.label if spec is not None else name, shown))
         rows += [("Preparation", s.step + (" (data-derived)" * s.data_derived)) for s in self.preparation]
         return rows
 

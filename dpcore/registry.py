@@ -48,6 +48,7 @@ class Param:
     high: float | None = None
     help: str = ""
     choices: tuple[Any, ...] | None = None
+    zero: str = ""  # what the value 0 stands for, in words (e.g. "automatic"), shown in its place
 
     @property
     def numeric(self) -> bool:

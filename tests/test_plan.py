@@ -177,3 +177,11 @@ def test_location_releases_refuse_imputed_coordinates() -> None:
     kept = preparation_steps(["drop on latitude, longitude (3 rows removed)"])
     plan = _plan(domain="location", mechanism="uniform_grid", params={}, preparation=kept)
     assert "does not cover" not in plan.guarantee
+
+
+def test_the_summary_says_what_a_zero_stands_for_not_zero() -> None:
+    """"Lloyd rounds 0" would read as no round: the panel shows the automatic rule the run uses."""
+    auto = dict(_plan(mechanism="dp_lloyd", params={"n_clusters": 3, "n_iter": 0}).summary_rows())
+    assert auto["Lloyd rounds"].startswith("automatic (Su et al.'s rule")
+    fixed = dict(_plan(mechanism="dp_lloyd", params={"n_clusters": 3, "n_iter": 4}).summary_rows())
+    assert fixed["Lloyd rounds"] == "4" and fixed["Number of clusters K"] == "3"

@@ -29,6 +29,7 @@ N_ITER = Param(
     low=0,
     high=20,
     help="0 = automatic: Su et al.'s rule picks 2 to 7 rounds from ε, K, n and the number of features.",
+    zero="automatic (Su et al.'s rule: 2 to 7 rounds from ε, K, n and the number of features)",
 )
 NEIGHBOURS = Param(
     "neighbours",
