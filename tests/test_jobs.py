@@ -88,6 +88,16 @@ def wait_end(folder: Path, request_id: str) -> JobStatus:
     pytest.fail(f"job {request_id} still running after {TIMEOUT_S} s; log:\n{log}")
 
 
+def start_and_wait_started(job: JobSpec, folder: Path) -> tuple[int, float]:
+    """Start ``job`` and wait until its child logs that it started; (its pid, the test's deadline)."""
+    start_job(job, folder)
+    pid = json.loads((folder / f"{job.request_id}.json").read_text())["pid"]
+    deadline = time.monotonic() + TIMEOUT_S
+    while "started" not in (folder / f"{job.request_id}.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pid, deadline
+
+
 def debits(ledger: Ledger, request_id: str) -> int:
     return sum(r.request_id == request_id for r in ledger.all_releases())
 
@@ -171,11 +181,7 @@ def test_a_killed_job_is_stopped_and_starting_it_again_debits_once(big, tmp_path
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = ledger_for(url, manifest)
     job = spec(manifest, path, url, tmp_path, "job-3")
-    start_job(job, folder)
-    pid = json.loads((folder / "job-3.json").read_text())["pid"]
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (folder / "job-3.log").read_text().count("started") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    pid, deadline = start_and_wait_started(job, folder)
     os.killpg(pid, signal.SIGKILL)  # the whole session: the server restarted, the machine went down
     while (stopped := job_status(folder, "job-3")).state == "running" and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -197,11 +203,7 @@ def test_stop_job_ends_a_running_job_and_leaves_a_finished_one_alone(
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = ledger_for(url, manifest)
     job = spec(manifest, path, url, tmp_path, "job-stop")
-    start_job(job, folder)
-    pid = json.loads((folder / "job-stop.json").read_text())["pid"]
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (folder / "job-stop.log").read_text().count("started") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    pid, deadline = start_and_wait_started(job, folder)
     while (running := job_status(folder, "job-stop")).stage is None or "fingerprint" in running.stage:
         assert running.state == "running" and time.monotonic() < deadline
         time.sleep(0.02)
