@@ -7,8 +7,10 @@ secrets file (``STREAMLIT_SECRETS_FILES``) with ``[dpcore] databases`` and ``[co
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,13 +77,21 @@ def warehouse(tables: Path) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """This module's server (allow-listed folder, database, row limit); the harness's ``page`` opens it."""
+@contextlib.contextmanager
+def _sources_env(tables: Path) -> Iterator[None]:
+    """The environment a server of these walks starts in: the allow-listed folder, the row limit and the
+    secrets file naming the database."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DPCORE_DATA_FOLDERS", str(tables))
         env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
         env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """This module's server (allow-listed folder, database, row limit); the harness's ``page`` opens it."""
+    with _sources_env(tables):
         proc, running = start_server(tmp_path_factory.mktemp("e2e-sources"))
     try:
         yield running
@@ -114,6 +124,15 @@ def _load_select(page: Page, sql: str) -> None:
     box.press("Control+Enter")
     wait_for_app(page)
     click(page, "Load from the database")
+
+
+def _shown_fingerprint(page: Page) -> str:
+    """The 16 hex digits of the dataset's fingerprint on the Data page (not the database read's note, which
+    also names the fingerprint and changes with the time of the read)."""
+    line = main(page).get_by_text(re.compile(r"fingerprint [0-9a-f]{16}")).first.inner_text()
+    found = re.search(r"fingerprint ([0-9a-f]{16})", line)
+    assert found is not None, line
+    return found[1]
 
 
 def _load(page: Page, label: str) -> None:
@@ -237,16 +256,13 @@ def test_a_select_source_survives_leaving_the_page_a_reload_a_second_tab_and_a_r
         expect(sidebar.get_by_text(f"Uniform sample of {MAX_ROWS:,}").first).to_be_visible()
         assert_no_exception(page)
 
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DPCORE_DATA_FOLDERS", str(tables))
-        env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
-        env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
+    with _sources_env(tables):
         proc, server = start_server(tmp_path)
         try:
             page = open_app(browser, server)
             _load_select(page, sql)
             shows_the_select(page)
-            digest = main(page).get_by_text("fingerprint").first.inner_text()
+            digest = _shown_fingerprint(page)
             go(page, "K-means")
             go(page, "Data")
             shows_the_select(page)
@@ -267,7 +283,7 @@ def test_a_select_source_survives_leaving_the_page_a_reload_a_second_tab_and_a_r
             page.goto(page.url)
             wait_for_app(page)
             shows_the_select(page)
-            assert main(page).get_by_text("fingerprint").first.inner_text() == digest
+            assert _shown_fingerprint(page) == digest  # the same rows after the restart's new read
             screenshot(page, "select-source-after-restart")
             page.context.close()
         finally:
@@ -289,10 +305,7 @@ def test_a_select_above_the_row_limit_is_released_on_the_whole_table_across_a_se
     engine = sa.create_engine(warehouse)
     digest = load_source(DatabaseQuery("warehouse", sql), engine=engine, max_rows=MAX_ROWS).fingerprint
     engine.dispose()
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DPCORE_DATA_FOLDERS", str(tables))
-        env.setenv("DPCORE_MAX_ROWS", str(MAX_ROWS))
-        env.setenv("STREAMLIT_SECRETS_FILES", str(tables.parent / "secrets.toml"))
+    with _sources_env(tables):
         proc, server = start_server(tmp_path)
         try:
             page = open_app(browser, server)
