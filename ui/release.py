@@ -7,7 +7,9 @@ every run; the button is disabled, with the reason, when the plan cannot be rele
 budget, settings changed since the comparison). Its request id is a uuid4 kept for one plan (its key): a
 rerun or a double click reuses it, so the ledger debits at most once; a second release of the same plan
 needs an explicit confirmation. The order of work is :func:`dpcore.report.make_release`'s: run once, store
-the files, debit atomically, and only then show anything.
+the files, debit atomically, and only then show anything. When the dataset is a uniform sample of a larger
+table, the release runs on the whole table as a batch job (:mod:`ui.batch_job`) whose first request id is the
+batch command's for the plan, and the panel shows the recorded release's stored preview.
 """
 
 from __future__ import annotations
