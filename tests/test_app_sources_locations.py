@@ -5,7 +5,6 @@ the page's columns, per-user cap and public region; the plan it offers for a ter
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
 from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open
+from tests.test_app_whole_table import _released
 from ui.state import DEFAULT_POLICY
 
 
@@ -67,11 +67,7 @@ def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
     assert (lat, lon, user) == ("latitude", "longitude", "user")
     assert (region.lat_min, region.lat_max, region.lon_min, region.lon_max) == (24.0, 50.0, -125.0, -66.0)
     release.click().run()  # the panel runs it as a batch job on this server
-    deadline = time.monotonic() + 180
-    while not [s for s in at.success if "on the whole table by a batch job" in s.value]:
-        assert time.monotonic() < deadline and not at.error, [e.value for e in at.error]
-        time.sleep(0.5)
-        _ok(at.run())
+    _released(at)  # polled as a browser's progress fragment would
     ledger = Ledger(config.ledger_url())
     (record,) = ledger.releases(dataset_id=ds.dataset_id)
     assert record.request_id == f"plan-{plan.key[:32]}" and record.mechanism == "adaptive_grid"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from dpcore.policy import GeoIndistinguishability, PureDP
 from dpcore.report import load_artifacts, make_release
 from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open
 from tests.test_app_sources_locations import folder  # noqa: F401 (the 900-row visits fixture)
+from tests.test_app_whole_table import _released
 from tests.test_outofcore import BOUNDS, table
 from tests.test_run_plan import cli
 from tests.test_run_plan_locations import dashboard, location_plan, visits
@@ -250,11 +250,7 @@ def test_the_locations_page_releases_planar_laplace_on_the_whole_table(
     plan = ReleasePlan.from_manifest(json.loads(downloads[name]))
     assert plan.mechanism == "planar_laplace" and plan.fingerprint == ds.fingerprint
     release.click().run()
-    deadline = time.monotonic() + 180
-    while not [s for s in at.success if "on the whole table by a batch job" in s.value]:
-        assert time.monotonic() < deadline and not at.error, [e.value for e in at.error]
-        time.sleep(0.5)
-        _ok(at.run())
+    _released(at)  # polled as a browser's progress fragment would
     ledger = Ledger(config.ledger_url())
     (record,) = ledger.releases(dataset_id=ds.dataset_id)
     assert record.mechanism == "planar_laplace" and record.request_id == f"plan-{plan.key[:32]}"
