@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, load_table
@@ -17,9 +18,10 @@ from dpcore.ledger import Ledger
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
+from dpcore.policy import Policy
 from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open
 from tests.test_app_whole_table import _released
-from ui.state import DEFAULT_POLICY
+from ui.state import DEFAULT_POLICY, POLICY_KEY, Dataset
 
 
 @pytest.fixture
@@ -39,22 +41,32 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
-def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
-    folder: Path, downloads: dict[str, bytes], tmp_path: Path
-) -> None:
+def locations_page(
+    folder: Path, mechanism: str, policy: Policy, delta: float = 0.0
+) -> tuple[AppTest, Dataset]:
+    """The 900-row visits table loaded as a 300-row sample, ``policy`` chosen (as on the Privacy policy
+    page) with a budget of eps 5 and ``delta`` on its account, and ``mechanism`` per user (at most 3
+    locations each) in the contiguous US on the Locations page; the page and the dataset."""
     at = _open(_folder_secrets(folder, max_rows=300))
     _load_folder_file(at, "tables/visits.parquet")
     ds = at.session_state["dp_dataset"]
-    assert ds.n_rows == 300 and ds.fingerprint == fingerprint(load_table(folder / "visits.parquet"))
+    at.session_state[POLICY_KEY] = policy
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 5.0, 1e-5)
+    ledger.set_budget(policy_account(ds.dataset_id, policy), 5.0, delta)
     ledger.close()
     at.switch_page("pages/locations.py").run()
     at.selectbox(key="loc_user").set_value("user").run()
     at.selectbox(key=f"loc_region_{ds.dataset_id}").set_value("Contiguous US (24, 50, -125, -66)").run()
-    at.selectbox(key="loc_rel_mech").set_value("adaptive_grid").run()
+    at.selectbox(key="loc_rel_mech").set_value(mechanism).run()
     at.number_input(key="loc_max_per_user").set_value(3).run()
-    _ok(at)
+    return _ok(at), ds
+
+
+def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
+    folder: Path, downloads: dict[str, bytes], tmp_path: Path
+) -> None:
+    at, ds = locations_page(folder, "adaptive_grid", DEFAULT_POLICY, delta=1e-5)
+    assert ds.n_rows == 300 and ds.fingerprint == fingerprint(load_table(folder / "visits.parquet"))
     assert not [b for b in at.button if str(b.label).startswith("Release (spends")]  # not the sample
     (release,) = [b for b in at.button if str(b.label).startswith("Release on the whole table (900 rows")]
     assert not release.disabled and not any("A release must use" in w.value for w in at.warning)

@@ -17,26 +17,20 @@ from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dpcore.__main__ import main
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
-from dpcore.policy import ApproxDP
 from dpcore.report import STAGING
-from tests.test_outofcore import table
 from tests.test_report_concurrency import identical_runs_meet_before_debit, in_threads
-from tests.test_run_plan import ROOT, dashboard_release
+from tests.test_run_plan import ROOT, approx_plan, dashboard_release, people_source
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[dict, Path, str]:
     """A dashboard release's manifest, its table as a Parquet file, and a batch ledger with a budget."""
-    df = table(400)
-    df.loc[[4, 9], "a"] = np.nan
-    path = tmp_path / "people.parquet"
-    df.to_parquet(path, index=False)
+    df, path = people_source(tmp_path, 400)
     manifest, _ = dashboard_release(tmp_path, df)
     url = f"sqlite:///{tmp_path / 'batch.db'}"
     Ledger.initialise(url).set_budget(ReleasePlan.from_manifest(manifest).account, epsilon=5.0)
@@ -65,6 +59,17 @@ def write_plan(folder: Path, manifest: dict) -> Path:
     path = folder / "plan.json"
     path.write_text(json.dumps(manifest))
     return path
+
+
+def refusal(
+    capsys: pytest.CaptureFixture[str], manifest: dict, src: str | Path, url: str, tmp_path: Path, *extra: str
+) -> str:
+    """The one line ``run-plan`` prints on stderr (exit status 2) for ``manifest`` written as the plan file,
+    run on ``src`` with the options ``extra``."""
+    plan_file = write_plan(tmp_path, manifest)
+    args = ("--source", src, *extra, "--ledger", url, "--artifacts", tmp_path / "out")
+    code, _, err = run(capsys, plan_file, *args)
+    return one_line_refusal(code, err)
 
 
 def test_a_plan_file_that_is_not_a_valid_plan_is_refused_in_one_line(setup, tmp_path: Path, capsys) -> None:
@@ -195,14 +200,11 @@ def test_a_request_id_that_cannot_name_the_files_is_refused_before_the_source_is
     setup, tmp_path: Path, capsys
 ) -> None:
     manifest, _, url = setup
-    plan_file = write_plan(tmp_path, manifest)
     missing = tmp_path / "not-read.parquet"
-    args = ("--source", missing, "--ledger", url, "--artifacts", tmp_path / "out")
-    code, _, err = run(capsys, plan_file, *args, "--request-id", "job 7")
-    assert "request_id 'job 7' is not a valid file name" in one_line_refusal(code, err)
-    plan_file.write_text(json.dumps({**manifest, "request_id": "../x"}))  # edited in the file
-    code, _, err = run(capsys, plan_file, *args)
-    assert "'../x' is not a valid file name" in one_line_refusal(code, err)
+    line = refusal(capsys, manifest, missing, url, tmp_path, "--request-id", "job 7")
+    assert "request_id 'job 7' is not a valid file name" in line
+    edited = {**manifest, "request_id": "../x"}  # edited in the file
+    assert "'../x' is not a valid file name" in refusal(capsys, edited, missing, url, tmp_path)
     assert spent(url, manifest) == 0.0
 
 
@@ -210,11 +212,9 @@ def test_a_sqlite_source_that_does_not_exist_is_refused_and_not_created(
     setup, tmp_path: Path, capsys
 ) -> None:
     manifest, _, url = setup
-    plan_file = write_plan(tmp_path, manifest)
     typo = tmp_path / "warehuose.db"
-    source = ("--source", f"sqlite:///{typo}", "--table", "people")
-    code, _, err = run(capsys, plan_file, *source, "--ledger", url, "--artifacts", tmp_path / "out")
-    assert f"no SQLite database file at {typo}" in one_line_refusal(code, err)
+    line = refusal(capsys, manifest, f"sqlite:///{typo}", url, tmp_path, "--table", "people")
+    assert f"no SQLite database file at {typo}" in line
     assert not typo.exists() and spent(url, manifest) == 0.0
 
 
@@ -222,20 +222,7 @@ def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
     setup, tmp_path: Path, capsys
 ) -> None:
     manifest, path, _ = setup
-    base = ReleasePlan.from_manifest(manifest)
-    plan = ReleasePlan(
-        domain="kmeans",
-        mechanism="colored",
-        epsilon=1.0,
-        delta=1e-6,
-        policy=ApproxDP(1.0, 1e-6),
-        dataset_name="people",
-        fingerprint=base.fingerprint,
-        params={"n_clusters": 3},
-        preparation=base.preparation,
-        mode="demo",
-        seed=3,
-    )
+    plan = approx_plan(manifest, "colored")
     url = f"sqlite:///{tmp_path / 'approx.db'}"
     Ledger.initialise(url).set_budget(plan.account, epsilon=3.0, delta=1e-5)
     plan_file = write_plan(tmp_path, plan.to_manifest())
@@ -254,10 +241,7 @@ def test_the_output_names_the_request_what_was_spent_what_is_left_and_the_files(
 
 
 def test_two_batch_jobs_of_one_plan_at_once_debit_once(tmp_path: Path) -> None:
-    df = table(400)
-    df.loc[[4, 9], "a"] = np.nan
-    path = tmp_path / "people.parquet"
-    df.to_parquet(path, index=False)
+    df, path = people_source(tmp_path, 400)
     manifest, _ = dashboard_release(tmp_path, df, mode="secure")
     plan = ReleasePlan.from_manifest(manifest)
     url = f"sqlite:///{tmp_path / 'batch.db'}"

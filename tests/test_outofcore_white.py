@@ -17,10 +17,8 @@ from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.outofcore.white import white_release
-from dpcore.plan import ReleasePlan
-from dpcore.policy import ApproxDP
 from tests.test_outofcore import colored_case, table
-from tests.test_run_plan import dashboard_release
+from tests.test_run_plan import approx_plan, dashboard_release
 
 IN_MEMORY = {"white": white_noise_covariance, "white_per_cluster": white_per_cluster_noise_covariance}
 
@@ -64,20 +62,7 @@ def test_the_registry_releases_white_from_a_table_and_a_batch_job_from_a_plan(tm
     path = tmp_path / "people.parquet"
     df.to_parquet(path, index=False)
     manifest, _ = dashboard_release(tmp_path, df)
-    base = ReleasePlan.from_manifest(manifest)
-    plan = ReleasePlan(
-        domain="kmeans",
-        mechanism="white",
-        epsilon=1.0,
-        delta=1e-6,
-        policy=ApproxDP(1.0, 1e-6),
-        dataset_name="people",
-        fingerprint=base.fingerprint,
-        params={"n_clusters": 3},
-        preparation=base.preparation,
-        mode="demo",
-        seed=3,
-    )
+    plan = approx_plan(manifest, "white")
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     ledger.set_budget(plan.account, epsilon=5.0, delta=1e-3)
     rel = run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path / "out", user="u")

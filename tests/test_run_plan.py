@@ -17,7 +17,7 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans import KMeansInputs
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import parse_preparation, run_plan
-from dpcore.plan import ReleasePlan, preparation_steps
+from dpcore.plan import PrepStep, ReleasePlan, preparation_steps
 from dpcore.policy import ApproxDP, PureDP
 from dpcore.report import make_release
 from tests.test_outofcore import BOUNDS, table
@@ -25,28 +25,55 @@ from tests.test_outofcore import BOUNDS, table
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def dashboard_release(tmp_path: Path, df: pd.DataFrame, mode: str = "demo", **changes) -> tuple[dict, object]:
-    """A release made as the dashboard makes it (in memory) on a ledger of its own; its manifest."""
-    cleaning = [f"drop on a ({int(df['a'].isna().sum())} rows removed)"]
-    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
-    plan = ReleasePlan(
+def kmeans_plan(
+    mechanism: str,
+    fingerprint: str,
+    preparation: tuple[PrepStep, ...],
+    params: dict | None = None,
+    seed: int | None = None,
+) -> ReleasePlan:
+    """A pure eps-1 plan of ``mechanism`` (3 clusters unless ``params`` say otherwise) on the ``people``
+    table; a demo plan with ``seed``, else a secure one."""
+    return ReleasePlan(
         domain="kmeans",
-        mechanism="dp_lloyd",
+        mechanism=mechanism,
         epsilon=1.0,
         policy=PureDP(1.0),
         dataset_name="people",
-        fingerprint=prep.fingerprint,
-        params={"n_clusters": 3},
-        preparation=preparation_steps(cleaning, prep),
-        mode=mode,  # type: ignore[arg-type]
-        seed=7 if mode == "demo" else None,
-        **changes,
+        fingerprint=fingerprint,
+        params={"n_clusters": 3} if params is None else params,
+        preparation=preparation,
+        mode="secure" if seed is None else "demo",
+        seed=seed,
     )
+
+
+def dashboard_release(
+    tmp_path: Path,
+    df: pd.DataFrame,
+    mode: str = "demo",
+    *,
+    mechanism: str = "dp_lloyd",
+    params: dict | None = None,
+    seed: int = 7,
+    request_id: str = "dash-1",
+) -> tuple[dict, object]:
+    """A release of ``mechanism`` (3 clusters unless ``params`` say otherwise; ``seed`` in demo mode) made as
+    the dashboard makes it (in memory) on a ledger of its own under ``request_id``; its manifest and it."""
+    cleaning = [f"drop on a ({int(df['a'].isna().sum())} rows removed)"]
+    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
+    steps = preparation_steps(cleaning, prep)
+    plan = kmeans_plan(mechanism, prep.fingerprint, steps, params, seed if mode == "demo" else None)
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'dashboard.db'}")
     ledger.set_budget(plan.account, epsilon=5.0)
     rel = make_release(
-        ledger, plan, KMeansInputs.from_prepared(prep), request_id="dash-1", user="u",
-        artifacts_dir=tmp_path / "dash-artifacts", name="kmeans",
+        ledger,
+        plan,
+        KMeansInputs.from_prepared(prep),
+        request_id=request_id,
+        user="u",
+        artifacts_dir=tmp_path / "dash-artifacts",
+        name="kmeans",
     )
     return rel.manifest, rel
 
@@ -55,17 +82,66 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "dpcore", "run-plan", *map(str, args)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
     )
+
+
+def people_table(rows: int) -> pd.DataFrame:
+    """``table(rows)`` with ``a`` missing on rows 4 and 9, the rows :func:`dashboard_release`'s drop step
+    removes."""
+    df = table(rows)
+    df.loc[[4, 9], "a"] = np.nan
+    return df
+
+
+def people_source(tmp_path: Path, rows: int, parts: bool = False) -> tuple[pd.DataFrame, Path]:
+    """:func:`people_table` written as ``people.parquet``, or with ``parts`` as a ``people`` folder of two
+    Parquet parts (its halves); the table and the path a job reads."""
+    df = people_table(rows)
+    if not parts:
+        path = tmp_path / "people.parquet"
+        df.to_parquet(path, index=False)
+        return df, path
+    folder = tmp_path / "people"
+    folder.mkdir()
+    df.iloc[: rows // 2].to_parquet(folder / "part-0.parquet", index=False)
+    df.iloc[rows // 2 :].to_parquet(folder / "part-1.parquet", index=False)
+    return df, folder
+
+
+def approx_plan(manifest: dict, mechanism: str) -> ReleasePlan:
+    """A demo (eps 1, delta 1e-6) plan of ``mechanism`` with 3 clusters on the table and preparation of the
+    release ``manifest``."""
+    base = ReleasePlan.from_manifest(manifest)
+    return ReleasePlan(
+        domain="kmeans",
+        mechanism=mechanism,
+        epsilon=1.0,
+        delta=1e-6,
+        policy=ApproxDP(1.0, 1e-6),
+        dataset_name="people",
+        fingerprint=base.fingerprint,
+        params={"n_clusters": 3},
+        preparation=base.preparation,
+        mode="demo",
+        seed=3,
+    )
+
+
+def imputed_plan(df: pd.DataFrame, mechanism: str, params: dict) -> ReleasePlan:
+    """A demo plan of ``mechanism`` on ``df`` whose preparation fills missing values with medians read from
+    the data (a batch job cannot replay it)."""
+    imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
+    return kmeans_plan(mechanism, imputed.fingerprint, preparation_steps([], imputed), params, seed=1)
 
 
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
-    df = table(2000)
-    df.loc[[4, 9], "a"] = np.nan  # dropped by the plan's drop step
-    path = tmp_path / "people.parquet"
-    df.to_parquet(path, index=False)
-    return df, path
+    return people_source(tmp_path, 2000)
 
 
 def test_run_plan_releases_the_dashboard_s_release_once_with_the_same_files(source, tmp_path: Path) -> None:
@@ -140,20 +216,12 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
     assert parse_preparation(plan) == (BOUNDS, "minmax", ["a"])
-    mcmc = ReleasePlan(
-        domain="kmeans", mechanism="dp_lloyd_mcmc", epsilon=1.0, policy=PureDP(1.0),
-        dataset_name="people", fingerprint=plan.fingerprint, params={"n_clusters": 3},
-        preparation=plan.preparation,
-    )
+    mcmc = kmeans_plan("dp_lloyd_mcmc", plan.fingerprint, plan.preparation)
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     with pytest.raises(ParameterError, match="reads the rows in memory and the table has 1,998 rows"):
         run_plan(mcmc.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u", memory_rows=100)
-    imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
-    demo = ReleasePlan(
-        domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",
-        fingerprint=plan.fingerprint, params={"n_clusters": 3}, preparation=preparation_steps([], imputed),
-        mode="demo", seed=1,
-    )
+    demo = imputed_plan(df, "dp_lloyd", {"n_clusters": 3})
+    assert demo.fingerprint == plan.fingerprint
     with pytest.raises(ParameterError, match="read values from the data"):
         run_plan(demo.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u")
     with pytest.raises(DataError, match="No file or folder"):
@@ -178,12 +246,7 @@ def test_run_plan_on_spark_gives_the_dashboard_s_release(source, tmp_path: Path,
 def test_run_plan_releases_a_colored_plan_out_of_core(source, tmp_path: Path) -> None:
     df, path = source
     manifest, _ = dashboard_release(tmp_path, df)
-    base = ReleasePlan.from_manifest(manifest)
-    plan = ReleasePlan(
-        domain="kmeans", mechanism="colored", epsilon=1.0, delta=1e-6, policy=ApproxDP(1.0, 1e-6),
-        dataset_name="people", fingerprint=base.fingerprint, params={"n_clusters": 3},
-        preparation=base.preparation, mode="demo", seed=3,
-    )
+    plan = approx_plan(manifest, "colored")
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     ledger.set_budget(plan.account, epsilon=5.0, delta=1e-3)
     rel = run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path / "out", user="u")

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
@@ -18,8 +17,7 @@ from dpcore.ledger import Ledger
 from dpcore.outofcore.features import TableFeatures
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan
-from tests.test_outofcore import table
-from tests.test_run_plan import dashboard_release
+from tests.test_run_plan import dashboard_release, people_source, people_table
 from tests.test_run_plan_query import QUERY, sampled_plan
 
 FIX = "Run the job again when the table is not being written"
@@ -53,10 +51,7 @@ def batch_ledger(tmp_path: Path, plan: ReleasePlan) -> Ledger:
 def test_a_file_rewritten_while_the_release_passes_run_is_refused_and_nothing_is_spent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    df = table(2000)
-    df.loc[[4, 9], "a"] = np.nan
-    path = tmp_path / "people.parquet"
-    df.to_parquet(path, index=False)
+    df, path = people_source(tmp_path, 2000)
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
     ledger = batch_ledger(tmp_path, plan)
@@ -81,12 +76,7 @@ def test_a_file_rewritten_while_the_release_passes_run_is_refused_and_nothing_is
 def test_a_part_added_to_the_folder_while_the_job_reads_it_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    df = table(2000)
-    df.loc[[4, 9], "a"] = np.nan
-    folder = tmp_path / "people"
-    folder.mkdir()
-    df.iloc[:1000].to_parquet(folder / "part-0.parquet", index=False)
-    df.iloc[1000:].to_parquet(folder / "part-1.parquet", index=False)
+    df, folder = people_source(tmp_path, 2000, parts=True)
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
     ledger = batch_ledger(tmp_path, plan)
@@ -102,8 +92,7 @@ def test_a_database_source_is_staged_once_and_writes_after_it_do_not_matter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{tmp_path / 'warehouse.db'}"
-    df = table(600)
-    df.loc[[4, 9], "a"] = np.nan
+    df = people_table(600)
     engine = sa.create_engine(url)
     df.to_sql("people", engine, index=False)
     plan, whole = sampled_plan(url)
@@ -115,8 +104,15 @@ def test_a_database_source_is_staged_once_and_writes_after_it_do_not_matter(
 
     calls = during_release(monkeypatch, rewrite)
     try:
-        rel = run_plan(plan.to_manifest(), url, query=QUERY, ledger=ledger, artifacts_dir=tmp_path / "out",
-                       user="batch", request_id="db-1")
+        rel = run_plan(
+            plan.to_manifest(),
+            url,
+            query=QUERY,
+            ledger=ledger,
+            artifacts_dir=tmp_path / "out",
+            user="batch",
+            request_id="db-1",
+        )
         assert calls and pd.read_sql("SELECT b FROM people", engine)["b"].iloc[0] == df["b"].iloc[0] + 3
     finally:
         engine.dispose()

@@ -10,26 +10,22 @@ import io
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from dpcore import config
-from dpcore.data import fingerprint, infer_schema, load_table, prepare
+from dpcore.data import fingerprint, load_table
 from dpcore.errors import ParameterError
-from dpcore.kmeans import KMeansInputs
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
-from dpcore.plan import ReleasePlan, policy_account, preparation_steps
-from dpcore.policy import GeoIndistinguishability, PureDP
-from dpcore.report import load_artifacts, make_release
-from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open
-from tests.test_app_sources_locations import folder  # noqa: F401 (the 900-row visits fixture)
+from dpcore.plan import ReleasePlan
+from dpcore.policy import GeoIndistinguishability
+from dpcore.report import load_artifacts
+from tests.test_app_sources import _ok
+from tests.test_app_sources_locations import folder, locations_page  # noqa: F401 (folder: a fixture)
 from tests.test_app_whole_table import _released
-from tests.test_outofcore import BOUNDS, table
-from tests.test_run_plan import cli
-from tests.test_run_plan_locations import dashboard, location_plan, visits
-from ui.state import POLICY_KEY
+from tests.test_run_plan import cli, dashboard_release, imputed_plan, people_source
+from tests.test_run_plan_locations import dashboard, location_plan, visits_source
 
 GEO = GeoIndistinguishability.from_level(1.0, 1000.0)
 #: The location plans (per user, at most 2 locations each) that read their rows in memory.
@@ -42,37 +38,12 @@ MCMC = {"n_clusters": 3, "n_iter": 0, "neighbours": "unbounded", "mcmc_steps": 2
 
 @pytest.fixture
 def people(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
-    df = table(1500)
-    df.loc[[4, 9], "a"] = np.nan  # dropped by the plan's drop step
-    path = tmp_path / "people.parquet"
-    df.to_parquet(path, index=False)
-    return df, path
+    return people_source(tmp_path, 1500)
 
 
 @pytest.fixture
 def places(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
-    df = visits(1500).rename(columns={"lat": "Latitude", "lon": "Longitude", "user": "person id"})
-    df.loc[[3, 11], "Latitude"] = np.nan  # dropped by the plan's drop step
-    path = tmp_path / "visits.parquet"
-    df.to_parquet(path, index=False)
-    return df, path
-
-
-def mcmc_release(tmp_path: Path, df: pd.DataFrame):
-    """DP-Lloyd + MCMC released as the dashboard releases it (in memory, demo seed) on its own ledger."""
-    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
-    plan = ReleasePlan(
-        domain="kmeans", mechanism="dp_lloyd_mcmc", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",
-        fingerprint=prep.fingerprint, params=MCMC,
-        preparation=preparation_steps([f"drop on a ({int(df['a'].isna().sum())} rows removed)"], prep),
-        mode="demo", seed=11,
-    )
-    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'dashboard.db'}")
-    ledger.set_budget(plan.account, epsilon=5.0)
-    return make_release(
-        ledger, plan, KMeansInputs.from_prepared(prep), request_id="dash-mcmc", user="u",
-        artifacts_dir=tmp_path / "dash-artifacts", name="kmeans",
-    )
+    return visits_source(tmp_path, 1500)
 
 
 def location_release(tmp_path: Path, df: pd.DataFrame, path: Path, mechanism: str):
@@ -99,6 +70,18 @@ def assert_same_release(dash, batch, ledger: Ledger, path: Path) -> None:
     assert ledger.budget(plan.account).epsilon_spent == plan.epsilon
 
 
+def batch_release(tmp_path: Path, dash, path: Path, **options: object):
+    """``dash``'s plan run as a batch job on ``path`` with a ledger of its own (eps 5 on the plan's
+    account), checked to be ``dash``'s release (:func:`assert_same_release`); the release and the ledger."""
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(ReleasePlan.from_manifest(dash.manifest).account, epsilon=5.0)
+    batch = run_plan(
+        dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch", **options
+    )
+    assert_same_release(dash, batch, ledger, path)
+    return batch, ledger
+
+
 @pytest.mark.parametrize("mechanism", list(LOCATION_PLANS))
 def test_a_location_mechanism_in_memory_gives_the_dashboard_s_release(
     places, tmp_path: Path, mechanism: str
@@ -106,14 +89,8 @@ def test_a_location_mechanism_in_memory_gives_the_dashboard_s_release(
     df, path = places
     dash = location_release(tmp_path, df, path, mechanism)
     assert dash.manifest["details"]["max_per_user"] == 2
-    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
-    ledger.set_budget(ReleasePlan.from_manifest(dash.manifest).account, epsilon=5.0)
     stages: list[str] = []
-    batch = run_plan(
-        dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch",
-        memory_rows=len(df) - 2, progress=stages.append,
-    )
-    assert_same_release(dash, batch, ledger, path)
+    _, ledger = batch_release(tmp_path, dash, path, memory_rows=len(df) - 2, progress=stages.append)
     assert any(f"reading the {len(df) - 2:,} rows into memory" in s for s in stages)
     again = run_plan(dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch")
     assert again.replayed and ledger.budget(again.record.account).epsilon_spent == 1.0
@@ -126,22 +103,15 @@ def test_spark_reads_the_same_rows_into_memory(places, tmp_path: Path, spark, me
     """Spark's rows come back in the table's order (the noise is drawn row by row): the same release."""
     df, path = places
     dash = location_release(tmp_path, df, path, mechanism)
-    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
-    ledger.set_budget(ReleasePlan.from_manifest(dash.manifest).account, epsilon=5.0)
-    batch = run_plan(
-        dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch", engine="spark",
-        spark=spark,
-    )
-    assert_same_release(dash, batch, ledger, path)
+    batch_release(tmp_path, dash, path, engine="spark", spark=spark)
 
 
 def test_dp_lloyd_mcmc_in_memory_gives_the_dashboard_s_release(people, tmp_path: Path) -> None:
     df, path = people
-    dash = mcmc_release(tmp_path, df)
-    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
-    ledger.set_budget(ReleasePlan.from_manifest(dash.manifest).account, epsilon=5.0)
-    batch = run_plan(dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch")
-    assert_same_release(dash, batch, ledger, path)
+    _, dash = dashboard_release(
+        tmp_path, df, mechanism="dp_lloyd_mcmc", params=MCMC, seed=11, request_id="dash-mcmc"
+    )
+    batch, _ = batch_release(tmp_path, dash, path)
     assert batch.manifest["details"]["mcmc_steps"] == MCMC["mcmc_steps"]
 
 
@@ -199,44 +169,29 @@ def test_batch_refusal_knows_the_rows_and_the_limit(
         assert "DPCORE_JOB_MEMORY_ROWS" in str(batch_refusal(pri, rows=10))
     monkeypatch.delenv("DPCORE_JOB_MEMORY_ROWS")
     with pytest.raises(ParameterError, match="--memory-rows must be a positive"):
-        run_plan(pri.to_manifest(), path, ledger=Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}"),
-                 artifacts_dir=tmp_path / "out", user="u", memory_rows=0)
+        run_plan(
+            pri.to_manifest(),
+            path,
+            ledger=Ledger.initialise(f"sqlite:///{tmp_path / 'l.db'}"),
+            artifacts_dir=tmp_path / "out",
+            user="u",
+            memory_rows=0,
+        )
     # data-derived preparation is still refused, whatever the rows
     df, _ = people
-    imputed = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="median")
-    derived = ReleasePlan(
-        domain="kmeans", mechanism="dp_lloyd_mcmc", epsilon=1.0, policy=PureDP(1.0), dataset_name="people",
-        fingerprint=imputed.fingerprint, params=MCMC, preparation=preparation_steps([], imputed),
-        mode="demo", seed=1,
-    )
+    derived = imputed_plan(df, "dp_lloyd_mcmc", MCMC)
     for rows in (None, 10):
         assert "read values from the data" in str(batch_refusal(derived, rows=rows))
 
 
-def _planar_laplace_page(folder: Path):  # noqa: F811
-    """The 900-row visits table loaded as a 300-row sample, a geo-indistinguishability budget, planar Laplace
-    per user (at most 3 locations each) on the Locations page."""
-    at = _open(_folder_secrets(folder, max_rows=300))
-    _load_folder_file(at, "tables/visits.parquet")
-    ds = at.session_state["dp_dataset"]
-    at.session_state[POLICY_KEY] = GEO  # set on the Privacy policy page
-    ledger = Ledger(config.ledger_url())
-    ledger.set_budget(policy_account(ds.dataset_id, GEO), 5.0)
-    ledger.close()
-    at.switch_page("pages/locations.py").run()
-    at.selectbox(key="loc_user").set_value("user").run()
-    at.selectbox(key=f"loc_region_{ds.dataset_id}").set_value("Contiguous US (24, 50, -125, -66)").run()
-    at.selectbox(key="loc_rel_mech").set_value("planar_laplace").run()
-    at.number_input(key="loc_max_per_user").set_value(3).run()
-    return _ok(at), ds
-
-
 @pytest.mark.slow
 def test_the_locations_page_releases_planar_laplace_on_the_whole_table(
-    folder: Path, downloads: dict[str, bytes], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    folder: Path,  # noqa: F811
+    downloads: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DPCORE_JOB_MEMORY_ROWS", "899")
-    at, ds = _planar_laplace_page(folder)
+    at, ds = locations_page(folder, "planar_laplace", GEO)
     (release,) = [b for b in at.button if str(b.label).startswith("Release on the whole table (900 rows")]
     assert release.disabled
     (refusal,) = [w.value for w in at.warning if "A release must use the whole table" in w.value]

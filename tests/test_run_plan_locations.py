@@ -30,13 +30,19 @@ from tests.test_run_plan import cli
 REGION = Region(24.396308, 49.384358, -124.848974, -66.885444)
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
-    df = visits(3000).rename(columns={"lat": "Latitude", "lon": "Longitude", "user": "person id"})
-    df.loc[[3, 11], "Latitude"] = np.nan  # dropped by the plan's drop step
+def visits_source(tmp_path: Path, rows: int) -> tuple[pd.DataFrame, Path]:
+    """``visits(rows)`` with the dashboard's column names and ``Latitude`` missing on rows 3 and 11 (dropped
+    by the plan's drop step), written as ``visits.parquet``; the table and its path."""
+    df = visits(rows).rename(columns={"lat": "Latitude", "lon": "Longitude", "user": "person id"})
+    df.loc[[3, 11], "Latitude"] = np.nan
     path = tmp_path / "visits.parquet"
     df.to_parquet(path, index=False)
     return df, path
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
+    return visits_source(tmp_path, 3000)
 
 
 def location_plan(

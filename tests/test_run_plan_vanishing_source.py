@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import dpcore.outofcore.source as source
@@ -17,23 +16,15 @@ from dpcore.errors import DataError
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan
-from tests.test_cli_audit import one_line_refusal, run, spent, write_plan
-from tests.test_outofcore import table
-from tests.test_run_plan import dashboard_release
-from tests.test_run_plan_changed_source import during_release
-
-FIX = "Run the job again when the table is not being written"
+from tests.test_cli_audit import refusal, spent
+from tests.test_run_plan import dashboard_release, people_source, people_table
+from tests.test_run_plan_changed_source import FIX, during_release
 
 
 @pytest.fixture
 def parts(tmp_path: Path) -> tuple[dict, Path, str]:
     """A dashboard release's manifest, its table as a folder of two Parquet parts, and a batch ledger."""
-    df = table(600)
-    df.loc[[4, 9], "a"] = np.nan
-    folder = tmp_path / "people"
-    folder.mkdir()
-    df.iloc[:300].to_parquet(folder / "part-0.parquet", index=False)
-    df.iloc[300:].to_parquet(folder / "part-1.parquet", index=False)
+    df, folder = people_source(tmp_path, 600, parts=True)
     manifest, _ = dashboard_release(tmp_path, df)
     url = f"sqlite:///{tmp_path / 'batch.db'}"
     Ledger.initialise(url).set_budget(ReleasePlan.from_manifest(manifest).account, epsilon=5.0)
@@ -65,13 +56,6 @@ def removing_after_first_frame(victim: Path) -> Callable[..., Iterator[Any]]:
             yield frame
 
     return frames
-
-
-def refusal(capsys: pytest.CaptureFixture[str], manifest: dict, src: Path, url: str, tmp_path: Path) -> str:
-    """The one line ``run-plan`` prints on stderr (exit status 2)."""
-    plan_file = write_plan(tmp_path, manifest)
-    code, _, err = run(capsys, plan_file, "--source", src, "--ledger", url, "--artifacts", tmp_path / "out")
-    return one_line_refusal(code, err)
 
 
 @pytest.mark.parametrize("step", ["listed", "fingerprint pass", "engine", "release passes"])
@@ -107,8 +91,7 @@ def test_run_plan_raises_a_data_error_for_a_listed_file_removed_before_it_is_sta
 def test_a_csv_file_removed_before_it_is_read_is_named_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    df = table(400)
-    df.loc[[4, 9], "a"] = np.nan
+    df = people_table(400)
     path = tmp_path / "people.csv"
     df.to_csv(path, index=False)
     manifest, _ = dashboard_release(tmp_path, df)
