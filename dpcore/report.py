@@ -81,7 +81,8 @@ LOCAL_NOTICE = (
 RELEASE_MODES = ("secure", "demo")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-STAGING = ".staging"  # sub-folder of the artifacts folder for files not yet paid for
+STAGING = ".staging"  # sub-folder of the artifacts folder for files not yet paid for (kept once made:
+# removing it when empty would race another release that made it and is about to write in it)
 
 
 def _jsonable(value: Any) -> Any:
@@ -491,15 +492,6 @@ def _publish(staged: Path, path: Path) -> None:
     except FileNotFoundError:  # a concurrent run of the same request with the same bytes published it
         if not path.is_file():
             raise
-    _tidy(staged.parent)
-
-
-def _tidy(staging: Path) -> None:
-    """Remove the staging folder once empty (other releases may be staging in it now)."""
-    try:
-        staging.rmdir()
-    except OSError:
-        pass
 
 
 def _published(record: ReleaseRecord) -> Path:
@@ -685,12 +677,10 @@ def make_release(
         )
     except BaseException:
         staged.unlink(missing_ok=True)
-        _tidy(staged.parent)
         raise
     if not record.inserted:  # a concurrent run of the same request was recorded first
         if record.artifact_hash != digest:  # else these staged bytes are the ones it publishes
             staged.unlink(missing_ok=True)
-            _tidy(staged.parent)
         return _replay(record)
     try:
         _publish(staged, path)

@@ -14,7 +14,14 @@ import pytest
 
 from dpcore.kmeans.registry import KMEANS
 from dpcore.ledger import Ledger
-from dpcore.report import Release, build_manifest, make_release, save_artifacts, sha256_file
+from dpcore.report import (
+    STAGING,
+    Release,
+    build_manifest,
+    make_release,
+    save_artifacts,
+    sha256_file,
+)
 from tests.test_report import INPUTS, _plan
 
 SAME_SECOND = "2026-01-02T03:04:05+00:00"
@@ -74,7 +81,10 @@ def test_two_identical_demo_runs_at_once_report_one_release(tmp_path: Path, monk
     assert sorted([first.replayed, second.replayed]) == [False, True]
     [record] = ledger.all_releases()
     assert ledger.remaining(plan.account) == pytest.approx((0.6, 0.0))
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [Path(str(record.artifact_path)).name]
+    out = tmp_path / "out"
+    published = [p.name for p in out.iterdir() if p.name != STAGING]
+    assert published == [Path(str(record.artifact_path)).name]
+    assert not any((out / STAGING).iterdir())  # nothing unpaid left behind
 
 
 def test_two_writers_of_the_same_bytes_at_once_both_save(tmp_path: Path, monkeypatch) -> None:
@@ -90,3 +100,29 @@ def test_two_writers_of_the_same_bytes_at_once_both_save(tmp_path: Path, monkeyp
     path, digest = save_artifacts(folder, "same", files)
     assert (path, digest) == others[0] and sha256_file(path) == digest
     assert [p.name for p in folder.iterdir()] == [path.name]  # no temporary file left
+
+
+def test_a_release_staging_while_another_publishes_is_saved(tmp_path: Path, monkeypatch) -> None:
+    """Two sessions release at once: one publishes (its staged zip leaves the staging folder) just after
+    the other made that folder and before it wrote its file. Both are recorded and published (the staging
+    folder is not removed under the other writer)."""
+    url, out, mkdir = f"sqlite:///{tmp_path / 'l.db'}", tmp_path / "out", Path.mkdir
+    plan = _plan()
+    ledger = Ledger.initialise(url)
+    ledger.set_budget(plan.account, 1.0, 0.0)
+    release = partial(make_release, ledger, plan, INPUTS, user="bob", artifacts_dir=out)
+    others: list[Release] = []
+
+    def another_release_publishes_meanwhile(self: Path, *args: object, **kwargs: object) -> None:
+        mkdir(self, *args, **kwargs)
+        if self.name == STAGING and not others:
+            monkeypatch.setattr(Path, "mkdir", mkdir)
+            others.append(release(request_id="first"))
+
+    monkeypatch.setattr(Path, "mkdir", another_release_publishes_meanwhile)
+    second = release(request_id="second")
+    assert not others[0].replayed and not second.replayed
+    assert ledger.remaining(plan.account) == pytest.approx((0.2, 0.0))
+    published = [r.record for r in (*others, second)]
+    assert all(sha256_file(r.artifact_path) == r.artifact_hash for r in published)
+    assert list((out / STAGING).iterdir()) == []  # nothing unpaid left behind
