@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,13 @@ def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DPCORE_LEDGER_URL", f"sqlite:///{(folder / 'ledger.db').as_posix()}")
     monkeypatch.setenv("DPCORE_USER", "test-curator")
     return folder
+
+
+@pytest.fixture(autouse=True)
+def main_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restore ``__main__`` after each test: an AppTest run makes its script ``__main__``, which a later
+    multiprocessing "spawn" child in the same worker would run again (and fail) before its target."""
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
 
 
 @pytest.fixture
