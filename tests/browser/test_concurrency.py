@@ -58,7 +58,10 @@ def _outcome(page: Page, previous: str | None) -> str | None:
         if found and found[-1] != previous:
             return found[-1]
         page.wait_for_timeout(250)
-    raise AssertionError(f"no release outcome on the page:\n{body.inner_text()[-2000:]}")
+    text = body.inner_text()
+    alerts = body.locator('[data-testid^="stAlertContent"]').all_inner_texts()
+    panel = text[text.rfind("What will run") :]
+    raise AssertionError(f"no release outcome; alerts {alerts}; the release panel:\n{panel}")
 
 
 def _both_click(pages: list[Page], name: str, previous: list[str | None]) -> list[str | None]:
