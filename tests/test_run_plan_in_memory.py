@@ -17,6 +17,7 @@ from dpcore import config
 from dpcore.data import fingerprint, load_table
 from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
+from dpcore.location.plan_steps import columns_step, region_step
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import ReleasePlan
 from dpcore.policy import GeoIndistinguishability
@@ -25,7 +26,7 @@ from tests.test_app_sources import _ok
 from tests.test_app_sources_locations import folder, locations_page  # noqa: F401 (folder: a fixture)
 from tests.test_app_whole_table import _released
 from tests.test_run_plan import cli, dashboard_release, imputed_plan, people_source
-from tests.test_run_plan_locations import dashboard, location_plan, visits_source
+from tests.test_run_plan_locations import REGION, dashboard, location_plan, visits_source
 
 GEO = GeoIndistinguishability.from_level(1.0, 1000.0)
 #: The location plans (per user, at most 2 locations each) that read their rows in memory.
@@ -152,7 +153,8 @@ def test_batch_refusal_knows_the_rows_and_the_limit(
     places, people, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, path = places
-    pri = location_plan(path, "prilocation", params=LOCATION_PLANS["prilocation"][0])
+    no_drop = (columns_step("Latitude", "Longitude", "person id"), region_step(REGION))
+    pri = location_plan(path, "prilocation", steps=no_drop, params=LOCATION_PLANS["prilocation"][0])
     grid = location_plan(path, "uniform_grid")
     monkeypatch.delenv("DPCORE_JOB_MEMORY_ROWS", raising=False)
     assert config.job_memory_rows() == 2_000_000

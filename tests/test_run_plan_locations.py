@@ -5,6 +5,7 @@ dashboard's release (the grids byte for byte; the means and hotspots up to the e
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -156,13 +157,16 @@ def test_batch_jobs_offer_the_grids_means_and_hotspots(source, mechanism: str) -
 
 def test_batch_jobs_refuse_planar_laplace_and_prilocation_only_above_the_memory_limit(source) -> None:
     _, path = source
-    geo = location_plan(
-        path, "planar_laplace", params={"radius_m": 1000.0}, policy=GeoIndistinguishability(0.001, 1000.0)
-    )
-    pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
+    kept = (columns_step("Latitude", "Longitude", "person id"), region_step(REGION))  # no row dropped
+    geo_policy = GeoIndistinguishability(0.001, 1000.0)
+    geo = location_plan(path, "planar_laplace", kept, params={"radius_m": 1000.0}, policy=geo_policy)
+    pri_params = {"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10}
+    pri = location_plan(path, "prilocation", kept, params=pri_params)
     for plan in (geo, pri):
         assert batch_refusal(plan) is None and batch_refusal(plan, rows=3000) is None
         assert "reads the rows in memory" in str(batch_refusal(plan, rows=10**9))
+        dropping = replace(plan, preparation=location_plan(path, "uniform_grid").preparation)
+        assert batch_refusal(dropping, rows=10**9) is None  # the job counts the rows left, then decides
 
 
 @pytest.mark.parametrize("mechanism", list(AGGREGATES))

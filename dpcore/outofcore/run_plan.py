@@ -159,13 +159,11 @@ def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
 def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
     """Why a batch job would refuse ``plan`` before running its mechanism (its preparation cannot be
     replayed, or it reads the rows in memory and ``rows``, the whole table's rows when known, is above
-    :func:`dpcore.config.job_memory_rows`), or None."""
+    :func:`dpcore.config.job_memory_rows` while the plan drops no rows), or None. A plan that drops rows
+    is not refused on ``rows``: the job counts the rows left and decides then, before any debit."""
     try:
-        if plan.domain == "location":
-            location_steps(plan)
-        else:
-            parse_preparation(plan)
-        if rows is not None:
+        dropped = location_steps(plan)[0] if plan.domain == "location" else parse_preparation(plan)[2]
+        if rows is not None and not dropped:
             check_rows(plan, rows)
     except DPCoreError as err:
         return str(err)
