@@ -47,7 +47,7 @@ from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
-from dpcore.outofcore.source import Engine, is_url, open_source, spark_session
+from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
@@ -203,8 +203,8 @@ def check_rows(plan: ReleasePlan, rows: int, memory_rows: int | None = None) -> 
 def kmeans_in_memory(features: TableFeatures) -> KMeansInputs:
     """The in-memory inputs of ``features``' rows: the scaled values (prepare's, bit for bit), in the
     table's order, with its public bounds, names and inverse scaling."""
-    scaled = features.rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled())})
-    X = scaled.to_pandas().to_numpy(dtype=np.float64)
+    scaled = features.rows.mutate(**{f"x{j}": x for j, x in enumerate(features.scaled())})
+    X = in_table_order(scaled, *(f"x{j}" for j in range(features.n_features))).to_numpy(dtype=np.float64)
     return dataclasses.replace(features.described, X=X)
 
 
@@ -212,7 +212,7 @@ def locations_in_memory(locations: TableLocations) -> LocationInputs:
     """The in-memory inputs of ``locations``' rows, in the table's order: the coordinates and the user ids
     as text (as the Locations page reads them; each row its own person without a user column)."""
     names = [locations.lat_column, locations.lon_column, *filter(None, [locations.user_column])]
-    frame = locations.table.select(*names).to_pandas()
+    frame = in_table_order(locations.table, *names)
     users = None if locations.user_column is None else frame[locations.user_column].astype(str).to_numpy()
     return LocationInputs(
         frame[locations.lat_column].to_numpy(dtype=np.float64),

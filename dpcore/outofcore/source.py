@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlparse
 
 import ibis
 import ibis.expr.types as ir
@@ -50,6 +51,10 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.outofcore.features import SPILL_FOLDER
 
 Engine = Literal["duckdb", "spark"]
+#: Spark reads a list of files into partitions packed by size, not in the list's order: its Parquet source
+#: carries each row's file and position in it (Spark's file metadata) so that :func:`in_table_order` can
+#: put the rows back in the Data page's order. Out-of-core passes never select these columns.
+SPARK_ORDER = {"__dpcore_file": "file_path", "__dpcore_row": "row_index"}
 ENGINES: tuple[str, ...] = ("duckdb", "spark")
 CHUNK_ROWS = 65_536
 SPARK_MASTER = "local[2]"
@@ -93,10 +98,26 @@ def read_parquet(con: Any, files: list[str]) -> ir.Table:
     if con.name == "pyspark":
         _same_types(files)
         frame = con.session.read.parquet(*files)
+        frame = frame.select("*", *(frame[f"_metadata.{m}"].alias(c) for c, m in SPARK_ORDER.items()))
         name = f"dpcore_source_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(name)
         return con.table(name)
     return con.read_parquet(files, union_by_name=True, hive_partitioning=False)
+
+
+def in_table_order(table: ir.Table, *columns: str) -> pd.DataFrame:
+    """``columns`` of ``table`` as pandas, rows in the source's order: the files' sorted path order, then
+    each file's own order (as the Data page reads a folder; DuckDB keeps it, Spark's rows are sorted back
+    by :data:`SPARK_ORDER`)."""
+    order = [c for c in SPARK_ORDER if c in table.columns]
+    frame = table.select(*columns, *order).to_pandas()
+    if not order:
+        return frame
+    file, row = order
+    paths = {u: Path(unquote(urlparse(u).path)) for u in frame[file].unique()}
+    rank = {u: i for i, u in enumerate(sorted(paths, key=paths.__getitem__))}
+    frame = frame.assign(**{file: frame[file].map(rank)}).sort_values([file, row], kind="stable")
+    return frame.drop(columns=order).reset_index(drop=True)
 
 
 def _same_types(files: list[str]) -> None:
