@@ -376,3 +376,22 @@ def test_an_unexpected_error_is_one_line_for_the_user_and_a_traceback_for_the_op
     )
     log = capsys.readouterr().out  # the child's output is its log
     assert "Traceback" in log and "internal detail" in log and "T0kenValue99" not in log
+
+
+def test_a_job_ending_while_its_status_is_read_is_done_not_stopped(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status is read ("running"), then the job writes its end and frees its lock, then the lock is
+    probed: the job ended, it was not killed (a page polling it said "stopped" for an instant)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "job-end.json"
+    running = JobStatus("job-end", "running", jobs._now(), None, None, "k")
+    jobs._write_status(path, running, os.getpid())
+    probe = jobs._lock_free
+
+    def the_job_ends_first(lock: Path) -> bool:
+        jobs._write_status(path, JobStatus("job-end", "done", running.started, jobs._now(), None, "k"), None)
+        return probe(lock)  # nothing holds it: the child unlocked after writing its end
+
+    monkeypatch.setattr(jobs, "_lock_free", the_job_ends_first)
+    assert job_status(folder, "job-end").state == "done"

@@ -175,6 +175,9 @@ def job_status(folder: str | os.PathLike[str], request_id: str) -> JobStatus | N
     status = _read_status(path, request_id)
     if status is None or status.state != "running" or not _lock_free(lock):
         return status
+    status = _read_status(path, request_id)  # a job writes its end before it frees its lock: read again
+    if status is None or status.state != "running":
+        return status
     message = (
         "The batch job stopped before it finished (its process ended: a restart or a kill). Nothing was "
         f"released unless the Ledger page lists request {request_id}. Starting it again is safe: the ledger "
