@@ -108,7 +108,8 @@ def test_spark_reads_the_same_rows_into_memory(places, tmp_path: Path, spark, me
     """Spark's rows come back in the table's order (the noise is drawn row by row): the same release."""
     df, path = places
     dash = location_release(tmp_path, df, path, mechanism)
-    batch_release(tmp_path, dash, path, engine="spark", spark=spark)
+    batch, _ = batch_release(tmp_path, dash, path, engine="spark", spark=spark)
+    pd.testing.assert_frame_equal(batch.table, dash.table, check_exact=True)  # row for row
 
 
 def test_dp_lloyd_mcmc_in_memory_gives_the_dashboard_s_release(people, tmp_path: Path) -> None:
@@ -245,4 +246,5 @@ def test_a_folder_of_parts_is_read_in_the_data_page_s_row_order(
     plan = replace(plan, fingerprint=read.fingerprint)  # the folder's, as the Data page read it
     dash = dashboard(read.table, plan, tmp_path)
     spark = request.getfixturevalue("spark") if engine == "spark" else None
-    batch_release(tmp_path, dash, parts, engine=engine, spark=spark)
+    batch, _ = batch_release(tmp_path, dash, parts, engine=engine, spark=spark)
+    pd.testing.assert_frame_equal(batch.table, dash.table, check_exact=True)  # row for row
