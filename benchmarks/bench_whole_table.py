@@ -213,7 +213,7 @@ def run() -> None:
                 finally:
                     browser.close()
                 plan = ReleasePlan.from_manifest(json.loads(plan_file.read_text(encoding="utf-8")))
-                page_rid = f"plan-{plan.key[:32]}"  # the panel's request id (ui.batch_job.first_request_id)
+                page_rid = f"plan-{plan.key[:32]}"  # the panel's request id (ReleasePlan.request_id)
                 job_times(data_dir / "jobs", page_rid, clicked, shown)
                 t_cli, cli_rid = run_plan(plan_file, path, data_dir, ledger_url)
             ledger = Ledger(ledger_url)

@@ -242,6 +242,12 @@ class ReleasePlan:
         return "level l" if self.definition == "geo_ind" else "ε"
 
     @property
+    def uses_delta(self) -> bool:
+        """Whether the release's definition has a δ: differential privacy (pure and approximate releases
+        share one account) and the local PDP guarantee; Blowfish and geo-indistinguishability have none."""
+        return _ACCOUNT_FAMILY[self.definition] in ("dp", "local_pdp")
+
+    @property
     def cost(self) -> tuple[float, float]:
         """(epsilon, delta) debited from :attr:`account`."""
         return self.epsilon, self.delta
@@ -267,7 +273,7 @@ class ReleasePlan:
             }[family]
             d = f", δ = {delta:.3g}" if delta else ""
             text = (
-                f"{what.capitalize()} with ε = {eps:.4g}{d}: for two datasets that differ by "
+                f"{what[0].upper() + what[1:]} with ε = {eps:.4g}{d}: for two datasets that differ by "
                 f"{self.relation}{scope}, any output is at most e^ε = {odds:.3g} times more likely under "
                 f"one than the other{' (plus δ)' if delta else ''}."
             )
@@ -337,6 +343,27 @@ class ReleasePlan:
         """SHA-256 of the plan's manifest fields: two plans with the same key release the same thing."""
         return hashlib.sha256(to_json(self.to_manifest()).encode()).hexdigest()
 
+    @property
+    def digest(self) -> str:
+        """The first 16 hex digits of :attr:`key`: what the release panel shows and binds its buttons to."""
+        return self.key[:16]
+
+    def request_id(self, number: int = 1) -> str:
+        """The request id of this plan's ``number``-th release: ``plan-`` and 32 hex digits of :attr:`key`
+        for the first (the batch command's default), ``-<number>`` appended for each release asked again.
+        The ledger debits a request id once, so a reload, a second tab or a double click cannot spend twice.
+
+        >>> from dpcore.policy import PureDP
+        >>> plan = ReleasePlan("kmeans", "dp_lloyd", 0.5, PureDP(1.0), "toy", "0" * 64,
+        ...                    params={"n_clusters": 2})
+        >>> plan.request_id() == "plan-" + plan.key[:32], plan.request_id(3).endswith("-3")
+        (True, True)
+        """
+        if number < 1:
+            raise ParameterError(f"A release number starts at 1, got {number}.")
+        first = f"plan-{self.key[:32]}"
+        return first if number == 1 else f"{first}-{number}"
+
     def with_mode(self, mode: Mode, seed: int | None = None) -> ReleasePlan:
         return replace(self, mode=mode, seed=seed)
 
@@ -346,7 +373,7 @@ class ReleasePlan:
             ("Dataset", self.dataset_name),
             ("Mechanism", self.spec.label),
             (self.unit, f"{self.epsilon:.6g}"),
-            ("δ", f"{self.delta:.3g}"),
+            *([("δ", f"{self.delta:.3g}")] if self.uses_delta else []),
             ("Definition", self.definition_label),
             ("Neighbours", self.relation + (f", {self.scope}" if self.scope else "")),
             ("Mode", "DEMO (fixed seed)" if self.mode == "demo" else "secure (OS entropy)"),

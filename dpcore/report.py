@@ -65,9 +65,11 @@ __all__ = [
     "html_report",
     "load_artifacts",
     "make_release",
+    "plan_releases",
     "release_files",
     "save_artifacts",
     "sha256_file",
+    "short_id",
     "stored_file",
     "stored_preview",
     "stored_release",
@@ -80,6 +82,7 @@ LOCAL_NOTICE = (
 )
 RELEASE_MODES = ("secure", "demo")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_PLAN_ID = re.compile(r"^plan-[0-9a-f]{32}(-[0-9]+)?$")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 STAGING = ".staging"  # sub-folder of the artifacts folder for files not yet paid for (kept once made:
 # removing it when empty would race another release that made it and is about to write in it)
@@ -133,11 +136,24 @@ def build_manifest(
     return manifest
 
 
+def short_id(request_id: str) -> str:
+    """A request id as files and pages show it: a plan's id (``plan-<32 hex>[-<n>]``,
+    ``ReleasePlan.request_id``) as ``plan-`` and 8 hex digits with its release number after the first, any
+    other id as its first 8 characters.
+
+    >>> short_id("plan-" + "ab" * 16), short_id("plan-" + "ab" * 16 + "-2"), short_id("0123456789")
+    ('plan-abababab', 'plan-abababab-2', '01234567')
+    """
+    if _PLAN_ID.match(request_id):
+        return request_id[:13] + request_id[37:]
+    return request_id[:8]
+
+
 def file_stem(manifest: Mapping[str, Any], name: str = "release") -> str:
-    """``[DEMO-]<name>-<first 8 characters of the request id>``: the prefix of every file of a release."""
+    """``[DEMO-]<name>-<short request id>`` (:func:`short_id`): the prefix of every file of a release."""
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "release"
     prefix = "DEMO-" if manifest.get("demo") else ""
-    return f"{prefix}{slug}-{str(manifest['request_id'])[:8]}"
+    return f"{prefix}{slug}-{short_id(str(manifest['request_id']))}"
 
 
 def release_files(
@@ -561,6 +577,15 @@ def stored_preview(ledger: Ledger, request_id: str, rows: int) -> StoredPreview 
             n_rows = sum(len(chunk) for chunk in pd.read_csv(text, usecols=[0], chunksize=1_000_000))
     release = Release(record=record, manifest=manifest, files={}, table=table, replayed=True)
     return StoredPreview(release, n_rows, path, names)
+
+
+def plan_releases(ledger: Ledger, plan: ReleasePlan) -> list[ReleaseRecord]:
+    """The releases made of ``plan``, in order: the records of ``plan.request_id(1)``, ``(2)``, ... up to the
+    first number the ledger does not hold (a release number is used once, in order)."""
+    found: list[ReleaseRecord] = []
+    while (record := ledger.release_by_request(plan.request_id(len(found) + 1))) is not None:
+        found.append(record)
+    return found
 
 
 def stored_file(path: str | os.PathLike[str], name: str, expected_sha256: str) -> bytes:

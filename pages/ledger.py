@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.ledger import Ledger
+from dpcore.report import short_id
 from dpcore.safe_text import csv_bytes
 from ui import state
 from ui.errors import user_errors
@@ -120,7 +121,7 @@ def _files(ledger: Ledger, frame: pd.DataFrame) -> None:
     st.download_button(
         "Download the release files (zip)",
         data=content,
-        file_name=f"{demo}release-{chosen[:8]}.zip",
+        file_name=f"{demo}release-{short_id(chosen)}.zip",
         mime="application/zip",
         icon=":material/download:",
     )

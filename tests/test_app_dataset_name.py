@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.ledger import Ledger, LedgerError, dataset_id_for_name
 from dpcore.plan import policy_account
+from tests.panel import release_button
 from ui.state import DEFAULT_POLICY
 from ui.text import md
 
@@ -87,7 +88,7 @@ def _release(at: AppTest, eps: float) -> dict[str, str]:
     at.switch_page("pages/kmeans.py").run()
     at.number_input(key="km_rel_eps").set_value(eps).run()
     shown = dict(zip(_ok(at).table[-1].value.index, at.table[-1].value["value"], strict=True))
-    at.button(key="kmeans_release").click().run()
+    release_button(at, "kmeans").click().run()
     assert not _ok(at).error, [e.value for e in at.error]
     return shown
 

@@ -23,6 +23,8 @@ from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS
 from dpcore.ledger import Ledger
 from dpcore.plan import policy_account, public_bounds
 from dpcore.policy import Blowfish, LocalPDP, PartitionGraph, Policy, PureDP
+from dpcore.report import short_id
+from tests.panel import has_release_button, release_button
 from ui import release as ui_release
 from ui.state import DEFAULT_POLICY, Dataset
 
@@ -138,12 +140,12 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
     shown = dict(zip(at.table[-1].value.index, at.table[-1].value["value"], strict=True))
     assert shown["Mechanism"] == "DP-Lloyd (SuLQ)" and shown["ε"] == "0.5"
     assert shown["Number of clusters K"] == "4"
-    at.button(key="kmeans_release").click().run()
+    release_button(at, "kmeans").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(dataset_id=marketing.dataset_id)
     assert record.definition == "pure_dp" and record.mechanism == "dp_lloyd" and record.account == account.key
     assert ledger.remaining(account) == pytest.approx((1.5, 1e-5))
-    stem = f"kmeans-{record.request_id[:8]}"
+    stem = f"kmeans-{short_id(record.request_id)}"
     assert sorted(b.label for b in at.download_button) == sorted(
         f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
     )
@@ -168,23 +170,26 @@ def test_release_debits_once_across_reruns_and_clicks(marketing: Dataset, downlo
 
     at.run().run()
     panel = at.session_state["dp_release::kmeans"]
-    panel.result = None  # a second click on the same request (e.g. after an interrupted run)
+    panel.result = None  # the session lost its result after the debit (e.g. an interrupted run)
     at.session_state["dp_release::kmeans"] = panel
     at.run()
-    at.button(key="kmeans_release").click().run()
+    assert not has_release_button(at, "kmeans")  # the ledger's release is shown, not a fresh button
+    assert any("This plan was released once" in i.value for i in at.info)
+    assert sorted(b.label for b in at.download_button) == sorted(
+        f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
+    )
     assert len(ledger.releases(dataset_id=marketing.dataset_id)) == 1
-    assert any("nothing was debited again" in s.value for s in at.success)
 
 
 def test_local_release_debits_its_own_account_and_is_recorded_as_local(marketing: Dataset, downloads):
     ledger = _ledger(marketing, 2.0, 1e-5)  # a budget for differential privacy only
     at = _page(marketing)
     at.selectbox(key="km_rel_mech").set_value("colored").run()
-    assert at.button(key="kmeans_release").disabled  # local epsilons never come out of the DP budget
+    assert release_button(at, "kmeans").disabled  # local epsilons never come out of the DP budget
     assert any("No budget is set for Local (ε, δ) guarantee for this dataset" in w.value for w in at.warning)
     ledger.set_budget(policy_account(marketing.dataset_id, LocalPDP(1.0, 1e-6)), 2.0, 1e-5)
     at.run()
-    at.button(key="kmeans_release").click().run()
+    release_button(at, "kmeans").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(dataset_id=marketing.dataset_id)
     assert record.definition == "local_pdp" and record.delta == pytest.approx(1e-6)
@@ -200,7 +205,7 @@ def test_over_budget_release_is_disabled_with_the_reason(marketing: Dataset):
     ledger = _ledger(marketing, 0.3, 0.0)
     at = _page(marketing)
     assert any("more than the budget left" in w.value for w in at.warning)
-    assert at.button(key="kmeans_release").disabled
+    assert release_button(at, "kmeans").disabled
     assert not at.download_button and ledger.releases(dataset_id=marketing.dataset_id) == []
 
 
@@ -295,7 +300,7 @@ def test_bounded_policy_releases_dp_lloyd_calibrated_for_bounded_neighbours(mark
     ledger = _ledger(marketing, 2.0, 0.0, bounded)
     at = _page(marketing, dp_policy=bounded)
     at.number_input(key="km_rel_eps").set_value(0.5).run()
-    at.button(key="kmeans_release").click().run()
+    release_button(at, "kmeans").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(dataset_id=marketing.dataset_id)
     assert record.definition == "pure_dp" and record.epsilon == pytest.approx(0.5)
@@ -326,9 +331,9 @@ def test_release_refuses_a_k_that_was_not_compared(marketing: Dataset):
     at.select_slider(key="km_eps_range").set_value((0.5, 0.7))
     at.number_input(key="km_trials").set_value(1)
     at.button(key="km_run").click().run()
-    assert not at.exception and not at.button(key="kmeans_release").disabled
+    assert not at.exception and not release_button(at, "kmeans").disabled
     at.number_input(key="km_k").set_value(3).run()
-    assert at.button(key="kmeans_release").disabled
+    assert release_button(at, "kmeans").disabled
     assert any("K changed since the last comparison" in w.value for w in at.warning)
 
 
@@ -359,7 +364,7 @@ def test_large_table_compares_on_a_labelled_sample_and_releases_every_row(
     assert at.session_state["km_sweep"].sample.startswith(label)
     assert [i.value for i in at.info if i.value.startswith(label)]  # shown with the comparison
     at.number_input(key="km_rel_eps").set_value(0.5).run()
-    at.button(key="kmeans_release").click().run()
+    release_button(at, "kmeans").click().run()
     assert not at.exception and not _errors(at)
     assert released == [n]  # the release ran on every row, not on the comparison's sample
     (record,) = ledger.releases(dataset_id=large.dataset_id)

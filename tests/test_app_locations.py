@@ -22,6 +22,8 @@ from dpcore.ledger import Account, Ledger
 from dpcore.location.contribution import PER_LOCATION
 from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
+from dpcore.report import short_id
+from tests.panel import has_release_button, release_button
 from ui.state import DEFAULT_POLICY, POLICY_KEY, Dataset
 from ui.text import md
 
@@ -129,12 +131,12 @@ def test_release_debits_once_across_reruns(downloads):
     assert any(c.value == f"Protection: {PER_LOCATION}." for c in at.caption)
     assert any(i.value.startswith("Geo-indistinguishability at level 1 within 2000 metres") for i in at.info)
     assert not at.download_button
-    at.button(key="locations_release").click().run()
+    release_button(at, "locations").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(account)
     assert record.definition == "geo_ind" and record.mechanism == "planar_laplace"
     assert record.epsilon == pytest.approx(1.0)  # level 1 within r = 2000 m
-    stem = f"locations-{record.request_id[:8]}"
+    stem = f"locations-{short_id(record.request_id)}"
     assert sorted(b.label for b in at.download_button) == sorted(
         f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
     )
@@ -166,10 +168,10 @@ def test_release_with_a_user_column_protects_a_user_with_the_public_maximum(down
     scope = "per user (at most 4 locations each)"
     assert any(c.value == f"Protection: {scope}." for c in at.caption)
     assert any(scope in i.value and i.value.startswith("Differential privacy with ε = 1") for i in at.info)
-    at.button(key="locations_release").click().run()
+    release_button(at, "locations").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(account)
-    manifest = json.loads(downloads[f"locations-{record.request_id[:8]}-manifest.json"])
+    manifest = json.loads(downloads[f"locations-{short_id(record.request_id)}-manifest.json"])
     assert manifest["scope"] == scope and manifest["details"]["max_per_user"] == 4
     assert manifest["parameters"]["max_per_user"] == 4
 
@@ -191,12 +193,12 @@ def test_hotspot_release_debits_once_and_offers_downloads(downloads, mech):
     at.number_input(key="loc_rel_eps").set_value(1.0).run()
     label = "DP hotspots (DP-Lloyd)" if mech == "dp_hotspots" else "Blowfish hotspots (distance threshold θ)"
     assert any(i.value.startswith(sentence) for i in at.info)
-    at.button(key="locations_release").click().run()
+    release_button(at, "locations").click().run()
     assert not at.exception and not _errors(at)
     (record,) = ledger.releases(account)
     assert record.mechanism == mech and record.epsilon == pytest.approx(1.0)
     assert record.definition == ("pure_dp" if mech == "dp_hotspots" else "blowfish")
-    stem = f"locations-{record.request_id[:8]}"
+    stem = f"locations-{short_id(record.request_id)}"
     assert sorted(b.label for b in at.download_button) == sorted(
         f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html")
     )
@@ -223,7 +225,7 @@ def test_over_budget_release_is_refused_without_downloads():
     at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
     at.number_input(key="loc_rel_eps").set_value(1.0).run()
     assert any("more than the budget left" in w.value for w in at.warning)
-    assert at.button(key="locations_release").disabled
+    assert release_button(at, "locations").disabled
     assert not at.download_button and ledger.releases(account) == []
 
 
@@ -242,7 +244,7 @@ def test_bad_inputs_show_messages():
     at.selectbox(key="loc_rel_mech").set_value("dp_mean").run()
     at.number_input(key="loc_rel_eps").set_value(0.0).run()
     assert not at.exception and any("epsilon" in e for e in _errors(at))
-    assert "locations_release" not in [b.key for b in at.button]
+    assert not has_release_button(at, "locations")
 
 
 def test_out_of_range_coordinates_show_a_message():
@@ -265,10 +267,10 @@ def test_release_refuses_settings_that_changed_since_the_comparison():
     at.select_slider(key="loc_eps_range").set_value((0.5, 1.0))
     at.number_input(key="loc_trials").set_value(1)
     at.button(key="loc_run").click().run()
-    assert not at.exception and not at.button(key="locations_release").disabled
+    assert not at.exception and not release_button(at, "locations").disabled
     at.number_input(key="loc_hotspot_k").set_value(5).run()  # changed after comparing
-    assert at.button(key="locations_release").disabled
+    assert release_button(at, "locations").disabled
     assert any("hotspots K changed since the last comparison" in w.value for w in at.warning)
     at.number_input(key="loc_hotspot_k").set_value(8).run()  # set back: what was compared
-    assert not at.button(key="locations_release").disabled
+    assert not release_button(at, "locations").disabled
     assert ledger.releases(account) == []

@@ -14,6 +14,7 @@ from dpcore import config
 from dpcore.data import fingerprint
 from dpcore.ledger import Ledger
 from dpcore.policy import GeoIndistinguishability
+from tests.panel import release_button
 from ui.nav import registered_pages
 
 TIMEOUT = 120
@@ -201,7 +202,7 @@ def test_geo_indistinguishability_is_set_on_the_policy_page_only():
     text = " ".join(m.value for m in _ok(at).markdown)
     assert "level **l = 2 within r = 500 m** (ε = 0.004 per metre)" in text
     assert at.selectbox(key="loc_rel_mech").value == "planar_laplace"
-    at.button(key="locations_release").click().run()
+    release_button(at, "locations").click().run()
     assert not _ok(at).error, [e.value for e in at.error]
     (record,) = Ledger(config.ledger_url()).releases(dataset_id=at.session_state["dp_dataset"].dataset_id)
     assert (record.definition, record.epsilon) == ("geo_ind", 2.0)  # the release spends level l exactly
@@ -231,7 +232,7 @@ KEEPERS = {"persist", "_kept"}  # ui.state.persist and the Privacy policy page's
 NOT_KEPT = {  # (file, key text): why the value is deliberately not kept
     ("pages/policy.py", "'pol_budget_eps'"): "shows the ledger's saved budget until Save is pressed",
     ("pages/policy.py", "'pol_budget_delta'"): "shows the ledger's saved budget until Save is pressed",
-    ("ui/release.py", "f'{key}_again_{panel.request_id}'"): "spending again is confirmed anew each time",
+    ("ui/release.py", "f'{key}_again_{next_id}'"): "spending again is confirmed anew each time",
     ("pages/data.py", "f'data_name_{ds.dataset_id}'"): "shows the dataset's name (kept with the dataset) "
     "until Use this name is pressed",
 }

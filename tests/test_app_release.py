@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import zipfile
 
 import pandas as pd
@@ -13,7 +14,8 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Account, Ledger
-from dpcore.plan import policy_account
+from dpcore.plan import ReleasePlan, policy_account
+from tests.panel import again_checkbox, has_release_button, release_button, request_id
 from ui.state import DEFAULT_POLICY, Dataset
 
 TIMEOUT = 60
@@ -27,7 +29,9 @@ def _release_script():
     from ui.release import current_plan, release_panel
 
     X = np.linspace(0.0, 1.0, 40).reshape(20, 2)
-    eps = st.session_state.get("eps", 0.4)
+    if "eps" not in st.session_state:
+        st.session_state["eps"] = 0.4
+    eps = st.number_input("ε to spend", min_value=0.0, format="%.4g", key="eps")
     plan = current_plan("kmeans", "dp_lloyd", epsilon=eps, params={"n_clusters": 2})
     inputs = KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b"))
     release_panel(key="fake", plan=plan, inputs=inputs)
@@ -61,20 +65,20 @@ def _panel(dataset: Dataset, **state) -> AppTest:
 def test_release_debits_once_and_offers_downloads(dataset: Dataset, ledger: Ledger, downloads):
     at = _panel(dataset)
     assert not at.exception and not at.download_button  # nothing shown before paying
-    request_id = at.session_state["dp_release::fake"].request_id
+    rid = request_id(at, "fake")
     at.run()
-    assert at.session_state["dp_release::fake"].request_id == request_id  # stable across reruns
-    at.button(key="fake_release").click().run()
+    assert request_id(at, "fake") == rid  # stable across reruns: the plan's own id
+    release_button(at, "fake").click().run()
     assert not at.exception and not at.error
     records = ledger.releases(dataset_id=dataset.dataset_id)
-    assert [r.request_id for r in records] == [request_id] and records[0].sampling_mode == "secure"
+    assert [r.request_id for r in records] == [rid] and records[0].sampling_mode == "secure"
     assert records[0].user == "test-curator" and records[0].definition == "pure_dp"
     assert ledger.remaining(_account(dataset)) == pytest.approx((0.6, 0.0))
     names = sorted(b.label for b in at.download_button)
-    stem = f"fake-{request_id[:8]}"
+    stem = f"fake-{rid[:13]}"
     assert names == sorted(f"{stem}{s}" for s in (".csv", ".json", "-manifest.json", "-report.html"))
     manifest = json.loads(downloads[f"{stem}-manifest.json"])
-    assert manifest["request_id"] == request_id and manifest["parameters"]["n_clusters"] == 2
+    assert manifest["request_id"] == rid and manifest["parameters"]["n_clusters"] == 2
     assert manifest["guarantee"].startswith("Differential privacy with ε = 0.4")
     assert manifest["dataset_fingerprint"] == dataset.fingerprint and manifest["demo"] is False
     released = pd.read_csv(io.BytesIO(downloads[f"{stem}.csv"]))
@@ -84,42 +88,41 @@ def test_release_debits_once_and_offers_downloads(dataset: Dataset, ledger: Ledg
 
     at.run().run()  # reruns show the same release and spend nothing
     assert len(ledger.releases(dataset_id=dataset.dataset_id)) == 1
-    assert "fake_release_again" not in [b.key for b in at.button]  # hidden behind a confirmation
-    next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
-    at.button(key="fake_release_again").click().run()  # an explicit second release is a new request
+    assert not has_release_button(at, "fake", again=True)  # hidden behind a confirmation
+    again_checkbox(at, "fake").check().run()
+    release_button(at, "fake", again=True).click().run()  # an explicit second release is a new request
     second = ledger.releases(dataset_id=dataset.dataset_id)
-    assert len(second) == 2 and second[1].request_id != request_id
+    assert [r.request_id for r in second] == [rid, f"{rid}-2"]
     assert ledger.remaining(_account(dataset)) == pytest.approx((0.2, 0.0))
 
 
-def test_rerun_of_a_paid_request_replays_it(dataset: Dataset, ledger: Ledger):
+def test_a_session_that_lost_its_release_reads_it_from_the_ledger(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset)
-    at.button(key="fake_release").click().run()
+    release_button(at, "fake").click().run()
     panel = at.session_state["dp_release::fake"]
     first = panel.result
     panel.result = None  # as if the session lost the result after the debit (interrupted run)
     at.session_state["dp_release::fake"] = panel
     at.run()
-    at.button(key="fake_release").click().run()
+    assert not at.exception and not has_release_button(at, "fake")  # no fresh button for a released plan
+    assert any("This plan was released once" in i.value and "by test-curator" in i.value for i in at.info)
+    assert sorted(b.label for b in at.download_button) == sorted(first.files)
     assert len(ledger.releases(dataset_id=dataset.dataset_id)) == 1
-    replay = at.session_state["dp_release::fake"].result
-    assert replay.replayed and replay.files == first.files
-    assert any("nothing was debited again" in s.value for s in at.success)
 
 
 def test_over_budget_release_is_disabled_with_the_reason(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset, eps=1.5)
     assert any("more than the budget left" in w.value for w in at.warning)
-    assert at.button(key="fake_release").disabled
+    assert release_button(at, "fake").disabled
     assert ledger.releases(dataset_id=dataset.dataset_id) == []
 
 
 def test_another_tab_spending_is_read_from_the_ledger(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset, eps=0.8)
-    assert not at.button(key="fake_release").disabled
+    assert not release_button(at, "fake").disabled
     ledger.spend(_account(dataset), 0.5, 0.0, "dp_lloyd", "other-tab")  # a release made in another tab
-    at.button(key="fake_release").click().run()  # the run reads the ledger again before releasing
-    assert not at.exception and at.button(key="fake_release").disabled
+    release_button(at, "fake").click().run()  # the run reads the ledger again before releasing
+    assert not at.exception and release_button(at, "fake").disabled
     assert any("ε = 0.5" in w.value and "more than the budget left" in w.value for w in at.warning)
     assert not at.download_button and at.session_state["dp_release::fake"].result is None
     assert [r.request_id for r in ledger.releases(dataset_id=dataset.dataset_id)] == ["other-tab"]
@@ -128,17 +131,17 @@ def test_another_tab_spending_is_read_from_the_ledger(dataset: Dataset, ledger: 
 
 def test_changing_parameters_starts_a_new_request(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset)
-    first = at.session_state["dp_release::fake"].request_id
+    first = request_id(at, "fake")
     at.session_state["eps"] = 0.3
     at.run()
-    assert at.session_state["dp_release::fake"].request_id != first
+    assert request_id(at, "fake") != first
 
 
 def test_demo_mode_marks_outputs_and_ledger(dataset: Dataset, ledger: Ledger, downloads):
     ledger.set_budget(_account(dataset, "demo"), 1.0)
     at = _panel(dataset, dp_mode="demo", dp_seed=11)
     assert any("DEMO mode (seed 11)" in w.value for w in at.warning)
-    at.button(key="fake_release").click().run()
+    release_button(at, "fake").click().run()
     assert not at.error
     (record,) = ledger.releases(dataset_id=dataset.dataset_id)
     assert record.sampling_mode == "demo" and record.account == _account(dataset, "demo").key
@@ -156,12 +159,12 @@ def test_demo_mode_marks_outputs_and_ledger(dataset: Dataset, ledger: Ledger, do
 def test_no_budget_set_is_refused(dataset: Dataset):
     at = _panel(dataset)
     assert any("No budget is set" in w.value and "Privacy policy page" in w.value for w in at.warning)
-    assert at.button(key="fake_release").disabled
+    assert release_button(at, "fake").disabled
 
 
 def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset, ledger: Ledger, downloads):
     at = _panel(dataset)
-    at.button(key="fake_release").click().run()
+    release_button(at, "fake").click().run()
     (record,) = ledger.releases(dataset_id=dataset.dataset_id)
     page = AppTest.from_file(app_path, default_timeout=TIMEOUT)
     page.session_state["dp_dataset"] = dataset
@@ -169,7 +172,7 @@ def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset,
     page.switch_page("pages/ledger.py").run()
     assert not page.exception and not page.error
     assert any(record.artifact_hash in c.value for c in page.caption)
-    zipped = downloads[f"release-{record.request_id[:8]}.zip"]
+    zipped = downloads[f"release-{record.request_id[:13]}.zip"]
     assert zipfile.ZipFile(io.BytesIO(zipped)).namelist()
     exported = pd.read_csv(io.BytesIO(downloads["ledger.csv"]))
     assert exported["request id"].tolist() == [record.request_id]
@@ -178,11 +181,13 @@ def test_ledger_page_links_the_release_artifact(app_path: str, dataset: Dataset,
 
 def test_refused_release_again_shows_no_stale_downloads(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset, eps=0.6)
-    at.button(key="fake_release").click().run()
+    release_button(at, "fake").click().run()
     assert len(at.download_button) == 4 and ledger.remaining(_account(dataset)) == pytest.approx((0.4, 0.0))
-    assert next(c for c in at.checkbox if c.key.startswith("fake_again")).disabled  # 0.6 > 0.4 left
-    assert any("more than the budget left" in w.value for w in at.warning)
-    assert "fake_release_again" not in [b.key for b in at.button]
+    assert again_checkbox(at, "fake").disabled  # 0.6 > 0.4 left
+    refusal = "again is not possible now: This release costs ε = 0.6, more than the budget left"
+    assert any(refusal in c.value for c in at.caption)
+    assert not any("more than the budget left" in w.value for w in at.warning)  # not above the release
+    assert not has_release_button(at, "fake", again=True)
 
 
 def test_a_long_released_table_shows_its_first_rows_and_says_the_files_hold_all(
@@ -192,8 +197,94 @@ def test_a_long_released_table_shows_its_first_rows_and_says_the_files_hold_all(
 
     monkeypatch.setattr(ui.release, "PANEL_ROWS", 1)  # a per-visit release: millions of rows
     at = _panel(dataset)
-    at.button(key="fake_release").click().run()
+    release_button(at, "fake").click().run()
     assert not at.exception
     (shown,) = at.dataframe
     assert len(shown.value) == 1  # DP-Lloyd with K = 2 released 2 rows
     assert any("The first 1 of 2 released rows" in c.value for c in at.caption)
+
+
+# -- the panel as a contract: what the curator confirmed is what is released, exactly once ------------
+
+
+def _rows(ledger: Ledger, dataset: Dataset) -> list[tuple[str, float]]:
+    return [(r.request_id, r.epsilon) for r in ledger.releases(dataset_id=dataset.dataset_id)]
+
+
+def test_a_value_committed_by_the_click_releases_nothing(dataset: Dataset, ledger: Ledger):
+    """Typing 1 into the ε field without Enter and clicking the button drawn for ε = 0.1: Streamlit commits
+    the field in the click's run; the panel builds another plan and must release nothing."""
+    at = _panel(dataset, eps=0.1)
+    shown = release_button(at, "fake")
+    assert "ε = 0.1" in shown.label
+    at.number_input(key="eps").set_value(1.0)
+    shown.click().run()  # one run: the field's new value and the click
+    assert not at.exception and _rows(ledger, dataset) == []
+    assert any("settings changed since you confirmed" in w.value for w in at.warning)
+    assert "ε = 1)" in release_button(at, "fake").label  # the new plan, to be confirmed anew
+    release_button(at, "fake").click().run()
+    assert _rows(ledger, dataset) == [(request_id(at, "fake"), 1.0)]
+
+
+def test_double_click_and_a_click_on_a_stale_button_spend_once(dataset: Dataset, ledger: Ledger):
+    at = _panel(dataset)
+    button = release_button(at, "fake")
+    button.click().run()
+    button.click().run()  # the second event of a double click, on the button as it was drawn
+    at.run()
+    assert _rows(ledger, dataset) == [(request_id(at, "fake"), 0.4)]
+    assert not has_release_button(at, "fake")
+
+
+def test_reload_and_a_second_tab_show_the_release_and_never_repeat_it(dataset: Dataset, ledger: Ledger):
+    first, second = _panel(dataset), _panel(dataset)  # two tabs on the same plan
+    stale = release_button(second, "fake")
+    release_button(first, "fake").click().run()
+    stale.click().run()  # drawn before the first tab released: the same request, nothing spent again
+    assert _rows(ledger, dataset) == [(request_id(first, "fake"), 0.4)]
+    assert not second.exception and second.download_button
+    reloaded = _panel(dataset)  # a reload: a new session, the same plan
+    assert not has_release_button(reloaded, "fake") and reloaded.download_button
+    assert any("This plan was released once" in i.value for i in reloaded.info)
+    again_checkbox(reloaded, "fake").check().run()
+    assert "spends ε = 0.4 more" in release_button(reloaded, "fake", again=True).label
+    release_button(reloaded, "fake", again=True).click().run()
+    rid = request_id(first, "fake")
+    assert _rows(ledger, dataset) == [(rid, 0.4), (f"{rid}-2", 0.4)]
+    assert any("released 2 times" in i.value for i in _panel(dataset).info)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_edits_and_clicks_release_only_confirmed_plans(dataset: Dataset, ledger: Ledger, seed: int):
+    """Random sequences of edits (committed with the click or before it), reruns, confirmations and clicks:
+    every ledger row is a plan whose button was on screen when clicked (its digest and its ε), and a plan
+    is released at most once plus once per click on its "Release this plan again"."""
+    rng = random.Random(seed)
+    ledger.set_budget(_account(dataset), 100.0, 0.0)
+    at = _panel(dataset)
+    clicked: dict[str, list[str]] = {}  # digest of a clicked button's plan -> the roles clicked
+    eps_of: dict[str, float] = {}  # digest -> the ε its button showed
+    for _ in range(14):
+        op = rng.choice(["edit", "edit_and_click", "click", "click", "rerun", "again"])
+        buttons = [b for b in at.button if b.key and b.key.startswith("fake_release")]
+        if op in ("edit", "edit_and_click"):
+            at.number_input(key="eps").set_value(rng.choice([0.1, 0.2, 0.5]))
+        if op in ("click", "edit_and_click") and buttons:
+            shown = buttons[0]
+            role, digest = shown.key[len("fake_") :].rsplit("_", 1)
+            clicked.setdefault(digest, []).append(role)
+            eps_of[digest] = float(shown.label.split("ε = ")[1].split(" ")[0].rstrip(")"))
+            shown.click()
+        elif op == "again" and (boxes := [c for c in at.checkbox if c.key.startswith("fake_again_")]):
+            boxes[0].check()
+        at.run()
+        assert not at.exception
+    per_plan: dict[str, int] = {}
+    for row in ledger.releases(dataset_id=dataset.dataset_id):
+        with zipfile.ZipFile(row.artifact_path) as stored:
+            name = next(n for n in stored.namelist() if n.endswith("-manifest.json"))
+            digest = ReleasePlan.from_manifest(json.loads(stored.read(name))).digest
+        assert digest in clicked and eps_of[digest] == row.epsilon  # a plan that was shown and clicked
+        per_plan[digest] = per_plan.get(digest, 0) + 1
+    for digest, count in per_plan.items():
+        assert count <= 1 + clicked[digest].count("release_again")

@@ -22,6 +22,8 @@ from dpcore import config
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
+from dpcore.report import short_id
+from tests.panel import release_button, request_id
 from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open, _people
 from ui import batch_job
 from ui.state import DEFAULT_POLICY
@@ -71,11 +73,17 @@ def _whole_table_button(at: AppTest):
     return button
 
 
-def _released(at: AppTest) -> str:
-    """Run the page until the release shows (the job's progress fragment reruns it in a browser)."""
+def _released(at: AppTest, rid: str | None = None) -> str:
+    """Run the page until the release (of request ``rid``, if given) shows (the job's progress fragment
+    reruns it in a browser)."""
     deadline = time.monotonic() + JOB_TIMEOUT
+    shown = "on the whole table by a batch job" + ("" if rid is None else " at ε = ")
     while time.monotonic() < deadline:
-        done = [s.value for s in at.success if "on the whole table by a batch job" in s.value]
+        done = [
+            s.value
+            for s in at.success
+            if shown in s.value and (rid is None or f"request {short_id(rid)} by" in s.value)
+        ]
         if done:
             return done[0]
         assert not at.error, [e.value for e in at.error]
@@ -86,10 +94,9 @@ def _released(at: AppTest) -> str:
 
 def _record(at: AppTest):
     """The ledger record of the K-means panel's request."""
-    panel = at.session_state["dp_release::kmeans"]
     ledger = Ledger(config.ledger_url())
     try:
-        record = ledger.release_by_request(panel.request_id)
+        record = ledger.release_by_request(request_id(at, "kmeans"))
     finally:
         ledger.close()
     assert record is not None
@@ -106,11 +113,10 @@ def test_a_sample_is_released_on_the_whole_table_by_a_batch_job(folder: Path, tm
     assert not button.disabled and "400 rows" in button.label
     button.click().run()
     _ok(at)
-    panel = at.session_state["dp_release::kmeans"]
-    assert panel.request_id.startswith("plan-")  # the batch command's default id for this plan
-    assert batch_job.status(panel.request_id) is not None  # started: running, or already done
+    rid = request_id(at, "kmeans")  # the batch command's default id for this plan
+    assert batch_job.status(rid) is not None  # started: running, or already done
     message = _released(at)
-    assert f"request plan-{panel.request_id[5:13]} by test-curator at" in message  # who released it, when
+    assert f"request {rid[:13]} by test-curator at" in message  # who released it, when
     record = _record(at)
     assert record.dataset_fingerprint == ds.fingerprint  # the whole table's account and fingerprint
     ledger = Ledger(config.ledger_url())
@@ -120,7 +126,7 @@ def test_a_sample_is_released_on_the_whole_table_by_a_batch_job(folder: Path, tm
     ledger.close()
     shown = next(df.value for df in at.dataframe if "cluster" in " ".join(map(str, df.value.columns)).lower())
     # the same plan (demo seed) run in process on the whole file gives the same release: every row was used
-    manifest = at.session_state["dp_release::kmeans"].result.manifest
+    manifest = at.session_state["dp_release::kmeans"].stored.release.manifest
     other = Ledger.initialise(f"sqlite:///{tmp_path / 'other.db'}")
     plan = ReleasePlan.from_manifest(manifest)
     other.set_budget(plan.account, 5.0, 1e-5)
@@ -165,14 +171,13 @@ def test_a_job_that_fails_says_why_spends_nothing_and_can_run_again_and_again(fo
     ledger = Ledger(config.ledger_url())
     assert len(ledger.releases(dataset_id=ds.dataset_id)) == 1
     ledger.close()
-    first = at.session_state["dp_release::kmeans"].request_id
+    first, second = request_id(at, "kmeans"), request_id(at, "kmeans", 2)
     # another release of the same plan: a new request, confirmed, run as a new job
-    at.checkbox(key=f"kmeans_again_{first}").check().run()
-    at.button(key="kmeans_release_again").click().run()
+    at.checkbox(key=f"kmeans_again_{second}").check().run()
+    release_button(at, "kmeans", again=True).click().run()
     _ok(at)
-    second = at.session_state["dp_release::kmeans"].request_id
-    assert second != first and batch_job.status(second) is not None
-    _released(at)
+    assert batch_job.status(second) is not None
+    _released(at, second)
     ledger = Ledger(config.ledger_url())
     assert {r.request_id for r in ledger.releases(dataset_id=ds.dataset_id)} == {first, second}
     ledger.close()
@@ -199,7 +204,7 @@ def test_a_running_job_shows_its_progress_and_can_be_stopped(folder: Path) -> No
     button; stopping it ends the process, says nothing was released, and offers the release again."""
     at = _open(_folder_secrets(folder))
     _prepared_sample(at)
-    rid = at.session_state["dp_release::kmeans"].request_id
+    rid = request_id(at, "kmeans")
     jobs = batch_job.jobs_dir()
     jobs.mkdir(parents=True, exist_ok=True)
     lock = jobs / f"{rid}.lock"

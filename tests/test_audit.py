@@ -25,6 +25,7 @@ from dpcore.mechanisms import (
     gaussian_sigma,
     laplace_mechanism,
 )
+from tests.panel import again_checkbox, has_release_button, release_button
 
 # ------------------------------------------------------------------ mechanisms: floating-point leak
 
@@ -163,6 +164,7 @@ def test_release_again_needs_a_fresh_confirmation_each_time():
     from dpcore import config
     from dpcore.ledger import Ledger
     from dpcore.plan import policy_account
+    from ui.release import Confirmation
     from ui.state import DEFAULT_POLICY, Dataset
 
     raw = pd.DataFrame({"x": [0.1, 0.5, 0.9, 0.3]})
@@ -172,14 +174,19 @@ def test_release_again_needs_a_fresh_confirmation_each_time():
     at = AppTest.from_function(_release_script, default_timeout=60)
     at.session_state["dp_dataset"] = ds
     at.run()
-    at.button(key="fake_release").click().run()
-    next(c for c in at.checkbox if c.key.startswith("fake_again")).check().run()
-    at.button(key="fake_release_again").click().run()  # confirmed second release
-    assert len(ledger.releases(dataset_id=ds.dataset_id)) == 2
-    again = [b for b in at.button if b.key == "fake_release_again"]
-    if again:  # the double click's second event
-        again[0].click().run()
-    assert len(ledger.releases(dataset_id=ds.dataset_id)) == 2
+    release_button(at, "fake").click().run()
+    again_checkbox(at, "fake").check().run()
+    again = release_button(at, "fake", again=True)
+    again.click().run()  # confirmed second release
+    rids = [r.request_id for r in ledger.releases(dataset_id=ds.dataset_id)]
+    assert len(rids) == 2 and rids[1] == rids[0] + "-2"
+    assert not has_release_button(at, "fake", again=True)  # the next release needs a new confirmation
+    assert again_checkbox(at, "fake").value is False
+    # the double click's second event: the button's callback again, with what it was drawn for
+    plan_key = at.session_state["dp_release::fake"].intent
+    at.session_state["dp_confirmed::fake"] = Confirmation(plan_key, rids[1])
+    at.run()
+    assert not at.exception and len(ledger.releases(dataset_id=ds.dataset_id)) == 2
 
 
 # ------------------------------------------------------------------ independent cross-checks (passing)

@@ -17,6 +17,7 @@ from dpcore import config
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Ledger
 from dpcore.plan import policy_account
+from tests.panel import release_button
 from ui import auth
 from ui.state import DEFAULT_POLICY, Dataset
 
@@ -169,7 +170,7 @@ def test_release_records_the_signed_in_user(monkeypatch: pytest.MonkeyPatch) -> 
     at = AppTest.from_function(_release_script, default_timeout=TIMEOUT)
     at.session_state["dp_dataset"] = ds
     at.run()
-    at.button(key="auth_release").click().run()
+    release_button(at, "auth").click().run()
     assert not at.exception and not at.error
     records = ledger.releases(dataset_id=ds.dataset_id)
     assert [r.user for r in records] == ["alice@example.org"]

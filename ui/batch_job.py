@@ -5,10 +5,10 @@ The dashboard holds a uniform sample of such a table (diagnostics only). The rel
 command's (``python -m dpcore run-plan``), started by :func:`dpcore.outofcore.jobs.start_job` in its own
 process: DuckDB reads the whole source out of core, the mechanism's passes run there (a mechanism without
 them reads the prepared rows into memory, up to ``DPCORE_JOB_MEMORY_ROWS``), and the release is debited and
-stored like any other. Its request id is the batch command's default for the plan,
-``plan-`` and the first 32 hex digits of the plan's key, so a reload, a second tab, a server restart or the
-same plan run from a terminal all find the one job and the one ledger entry (the ledger debits a request
-id once). A job's status lives in ``<DPCORE_DATA_DIR>/jobs``.
+stored like any other. Its request id is the plan's (``ReleasePlan.request_id``; for a first release the
+batch command's default, ``plan-`` and the first 32 hex digits of the plan's key), so a reload, a second
+tab, a server restart or the same plan run from a terminal all find the one job and the one ledger entry
+(the ledger debits a request id once). A job's status lives in ``<DPCORE_DATA_DIR>/jobs``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,6 @@ POLL_S = 1.0
 def jobs_dir() -> Path:
     """Folder of the batch jobs' status files and logs: ``<DPCORE_DATA_DIR>/jobs``."""
     return config.data_dir() / JOBS
-
-
-def first_request_id(plan: ReleasePlan) -> str:
-    """The request id of a plan's first whole-table release: the batch command's default for it."""
-    return f"plan-{plan.key[:32]}"
 
 
 def status(request_id: str) -> JobStatus | None:

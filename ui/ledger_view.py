@@ -16,6 +16,7 @@ import pandas as pd
 from dpcore.ledger import BudgetStatus, Ledger, ReleaseRecord
 from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
+from dpcore.report import short_id
 
 __all__ = [
     "MODES",
@@ -134,7 +135,7 @@ def release_labels(frame: pd.DataFrame) -> dict[str, str]:
     labels = {}
     for rid, time, name, mechanism, eps, mode in facts.itertuples(index=False):
         demo = ["DEMO"] if mode == "DEMO" else []
-        labels[rid] = " · ".join([time, name, mechanism, f"ε {eps:.4g}", *demo, rid[:8]])
+        labels[rid] = " · ".join([time, name, mechanism, f"ε {eps:.4g}", *demo, short_id(rid)])
     return labels
 
 

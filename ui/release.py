@@ -2,20 +2,25 @@
 
 The page builds a :class:`dpcore.plan.ReleasePlan` with :func:`current_plan` (dataset, preparation, policy
 and sampling mode come from the session; mechanism, eps, delta and parameters from the page). The panel
-shows exactly that plan, its guarantee and the budget left on its ledger account, read from the ledger on
-every run; the button is disabled, with the reason, when the plan cannot be released (no budget, over
-budget, settings changed since the comparison). Its request id is a uuid4 kept for one plan (its key): a
-rerun or a double click reuses it, so the ledger debits at most once; a second release of the same plan
-needs an explicit confirmation. The order of work is :func:`dpcore.report.make_release`'s: run once, store
-the files, debit atomically, and only then show anything. When the dataset is a uniform sample of a larger
-table, the release runs on the whole table as a batch job (:mod:`ui.batch_job`) whose first request id is the
-batch command's for the plan, and the panel shows the recorded release's stored preview.
+shows exactly that plan, its digest, its guarantee and the budget left on its ledger account, read from the
+ledger on every run; the button is disabled, with the reason, when the plan cannot be released (no budget,
+over budget, settings changed since the comparison).
+
+What spends is bound to what was shown: every button that spends carries the plan's digest in its widget
+key and, through its callback, the plan key and request id it was drawn with; a click whose run builds
+another plan (a field committed by the same click, another tab's change) releases nothing and says so.
+A plan is released once: its request ids are ``ReleasePlan.request_id(1)``, ``(2)``, ... and the panel reads
+the plan's releases from the ledger on every run, so a rerun, a double click, a reload, a second tab or a
+restart show the release made (the ledger debits a request id once); another release of the same plan
+needs the explicit "Release this plan again". The order of work is :func:`dpcore.report.make_release`'s:
+run once, store the files, debit atomically, and only then show anything. When the dataset is a uniform
+sample of a larger table, the release runs on the whole table as a batch job (:mod:`ui.batch_job`) under the
+same request ids, and the panel shows the recorded release's stored preview.
 """
 
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +30,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore import config
-from dpcore.ledger import BudgetStatus
+from dpcore.ledger import BudgetStatus, ReleaseRecord
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
 from dpcore.report import (
     DEMO_NOTICE,
@@ -33,7 +38,9 @@ from dpcore.report import (
     Release,
     StoredPreview,
     make_release,
+    plan_releases,
     sha256_file,
+    short_id,
     stored_file,
     stored_preview,
 )
@@ -54,18 +61,37 @@ __all__ = [
 
 ARTIFACTS = "artifacts"
 PANEL_ROWS = 10_000  # rows of a released table the panel shows (a per-visit release can have millions)
+CONFIRMED_PREFIX = "dp_confirmed::"
+CHANGED = (
+    "The settings changed since you confirmed: nothing was released and nothing was spent. Review what "
+    "will run above and click again."
+)
 _MIME = {".csv": "text/csv", ".json": "application/json", ".html": "text/html"}
 
 
 @dataclass
 class PanelState:
-    """A panel's current plan key, its request id, and the release made for it (None until paid); a
-    whole-table release is kept as its ``stored`` preview (first rows, files read on download)."""
+    """A panel's current plan key and the release this session made of it (shown with its figures), or the
+    stored preview of the plan's latest release found in the ledger (a reload, another tab, a batch job)."""
 
     intent: str
-    request_id: str
     result: Release | None = None
     stored: StoredPreview | None = None
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a clicked spend button was drawn for: the plan's key and the request id it would release."""
+
+    digest: str
+    request_id: str
+
+
+def _confirm(key: str, digest: str, request_id: str) -> None:
+    """A spend button's callback: Streamlit calls it before the click's run with the arguments drawn on the
+    button, i.e. the plan the curator saw when clicking (not the one the click's run may build from a field
+    committed by the same click)."""
+    st.session_state[CONFIRMED_PREFIX + key] = Confirmation(digest, request_id)
 
 
 def artifacts_dir() -> Path:
@@ -128,31 +154,31 @@ def current_plan(
     return None if outcome.failed else plan
 
 
-def _panel(key: str, plan: ReleasePlan, whole_table: bool) -> PanelState:
-    """The panel's state for ``plan``: a new request id when the plan changed (a whole table's first
-    request is the batch command's id for the plan, :func:`ui.batch_job.first_request_id`)."""
+def _panel(key: str, plan: ReleasePlan) -> PanelState:
+    """The panel's state for ``plan`` (a new one when the plan changed)."""
     slot = state.RELEASE_PREFIX + key
     panel = st.session_state.get(slot)
     if panel is None or panel.intent != plan.key:
-        first = batch_job.first_request_id(plan) if whole_table else uuid.uuid4().hex
-        panel = PanelState(intent=plan.key, request_id=first)
+        panel = PanelState(intent=plan.key)
         st.session_state[slot] = panel
     return panel
 
 
-def show_release(result: Release, key: str, *, stored: StoredPreview | None = None) -> None:
-    """The paid release: ledger confirmation, table, figures and download buttons (CSV, JSON, HTML); a
-    whole table's release (made by a batch job) is its ``stored`` preview: its first rows, each file read
-    from the stored zip when downloaded, its charts in the HTML report."""
-    whole_table = stored is not None
+def show_release(
+    result: Release, key: str, *, stored: StoredPreview | None = None, whole_table: bool = False
+) -> None:
+    """A paid release: ledger confirmation, table, figures and download buttons (CSV, JSON, HTML). A release
+    read back from the ledger (a reload, another tab, a batch job) is its ``stored`` preview: its first rows,
+    each file read from the stored zip when downloaded, its charts in the HTML report."""
     rec = result.record
-    note = " (already recorded: nothing was debited again)" if result.replayed and not whole_table else ""
+    note = " (already recorded: nothing was debited again)" if result.replayed and stored is None else ""
     where = " on the whole table by a batch job" if whole_table else ""
+    unit = "level l" if rec.definition == "geo_ind" else "ε"
+    delta = f", δ = {rec.delta:.3g}" if rec.delta else ""
     st.success(
-        f"Released {result.manifest.get('mechanism_label', rec.mechanism)}{where} at "
-        f"{'level l' if rec.definition == 'geo_ind' else 'ε'} = {rec.epsilon:.4g}, "
-        f"δ = {rec.delta:.3g}; recorded in the ledger as request {_short(rec.request_id)} by {rec.user} at "
-        f"{rec.time[:19]} UTC{note}."
+        f"Released {result.manifest.get('mechanism_label', rec.mechanism)}{where} at {unit} = "
+        f"{rec.epsilon:.4g}{delta}; recorded in the ledger as request {short_id(rec.request_id)} by "
+        f"{md(rec.user)} at {rec.time[:19]} UTC{note}."
     )
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
@@ -165,7 +191,7 @@ def show_release(result: Release, key: str, *, stored: StoredPreview | None = No
         )
     for i, fig in enumerate(result.figures):
         st.plotly_chart(fig, key=f"{key}_release_fig_{i}")
-    if whole_table:
+    if stored is not None:
         st.caption("Its charts are in the HTML report below.")
     names = sorted(result.files) if stored is None else sorted(stored.names)
     for col, name in zip(st.columns(len(names)), names, strict=True):
@@ -185,11 +211,6 @@ def show_release(result: Release, key: str, *, stored: StoredPreview | None = No
         )
 
 
-def _short(request_id: str) -> str:
-    """A request id as the panel shows it: 8 hex digits (a batch plan's id keeps its ``plan-`` prefix)."""
-    return "plan-" + request_id[5:13] if request_id.startswith("plan-") else request_id[:8]
-
-
 def stale_reason(compared: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str | None:
     """Why a release differs from the last comparison (settings named), or None when it matches or no
     comparison ran: a release must use what the curator compared, not values that changed since."""
@@ -204,6 +225,12 @@ def stale_reason(compared: Mapping[str, Any] | None, current: Mapping[str, Any])
     )
 
 
+def _cost_text(plan: ReleasePlan, eps: float, delta: float) -> str:
+    """An amount in the plan's own units: δ only for a plan that spends one (never for Blowfish or a
+    geo-indistinguishability level, whose definitions have none)."""
+    return f"{plan.unit} = {eps:.4g}" + (f", δ = {delta:.3g}" if plan.uses_delta and plan.delta else "")
+
+
 def _blocked(plan: ReleasePlan, status: BudgetStatus | None, stale: str | None) -> str | None:
     """Why the plan cannot be released now, given its account's ``status`` just read, or None."""
     if stale:
@@ -214,81 +241,118 @@ def _blocked(plan: ReleasePlan, status: BudgetStatus | None, stale: str | None) 
     eps, delta = plan.cost
     if eps > status.epsilon_left or delta > status.delta_left:
         return (
-            f"This release costs {plan.unit} = {eps:.4g}, δ = {delta:.3g}, more than the budget left for "
-            f"{what}: {plan.unit} = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}."
+            f"This release costs {_cost_text(plan, eps, delta)}, more than the budget left for {what}: "
+            f"{_cost_text(plan, status.epsilon_left, status.delta_left)}."
         )
     return None
+
+
+def _latest(panel: PanelState, record: ReleaseRecord) -> StoredPreview | None:
+    """The preview of ``record`` (the plan's latest release) unless this session made it (then None: the
+    panel shows its own result, with figures); kept in the panel so reruns read the zip once."""
+    if panel.result is not None and panel.result.record.request_id == record.request_id:
+        return None
+    if panel.stored is None or panel.stored.release.record.request_id != record.request_id:
+        panel.stored = stored_preview(state.ledger(), record.request_id, PANEL_ROWS)
+    return panel.stored
+
+
+def _spend_button(
+    label: str, key: str, role: str, plan: ReleasePlan, request_id: str, blocked: str | None
+) -> bool:
+    """A button that spends, ``<key>_<role>_<digest>``: its widget key carries the plan's digest, so a click
+    on a button drawn for another plan never reads as a click on this one, and its callback records what it
+    was drawn for."""
+    return st.button(
+        label,
+        type="primary",
+        key=f"{key}_{role}_{plan.digest}",
+        disabled=blocked is not None,
+        help=blocked or f"Releases exactly the plan shown above (digest {plan.digest}), once.",
+        on_click=_confirm,
+        args=(key, plan.key, request_id),
+    )
 
 
 def release_panel(
     *, key: str, plan: ReleasePlan | None, inputs: Any, stale: str | None = None
 ) -> Release | None:
-    """Show ``plan`` (exactly what will run), its guarantee and budget, and a Release button; on click,
-    release once and show it. ``stale`` (a reason) disables the button, e.g. when the settings differ
-    from the last comparison. Returns the release made for this plan (also after reruns), else None."""
+    """Show ``plan`` (exactly what will run, with its digest), its guarantee and budget, and a Release
+    button; a click releases the plan that was on screen when the curator clicked, or nothing. ``stale``
+    (a reason) disables the button, e.g. when the settings differ from the last comparison.
+
+    A plan is released once: its request ids are :meth:`~dpcore.plan.ReleasePlan.request_id` 1, 2, ...,
+    and the panel reads the plan's releases from the ledger on every run, so a reload, a second tab or a
+    server restart show the release already made; another one needs "Release this plan again". Returns
+    the plan's latest release, else None."""
+    confirmed: Confirmation | None = st.session_state.pop(CONFIRMED_PREFIX + key, None)
     st.subheader("Release")
     if state.dataset() is None:
         st.info("Load a dataset on the Data page before releasing.")
         return None
     if plan is None:
+        if confirmed is not None:
+            st.warning(CHANGED)
         st.info("Fix the settings above to release (the reason is shown above).")
         return None
     st.markdown("**What will run** (exactly these values):")
     rows = [(setting, md(value)) for setting, value in plan.summary_rows()]  # st.table renders Markdown
     st.table(pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting"))
+    st.caption(f"Plan digest: {plan.digest} (the Release button releases this plan and no other).")
     (st.info if plan.spec.is_dp else st.warning)(md(plan.guarantee))
     if not plan.spec.is_dp:
         st.warning(LOCAL_NOTICE)
     if plan.mode == "demo":
         st.warning(f"DEMO mode (seed {plan.seed}): the output will be marked '{DEMO_NOTICE}' in every file.")
-    blocked = None
+    blocked: str | None = "The ledger could not be read."
+    made: list[ReleaseRecord] = []
     with user_errors("reading the budget"):
         status = state.ledger().budget(plan.account)
+        made = plan_releases(state.ledger(), plan)
         blocked = datasets.release_refusal(state.dataset(), plan) or _blocked(plan, status, stale)
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
-                f"{plan.unit} = {status.epsilon_left:.4g}, δ = {status.delta_left:.3g}"
+                f"{_cost_text(plan, status.epsilon_left, status.delta_left)}"
             )
     whole = datasets.sample_of(state.dataset()) is not None  # the release runs on the whole table
-    panel = _panel(key, plan, whole)
-    if blocked:
-        st.warning(blocked)
-    if whole and panel.result is None:
-        with user_errors("reading the release from the ledger"):  # a job done here, in a tab or a terminal
-            panel.stored = stored_preview(state.ledger(), panel.request_id, PANEL_ROWS)
-            panel.result = None if panel.stored is None else panel.stored.release
-    if panel.result is not None:
-        shown = st.empty()  # the previous release, cleared below if a new request is made in this run
-        with shown.container():
-            show_release(panel.result, key, stored=panel.stored if whole else None)
-        again = st.checkbox(
-            "Make another release with these settings (a new request: spends the budget again)",
-            # bound to this request: once it is spent the next one needs a fresh confirmation
-            key=f"{key}_again_{panel.request_id}",
-            disabled=blocked is not None,
-        )
-        if not (again and st.button("Release again", key=f"{key}_release_again")):
-            return panel.result
-        shown.empty()  # a refused request must not leave the previous files on screen
-        panel.request_id, panel.result, panel.stored = uuid.uuid4().hex, None, None
-    elif whole:
-        if not _whole_table_button(panel.request_id, plan, key, blocked):
-            return None
-    elif not st.button(
-        f"Release (spends {plan.unit} = {plan.epsilon:.4g})",
-        type="primary",
-        key=f"{key}_release",
-        disabled=blocked is not None,
-        help=blocked,
-    ):
-        return None
+    panel = _panel(key, plan)
+    if confirmed is not None and confirmed.digest != plan.key:
+        st.warning(CHANGED)  # the click was on a button drawn for another plan: nothing is released
+        confirmed = None
+    next_id = plan.request_id(len(made) + 1)
+    shown: Release | None = None
+    if made:
+        with user_errors("reading the release from the ledger"):
+            stored = _latest(panel, made[-1])
+            shown = panel.result if stored is None else stored.release
+            if stored is not None or len(made) > 1:
+                times = "once" if len(made) == 1 else f"{len(made)} times (the latest is shown)"
+                st.info(
+                    f"This plan was released {times}: at {made[-1].time[11:16]} UTC on {made[-1].time[:10]} "
+                    f"by {md(made[-1].user)}. Nothing more is spent unless you release it again below.",
+                    icon=":material/task_alt:",
+                )
+            show_release(shown, key, stored=stored, whole_table=whole)
+        clicked = _again(key, plan, next_id, blocked, whole)
+    else:
+        if blocked:
+            st.warning(blocked)
+        if whole:
+            clicked = _whole_table_button(next_id, plan, key, blocked)
+        else:
+            label = f"Release (spends {_cost_text(plan, plan.epsilon, plan.delta)})"
+            clicked = _spend_button(label, key, "release", plan, next_id, blocked)
+    if not clicked or confirmed is None or blocked is not None:
+        return shown
+    if confirmed.request_id != next_id:  # drawn before a release of this plan made elsewhere: shown above
+        return shown
     if whole:
         with user_errors("starting the batch job on the whole table") as outcome:
-            batch_job.start(plan, panel.request_id, name=key, artifacts_dir=artifacts_dir())
+            batch_job.start(plan, next_id, name=key, artifacts_dir=artifacts_dir())
         if not outcome.failed:
             st.rerun()
-        return None
+        return shown
     with (
         user_errors(f"releasing {plan.spec.label}") as outcome,
         st.spinner("Running the mechanism and recording it..."),
@@ -297,15 +361,38 @@ def release_panel(
             state.ledger(),
             plan,
             inputs,
-            request_id=panel.request_id,
+            request_id=next_id,
             user=state.user(),
             artifacts_dir=artifacts_dir(),
             name=key,
         )
     if outcome.failed:
-        return None
-    panel.result = result
+        return shown
+    panel.result, panel.stored = result, None
     st.rerun()
+
+
+def _again(key: str, plan: ReleasePlan, next_id: str, blocked: str | None, whole: bool) -> bool:
+    """Under a plan's release: the explicit confirmation and button for one more release of the same plan
+    (a new request id, a new spend), or the running job of that request; True when clicked."""
+    if whole:
+        job = batch_job.status(next_id)
+        if job is not None and job.state == "running":
+            batch_job.progress(next_id)
+            return False
+    cost = _cost_text(plan, plan.epsilon, plan.delta)
+    again = st.checkbox(
+        f"Release this plan again (a new request: spends {cost} more)",
+        key=f"{key}_again_{next_id}",  # bound to the next request: each release asks anew
+        disabled=blocked is not None,
+        help=None if blocked is None else f"Not now: {blocked}",
+    )
+    if blocked is not None:
+        st.caption(f"Releasing it again is not possible now: {blocked}")
+    if not again:
+        return False
+    label = f"Release this plan again (spends {cost} more)"
+    return _spend_button(label, key, "release_again", plan, next_id, blocked)
 
 
 def _whole_table_button(request_id: str, plan: ReleasePlan, key: str, blocked: str | None) -> bool:
@@ -321,11 +408,5 @@ def _whole_table_button(request_id: str, plan: ReleasePlan, key: str, blocked: s
         st.error(f"The batch job on the whole table did not release: {job.message}")
     ds = state.dataset()
     rows = f"{ds.origin['rows']:,} rows" if ds is not None and ds.origin else "all rows"
-    return st.button(
-        f"Release on the whole table ({rows}; spends {plan.unit} = {plan.epsilon:.4g})",
-        type="primary",
-        key=f"{key}_release",
-        disabled=blocked is not None,
-        help=blocked
-        or "Runs as a batch job on this server on every row (DuckDB); the release shows here when recorded.",
-    )
+    label = f"Release on the whole table ({rows}; spends {_cost_text(plan, plan.epsilon, plan.delta)})"
+    return _spend_button(label, key, "release", plan, request_id, blocked)

@@ -1,5 +1,6 @@
-"""Two browser sessions releasing against one budget account at the same moment never overspend, and each
-sees the other's releases on its Ledger page.
+"""Two browser sessions releasing against one budget account at the same moment: the same plan is released
+once (both show that one release), two plans that do not both fit never overspend, and each session sees
+the other's releases on its Ledger page.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 from dpcore.ledger import Ledger
 from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
+from dpcore.report import short_id
 from tests.browser.conftest import Server, open_app, screenshot, wait_for_app
 from tests.browser.e2e import (
     assert_no_exception,
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.browser
 GEO = "Geo-indistinguishability (level l within radius r)"
 LEVEL, RADIUS_M = 1, 1000  # the Privacy policy page's geo defaults, typed in explicitly
 RELEASE = f"Release (spends level l = {LEVEL})"  # planar Laplace, the Locations page's first mechanism
-REQUEST = re.compile(r"recorded in the ledger as request ([0-9a-f]{8})")
+REQUEST = re.compile(r"recorded in the ledger as request (plan-[0-9a-f]{8}(?:-[0-9]+)?)")
 
 
 def _ready(page: Page) -> None:
@@ -81,17 +83,32 @@ def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
         ledger = Ledger.initialise(server.ledger_url)  # the operator's step; a no-op once the app made it
         before = ledger.budget(account)
         spent = before.epsilon_spent if before else 0.0
-        ledger.set_budget(account, spent + 3.5, before.delta_total if before else 0.0)
+        ledger.set_budget(account, spent + 3.0, before.delta_total if before else 0.0)
         n_before = len(ledger.releases(account))
         for p in pages:
             _ready(p)
 
-        first = _both_click(pages, RELEASE, [None, None])  # 3.5 left: both fit
-        assert all(first), first
-        for p in pages:
-            main(p).get_by_text("Make another release with these settings").click()
-            wait_for_app(p)
-        second = _both_click(pages, "Release again", first)  # 1.5 left: exactly one fits
+        first = _both_click(pages, RELEASE, [None, None])  # the same plan in both: one request, one spend
+        assert first[0] is not None and first == [first[0], first[0]], first
+        assert len(ledger.releases(account)) == n_before + 1
+
+        # now two plans that fit alone (2 left) but not together: level 1 again, and level 1.5
+        other = pages[1]
+        go(other, "Privacy policy")
+        set_number(other, "Privacy level l", 1.5)
+        go(other, "Locations")
+        main(pages[0]).get_by_text("Release this plan again (a new request").click()
+        wait_for_app(pages[0])
+        again = f"Release this plan again (spends level l = {LEVEL} more)"
+        buttons = [
+            main(pages[0]).get_by_role("button", name=again),
+            main(other).get_by_role("button", name="Release (spends level l = 1.5)"),
+        ]
+        for b in buttons:
+            expect(b).to_be_enabled()
+        for b in buttons:  # dispatch both clicks before either run finishes
+            b.click()
+        second = [_outcome(p, prev) for p, prev in zip(pages, first, strict=True)]
         assert sum(r is not None for r in second) == 1, second
         loser = pages[second.index(None)]
         message = main(loser).get_by_test_id("stAlertContentError").first.inner_text()
@@ -100,16 +117,16 @@ def test_two_sessions_never_overspend(browser: Browser, server: Server) -> None:
         status = ledger.budget(account)
         records = ledger.releases(account)
         ledger.close()
-        assert len(records) == n_before + 3
-        assert status.epsilon_spent == pytest.approx(spent + 3.0)
+        assert len(records) == n_before + 2
         assert status.epsilon_spent <= status.epsilon_total
-        ours = {r.request_id[:8] for r in records[n_before:]}
-        assert ours == {*first, *(r for r in second if r)}
+        assert status.epsilon_spent == pytest.approx(spent + 1.0 + (1.0 if second[0] else 1.5))
+        ours = {short_id(r.request_id) for r in records[n_before:]}
+        assert ours == {first[0], *(r for r in second if r)}
 
         for p in pages:
             go(p, "Ledger")
             table = pd.read_csv(io.BytesIO(download(p, "Download the ledger as CSV")[1]))
-            shown = {rid[:8] for rid in table.loc[table["account"] == account.key, "request id"]}
+            shown = {short_id(rid) for rid in table.loc[table["account"] == account.key, "request id"]}
             assert ours <= shown  # its own releases and the other session's
             assert_no_exception(p)
     finally:

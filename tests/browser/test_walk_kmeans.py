@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from dpcore.ledger import Account, Ledger
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.policy import make_policy
-from dpcore.report import DEMO_NOTICE
+from dpcore.report import DEMO_NOTICE, short_id
 from tests.browser.conftest import Server, wait_for_app
 from tests.browser.e2e import (
     MARKETING,
@@ -39,6 +39,8 @@ from tests.browser.e2e import (
 pytestmark = pytest.mark.browser
 
 COLORED = "Colored Gaussian (optimal)"
+COST = "ε = 0.5, δ = 1e-06"  # what the colored release at ε = 0.5, δ = 1e-6 spends
+RELEASE = f"Release (spends {COST})"
 DEMO = "Demo mode (fixed seed, outputs marked DEMO - not a privacy release)"
 RELEASE_MODE = "Release mode (secure sampling)"
 DATASET_ID = sample_dataset_id()
@@ -135,7 +137,7 @@ def test_curator_walk_kmeans(page: Page, server: Server) -> None:
     set_number(page, "ε to spend", 0.5)
     set_number(page, "δ to spend", "1e-6")
     expect(body.get_by_test_id("stDownloadButton")).to_have_count(0)  # nothing to download before paying
-    click(page, "Release (spends ε = 0.5)")
+    click(page, RELEASE)
     expect(body.get_by_text(f"Released {COLORED} at ε = 0.5").first).to_be_visible()
     _check_release(_release_files(page), demo=False, k=3)
     assert _status(ledger, ACCOUNT) == (3.0, 0.5, 1e-5, 1)  # debited once
@@ -145,18 +147,18 @@ def test_curator_walk_kmeans(page: Page, server: Server) -> None:
     choose_radio(page, DEMO, scope=sidebar)
     set_number(page, "Demo seed", 7, scope=sidebar)
     expect(body.get_by_text("DEMO mode (seed 7)").first).to_be_visible()
-    expect(body.get_by_role("button", name="Release (spends ε = 0.5)")).to_be_disabled()
+    expect(body.get_by_role("button", name=RELEASE)).to_be_disabled()
     expect(body.get_by_text("No budget is set for").first).to_contain_text("in demo mode")
     set_budget(page, 2.0, 1e-5)
     expect(body.get_by_text("demo account").first).to_be_visible()
     assert _status(ledger, DEMO_ACCOUNT) == (2.0, 0.0, 1e-5, 0)
     go(page, "K-means")
-    click(page, "Release (spends ε = 0.5)")
+    click(page, RELEASE)
     expect(body.get_by_text("DEMO - not a privacy release: made with a fixed seed").first).to_be_visible()
     first = _check_release(_release_files(page), demo=True, k=3)
-    body.get_by_text("Make another release with these settings").click()
+    body.get_by_text("Release this plan again (a new request").click()
     wait_for_app(page)
-    click(page, "Release again")
+    click(page, f"Release this plan again (spends {COST} more)")
     second = _check_release(_release_files(page), demo=True, k=3)
     pd.testing.assert_frame_equal(first, second)  # same seed, same noise
     choose_radio(page, RELEASE_MODE, scope=sidebar)
@@ -191,7 +193,7 @@ def test_curator_walk_kmeans(page: Page, server: Server) -> None:
     assert set(rows["dataset fingerprint"]) == {FINGERPRINT}
     newest = rows["request id"].iloc[-1]
     zip_name, content = download(page, "Download the release files (zip)")  # the newest release by default
-    assert zip_name == f"DEMO-release-{newest[:8]}.zip"
+    assert zip_name == f"DEMO-release-{short_id(newest)}.zip"
     members = zip_members(content)
     assert len(members) == 4 and all(DEMO_NOTICE.encode() in data for data in members.values())
     assert_no_exception(page)
