@@ -45,8 +45,7 @@ class ReleaseKeys:
 def _use(keys: ReleaseKeys, mechanism: str, epsilon: float, label: str) -> None:
     """Button callback (runs before the next script run): set the release panel's mechanism and ε."""
     for key, value in ((keys.mechanism, mechanism), (keys.epsilon, float(epsilon))):
-        st.session_state[key] = value
-        st.session_state[state.KEEP_PREFIX + key] = value
+        state.keep(key, value)
     st.toast(f"Release panel set to {label} at ε = {epsilon:g}. Review it below before releasing.")
 
 

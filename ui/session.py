@@ -21,7 +21,6 @@ from typing import Any
 import streamlit as st
 
 from dpcore import config
-from dpcore.data import PreparedData, Schema, prepare
 from dpcore.errors import DataError, DPCoreError
 from dpcore.policy import policy_from_dict
 from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
@@ -64,47 +63,22 @@ def _storable(value: Any) -> bool:
 
 
 def _widgets() -> dict[str, Any]:
-    """Kept widget values: the live value while the widget is drawn, else its kept copy."""
-    out = {}
-    for key in [k for k in st.session_state if str(k).startswith(state.KEEP_PREFIX)]:
-        name = str(key)[len(state.KEEP_PREFIX) :]
-        value = st.session_state[name] if name in st.session_state else st.session_state[key]
-        if _storable(value):
-            out[name] = value
-    return out
-
-
-def _preparation(p: PreparedData) -> dict[str, Any]:
-    """The ``prepare`` arguments that give ``p`` again: curator bounds in encoded units (dates in days)."""
-    bounds = {
-        name: (float(lo), float(hi))
-        for name, lo, hi in zip(p.feature_names, p.raw_lower, p.raw_upper, strict=True)
-        if p.bound_sources[name] == "curator"
-    }
-    return {
-        "features": list(p.feature_names),
-        "scaling": p.scaling,
-        "bounds": bounds,
-        "data_bounds_ok": "data (leaks)" in p.bound_sources.values(),
-    }
+    """Kept widget values (``ui.state.kept_values``) that can be stored."""
+    return {name: value for name, value in state.kept_values().items() if _storable(value)}
 
 
 def _dataset_plan(ds: state.Dataset) -> dict[str, Any]:
     if ds.origin is None:
         store_table(ds.raw, ds.fingerprint)  # no-op once the table is kept
+    chosen = state.choices(ds)
     return {
         "name": ds.name,
         "source": ds.source,
         "origin": dict(ds.origin) if ds.origin is not None else None,
         "fingerprint": ds.fingerprint,
-        "schema": {
-            "kinds": dict(ds.schema.kinds),
-            "date_formats": dict(ds.schema.date_formats),
-            "categories": {k: list(v) for k, v in ds.schema.categories.items()},
-            "notes": dict(ds.schema.notes),
-        },
-        "steps": [(strategy, tuple(columns)) for strategy, columns in ds.steps],
-        "prepare": None if ds.prepared is None else _preparation(ds.prepared),
+        "schema": chosen["schema"],
+        "steps": chosen["steps"],
+        "prepare": chosen["prepare"],
     }
 
 
@@ -143,30 +117,7 @@ def _restore_dataset(saved: dict[str, Any]) -> None:
         raise DataError(f"'{ds.name}' is not the table this session used; load it again on the Data page.")
     if ds.name != saved["name"]:  # a source is loaded under its label: the curator's name comes back
         ds = state.update_dataset(name=saved["name"])
-    sch = saved["schema"]
-    if list(sch["kinds"]) != [str(c) for c in ds.raw.columns]:
-        raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")
-    schema = Schema(
-        kinds=sch["kinds"],
-        date_formats=sch["date_formats"],
-        categories={k: tuple(v) for k, v in sch["categories"].items()},
-        notes=sch["notes"],
-    )
-    state.update_dataset(schema=schema)
-    for strategy, columns in saved["steps"]:
-        state.apply_missing(columns, strategy)
-    choices = saved.get("prepare")
-    if choices is not None:
-        ds = state.dataset()
-        ready = prepare(
-            ds.cleaned,
-            ds.schema,
-            choices["features"],
-            scaling=choices["scaling"],
-            bounds=choices["bounds"],
-            data_bounds_ok=choices["data_bounds_ok"],
-        )
-        state.update_dataset(prepared=ready)
+    state.apply_choices(saved)
 
 
 def _restore(saved: dict[str, Any]) -> list[str]:
@@ -219,6 +170,9 @@ def sync_session() -> None:
         st.query_params[QUERY_PARAM] = current
     if NOTICE_KEY in st.session_state:
         st.warning(md(st.session_state.pop(NOTICE_KEY)))
+    recalled = state.recall_notice()
+    if recalled:
+        st.info(md(recalled), icon=":material/history:")
     with user_errors("saving the session"):
         now = plan()
         changes = _changes(now, st.session_state.get(SAVED_KEY, {}))

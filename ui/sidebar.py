@@ -33,21 +33,35 @@ def _dataset_section() -> None:
         p = ds.prepared
         st.caption(f"Prepared: {p.n_samples:,} rows × {p.n_features} features (scaling: {p.scaling})")
     with user_errors("reading the ledger"):
-        found = policy_budget()
-        status = None if found is None else found[1]
-        if status is None:
-            st.caption("No privacy budget set yet for this policy (Privacy policy page).")
-        else:
-            unit = "level l" if status.definition == "geo_ind" else "ε"
-            st.caption(f"Account: {found[0]}")
-            st.metric(
-                f"Budget left ({unit})",
-                f"{status.epsilon_left:.4g}",
-                help=f"Total {unit} = {status.epsilon_total:.4g}; spent {status.epsilon_spent:.4g} "
-                f"in {status.n_releases} release(s).",
-            )
-            if status.delta_total:
-                st.caption(f"δ left {status.delta_left:.3g} of {status.delta_total:.3g}")
+        _budgets(ds)
+
+
+def _budgets(ds: state.Dataset) -> None:
+    """Every budget of this dataset in the current sampling mode, the current policy's account first: the
+    release panel's account is one of them, so the sidebar never says "no budget" beside a panel that
+    spends one."""
+    found = policy_budget()
+    mode = state.mode()
+    statuses = [s for s in state.ledger().budgets(ds.dataset_id) if s.mode == mode]
+    if not statuses:
+        demo = " in demo mode" if mode == "demo" else ""
+        st.caption(f"No privacy budget set yet for this dataset{demo} (Privacy policy page).")
+        return
+    first = None if found is None or found[1] is None else found[1].account
+    statuses.sort(key=lambda s: s.account != first)
+    if found is not None and found[1] is None:
+        st.caption(f"No budget yet for this policy's account ({found[0]}); other accounts:")
+    for status in statuses:
+        unit = "level l" if status.definition == "geo_ind" else "ε"
+        st.caption(f"Account: {status.definition}: {status.relation}" + (" (demo)" if mode == "demo" else ""))
+        st.metric(
+            f"Budget left ({unit})",
+            f"{status.epsilon_left:.4g}",
+            help=f"Total {unit} = {status.epsilon_total:.4g}; spent {status.epsilon_spent:.4g} "
+            f"in {status.n_releases} release(s).",
+        )
+        if status.delta_total:
+            st.caption(f"δ left {status.delta_left:.3g} of {status.delta_total:.3g}")
 
 
 def _mode_section() -> None:

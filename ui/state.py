@@ -25,8 +25,9 @@ from dpcore.data import (
     load_sample,
     load_table,
     make_blobs,
+    prepare,
 )
-from dpcore.errors import DataError
+from dpcore.errors import DataError, DPCoreError
 from dpcore.ledger import Ledger, dataset_id_for_name
 from dpcore.mechanisms import Sampler
 from dpcore.policy import ApproxDP, Policy
@@ -39,17 +40,22 @@ __all__ = [
     "MODE_KEY",
     "SEED_KEY",
     "Dataset",
+    "apply_choices",
     "apply_missing",
     "blobs_table",
+    "choices",
     "dataset",
     "dataset_id_for",
     "demo_seed",
+    "keep",
     "kept",
+    "kept_values",
     "ledger",
     "mode",
     "persist",
     "policy",
     "prepared",
+    "recall_notice",
     "rename_dataset",
     "require_dataset",
     "require_prepared",
@@ -69,6 +75,8 @@ MODE_KEY = "dp_mode"
 SEED_KEY = "dp_seed"
 RELEASE_PREFIX = "dp_release::"
 KEEP_PREFIX = "dp_keep::"
+MEMORY_KEY = "dp_dataset_memory"  # dataset id -> its choices (``choices``), for loading it again
+RECALL_NOTICE_KEY = "dp_recall_notice"
 DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
 MAX_NAME_CHARS = 100
 Mode = Literal["secure", "demo"]
@@ -144,8 +152,99 @@ def set_dataset(
     )
     for key in [k for k in st.session_state if str(k).startswith(RELEASE_PREFIX)]:
         del st.session_state[key]
+    memory = st.session_state.setdefault(MEMORY_KEY, {})
+    previous = dataset()
+    if previous is not None:
+        memory[previous.dataset_id] = choices(previous)
     st.session_state[DATASET_KEY] = ds
+    saved = memory.get(ds.dataset_id)
+    if saved is not None and saved["fingerprint"] == ds.fingerprint and _chose_something(saved, ds):
+        try:
+            ds = apply_choices(saved)
+        except (DPCoreError, KeyError, TypeError, ValueError) as err:
+            st.session_state[DATASET_KEY] = replace(ds, prepared=None)
+            st.session_state[RECALL_NOTICE_KEY] = (
+                f"The steps chosen for '{ds.name}' earlier in this session could not be applied again "
+                f"({err}); it starts from the table as loaded."
+            )
+            return dataset()  # type: ignore[return-value]
+        st.session_state[RECALL_NOTICE_KEY] = (
+            f"'{ds.name}' was used earlier in this session: its own column kinds, missing-value steps "
+            f"({'; '.join(ds.cleaning) or 'none'}) and features are applied again, and its page settings "
+            "are its own (another dataset's are never carried over)."
+        )
     return ds
+
+
+def _chose_something(saved: Mapping[str, Any], loaded: Dataset) -> bool:
+    """Whether ``saved`` holds a choice beyond what loading ``loaded`` inferred."""
+    sch = saved["schema"]
+    inferred = (dict(loaded.schema.kinds), dict(loaded.schema.date_formats))
+    return bool(saved["steps"] or saved["prepare"] or (sch["kinds"], sch["date_formats"]) != inferred)
+
+
+def choices(ds: Dataset) -> dict[str, Any]:
+    """What the curator chose for ``ds`` (JSON types and tuples): column kinds and encodings, missing-value
+    steps, and the ``prepare`` arguments that give its features again (curator bounds in encoded units)."""
+    p = ds.prepared
+    prepared = None
+    if p is not None:
+        prepared = {
+            "features": list(p.feature_names),
+            "scaling": p.scaling,
+            "bounds": {
+                name: (float(lo), float(hi))
+                for name, lo, hi in zip(p.feature_names, p.raw_lower, p.raw_upper, strict=True)
+                if p.bound_sources[name] == "curator"
+            },
+            "data_bounds_ok": "data (leaks)" in p.bound_sources.values(),
+        }
+    return {
+        "fingerprint": ds.fingerprint,
+        "schema": {
+            "kinds": dict(ds.schema.kinds),
+            "date_formats": dict(ds.schema.date_formats),
+            "categories": {k: list(v) for k, v in ds.schema.categories.items()},
+            "notes": dict(ds.schema.notes),
+        },
+        "steps": [(strategy, tuple(columns)) for strategy, columns in ds.steps],
+        "prepare": prepared,
+    }
+
+
+def apply_choices(saved: Mapping[str, Any]) -> Dataset:
+    """Apply :func:`choices` saved for the current dataset again: schema, missing-value steps, features."""
+    ds = _current()
+    sch = saved["schema"]
+    if list(sch["kinds"]) != [str(c) for c in ds.raw.columns]:
+        raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")
+    schema = Schema(
+        kinds=sch["kinds"],
+        date_formats=sch["date_formats"],
+        categories={k: tuple(v) for k, v in sch["categories"].items()},
+        notes=sch["notes"],
+    )
+    update_dataset(schema=schema)
+    for strategy, columns in saved["steps"]:
+        apply_missing(columns, strategy)
+    wanted = saved.get("prepare")
+    if wanted is not None:
+        ds = _current()
+        ready = prepare(
+            ds.cleaned,
+            ds.schema,
+            wanted["features"],
+            scaling=wanted["scaling"],
+            bounds=wanted["bounds"],
+            data_bounds_ok=wanted["data_bounds_ok"],
+        )
+        update_dataset(prepared=ready)
+    return _current()
+
+
+def recall_notice() -> str | None:
+    """Once: what loading the current dataset applied again from earlier in the session, or None."""
+    return st.session_state.pop(RECALL_NOTICE_KEY, None)
 
 
 def _current() -> Dataset:
@@ -177,10 +276,9 @@ def rename_dataset(name: str) -> Dataset:
         raise DataError("The dataset name contains control characters (tabs, line breaks); remove them.")
     old, new = ds.dataset_id, dataset_id_for(text)
     if new != old:
-        for key in [str(k) for k in st.session_state if str(k).startswith(KEEP_PREFIX) and old in str(k)]:
-            widget = key[len(KEEP_PREFIX) :]
-            value = st.session_state[widget] if widget in st.session_state else st.session_state[key]
-            st.session_state[key.replace(old, new)] = value
+        for name, value in kept_values().items():
+            if old in name:
+                st.session_state[KEEP_PREFIX + name.replace(old, new)] = value
     return update_dataset(name=text)
 
 
@@ -311,23 +409,69 @@ def sampler() -> Sampler:
 # -- widget values kept across pages -----------------------------------------------------------------
 
 
+#: Widgets whose values belong to the session, not to a dataset: the sampling mode and seed, where a table
+#: comes from (it is chosen before the dataset exists), the policy (one per session) and the map tiles.
+SESSION_WIDGETS = ("dp_mode", "dp_seed", "data_source", "data_blobs_", "data_folder_file", "data_db", "pol_")
+SESSION_WIDGETS += ("loc_tiles",)
+OWNER_PREFIX = "dp_owner::"
+
+
+def _scope(key: str) -> str:
+    """The dataset a widget's value belongs to: the current dataset's id, or "" for a session widget."""
+    ds = dataset()
+    return "" if ds is None or key.startswith(SESSION_WIDGETS) else ds.dataset_id
+
+
+def _kept_key(key: str) -> str:
+    """Where the value of widget ``key`` is kept: ``dp_keep::<key>@<dataset id>`` (``dp_keep::<key>`` for a
+    session widget), so each dataset keeps its own settings."""
+    scope = _scope(key)
+    return KEEP_PREFIX + key + (f"@{scope}" if scope else "")
+
+
+def kept_values() -> dict[str, Any]:
+    """Every kept widget value by its kept name (``<key>`` or ``<key>@<dataset id>``): the live value while
+    the widget holds it for that dataset (a value the browser just sent is in it before the run draws
+    the widget), else the kept copy."""
+    out = {}
+    for kept_key in [str(k) for k in st.session_state if str(k).startswith(KEEP_PREFIX)]:
+        name = kept_key[len(KEEP_PREFIX) :]
+        key, _, scope = name.partition("@")
+        live = key in st.session_state and st.session_state.get(OWNER_PREFIX + key) == scope
+        out[name] = st.session_state[key] if live else st.session_state[kept_key]
+    return out
+
+
 def kept(key: str, default: Any = None) -> Any:
-    """The value last kept for the widget ``key`` by :func:`persist` (``default`` if none)."""
-    return st.session_state.get(KEEP_PREFIX + key, default)
+    """The value last kept for the widget ``key`` by :func:`persist` for the current dataset."""
+    return st.session_state.get(_kept_key(key), default)
+
+
+def keep(key: str, value: Any) -> None:
+    """Set the widget ``key`` (drawn later in the run, or in the next one) and its kept copy to ``value``."""
+    st.session_state[key] = value
+    st.session_state[_kept_key(key)] = value
+    st.session_state[OWNER_PREFIX + key] = _scope(key)
 
 
 def persist(key: str, default: Any, valid: Callable[[Any], bool] | None = None) -> str:
     """Key for a widget whose value survives leaving the page; call it in place of ``key=`` each run.
 
     Streamlit drops the state of widgets that a run does not draw (e.g. while another page is shown),
-    so the value is also kept under the plain session key ``dp_keep::<key>``. Before the widget is drawn,
-    a dropped (or no longer ``valid``) value is re-seeded from that copy, else from ``default``; the
-    widget must then be created without its own default (``value=``, ``index=``, ``default=``).
+    so the value is also kept under a plain session key (:func:`_kept_key`), one per dataset: loading or
+    switching to another dataset shows that dataset's own value (or ``default``), never the one chosen for
+    another table. Before the widget is drawn, a dropped (or no longer ``valid``, or another dataset's)
+    value is re-seeded from that copy, else from ``default``; the widget must then be created without its
+    own default (``value=``, ``index=``, ``default=``).
     """
-    kept = KEEP_PREFIX + key
+    scope = _scope(key)
+    kept_key = _kept_key(key)
     ok = valid or (lambda _v: True)
+    if key in st.session_state and st.session_state.get(OWNER_PREFIX + key, scope) != scope:
+        del st.session_state[key]  # the value on screen was chosen for another dataset
     if key not in st.session_state or not ok(st.session_state[key]):
-        saved = st.session_state.get(kept, default)
+        saved = st.session_state.get(kept_key, default)
         st.session_state[key] = saved if ok(saved) else default
-    st.session_state[kept] = st.session_state[key]
+    st.session_state[OWNER_PREFIX + key] = scope
+    st.session_state[kept_key] = st.session_state[key]
     return key
