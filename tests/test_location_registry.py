@@ -125,15 +125,19 @@ def test_per_location_rows_are_shuffled_and_capped_per_user(inputs: dict[bool, L
 
 
 def test_the_cap_keeps_a_uniformly_random_subset_of_each_users_rows() -> None:
-    codes = np.repeat(np.arange(4), 5)  # 4 users with 5 rows each
+    codes = np.repeat(np.arange(4), 5)  # 4 users with 5 rows each, all at one place
+    labels, same = np.arange(4), np.zeros(20)
     sampler = Sampler(seed=3)
     counts = np.zeros(20)
     for _ in range(2000):
-        kept = cap_per_user(codes, 2, sampler)
+        kept = cap_per_user(codes, labels, same, same, 2, sampler)
         assert np.all(np.bincount(codes[kept], minlength=4) == 2)
         counts[kept] += 1
     assert stats.chisquare(counts.reshape(4, 5).sum(axis=0)).pvalue > 1e-3  # no position is favoured
-    assert np.array_equal(cap_per_user(np.array([0, 0, 1]), 5, sampler), [0, 1, 2])
+    state = sampler.rng.bit_generator.state
+    kept = cap_per_user(np.array([0, 0, 1]), labels[:2], same[:3], same[:3], 5, sampler)
+    assert np.array_equal(kept, [0, 1, 2])
+    assert sampler.rng.bit_generator.state == state  # no user over the cap: nothing is drawn
 
 
 def test_scope_sentences_and_input_errors() -> None:

@@ -1,5 +1,6 @@
 """Location grids out of core: DuckDB (and Spark local) give the in-memory releases bit for bit, the per-user
-cap keeps a stable, pseudo-random subset of each user's rows, and bad coordinates are refused as in memory."""
+cap keeps the same uniformly random subset of each user's rows, and bad coordinates are refused as in
+memory."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 from scipy import stats
 
 from dpcore.errors import DataError
-from dpcore.location.contribution import content_keys, keep_smallest, key_salt
+from dpcore.location.contribution import cap_per_user
 from dpcore.location.geometry import Region
 from dpcore.location.grids import grid_edges
-from dpcore.location.registry import LOCATIONS, LocationInputs
+from dpcore.location.registry import LOCATIONS, LocationInputs, keep_per_user
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.locations import GRID_KEYS, TableLocations
 
@@ -116,34 +117,37 @@ def test_points_on_every_grid_edge_fall_in_the_in_memory_cell(tmp_path: Path) ->
         assert np.array_equal(mem.cell_counts(m), points.cell_counts(m)), m
 
 
-def test_the_cap_is_stable_a_user_s_rows_decide_what_is_kept_of_them(data) -> None:
-    """Removing one user changes no other user's kept rows (what bounds a person's influence)."""
-    df, _ = data
-    salt = key_salt(Sampler(4))
-    codes = pd.factorize(df["user"])[0]
-    keys = content_keys(df["lat"].to_numpy(), df["lon"].to_numpy(), salt)
-    kept = set(keep_smallest(codes, keys, 2))
-    gone = df["user"] != "u5"
-    sub = np.flatnonzero(gone)
-    kept_sub = set(sub[keep_smallest(codes[sub], keys[sub], 2)])
-    assert kept_sub == kept - set(np.flatnonzero(~gone))
-    counts = np.bincount(codes[sorted(kept)])
-    assert counts.max() == 2 and counts.sum() == np.minimum(np.bincount(codes), 2).sum()
+def test_the_cap_keeps_the_same_rows_in_duckdb_as_in_memory(data) -> None:
+    """The per-user cap keeps exactly the in-memory rows in DuckDB, with the same sampler draws (the
+    over-cap users' (user, rank) pairs are drawn in Python and joined back)."""
+    df, path = data
+    for seed in (0, 4):
+        kept = keep_per_user(in_memory(df, True), 2, Sampler(seed))
+        rows, n, group, _ = on_duckdb(path, True)._kept(2, Sampler(seed))
+        frame = rows.to_pandas()
+        assert n == kept.n == len(frame) and group == 2
+        assert sorted(zip(kept.lat, kept.lon, strict=True)) == sorted(zip(frame.la, frame.lo, strict=True))
 
 
-def test_the_salted_key_picks_each_of_a_user_s_rows_equally_often() -> None:
-    """Over fresh salts, each of a user's 5 rows (realistic coordinates) is kept 2/5 of the time."""
+def test_the_cap_picks_each_of_a_user_s_rows_equally_often_whatever_their_values() -> None:
+    """Over fresh draws each of a user's 5 rows is kept 2/5 of the time, the far one among 4 identical
+    rows included (a cap keyed on the values alone keeps it about half the time)."""
     rng = np.random.default_rng(11)
     lat, lon = rng.uniform(30, 45, (50, 5)), rng.uniform(-110, -85, (50, 5))
+    lat[0, :4], lon[0, :4], lat[0, 4], lon[0, 4] = 35.0, -100.0, 44.0, -86.0
     codes = np.repeat(np.arange(50), 5)
+    labels = np.array([f"u{u}" for u in range(50)])
     position = np.tile(np.arange(5), 50)
     hits = np.zeros(5)
+    far = 0
     sampler = Sampler(12)
     for _ in range(400):
-        kept = keep_smallest(codes, content_keys(lat.ravel(), lon.ravel(), key_salt(sampler)), 2)
+        kept = cap_per_user(codes, labels, lat.ravel(), lon.ravel(), 2, sampler)
         hits += np.bincount(position[kept], minlength=5)
+        far += 4 in kept
     assert hits.sum() == 400 * 50 * 2
     assert stats.chisquare(hits).pvalue > 1e-3
+    assert stats.binomtest(far, 400, 0.4).pvalue > 1e-3
 
 
 @pytest.mark.parametrize(

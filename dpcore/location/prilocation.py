@@ -250,7 +250,7 @@ def prepare_visits(
     if max_visits_per_user is not None:
         if sampler is None:
             raise ParameterError("capping visits per user needs the release's sampler.")
-        keep = cap_per_user(codes, max_visits_per_user, sampler)
+        keep = cap_per_user(codes, labels, la, lo, max_visits_per_user, sampler)
     return Visits(codes[keep], labels, keep, la[keep], lo[keep], unit_vectors(la[keep], lo[keep]))
 
 

@@ -3,8 +3,8 @@
 ``LOCATIONS`` holds one :class:`~dpcore.registry.MechanismSpec` per module of
 ``dpcore.location.mechanisms``; ``LOCATIONS[key].release(inputs, epsilon=..., delta=0.0, params=...,
 sampler=...)`` runs one release from a :class:`LocationInputs`. Every release keeps at most the public
-``max_per_user`` rows of each user (pseudo-random, salted by the release's sampler: ``content_keys``) when
-there is a user column,
+``max_per_user`` rows of each user (a uniformly random subset drawn with the release's sampler,
+independently of the values: ``contribution.cap_per_user``) when there is a user column,
 calibrates its noise for a person with that many rows, and returns its scope sentence.
 """
 
@@ -16,14 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpcore.errors import ParameterError
-from dpcore.location.contribution import (
-    check_max_per_user,
-    content_keys,
-    keep_smallest,
-    key_salt,
-    scope_sentence,
-    user_codes,
-)
+from dpcore.location.contribution import cap_per_user, check_max_per_user, scope_sentence, user_codes
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.location.grids import ClampedPoints, PointCounts
 from dpcore.location.hotspots import PlanePoints, project_locations
@@ -142,13 +135,14 @@ class Projected:
 
 
 def keep_per_user(inputs: LocationInputs, max_per_user: int, sampler: Sampler) -> Kept:
-    """With users: the min(count, m) rows of each user with the smallest keys (``content_keys``, salted by
-    ``sampler``) and group m; without: every row, group 1."""
+    """With users: min(count, m) rows of each user, a uniformly random subset drawn with ``sampler``
+    independently of the values (:func:`~dpcore.location.contribution.cap_per_user`), and group m;
+    without: every row, group 1."""
     m = check_max_per_user(max_per_user)
     if inputs.users is None:
         return Kept(inputs.lat, inputs.lon, None, None, 1, scope_sentence(False, m))
     codes, labels = user_codes(inputs.users, inputs.lat.size)
-    keep = keep_smallest(codes, content_keys(inputs.lat, inputs.lon, key_salt(sampler)), m)
+    keep = cap_per_user(codes, labels, inputs.lat, inputs.lon, m, sampler)
     return Kept(inputs.lat[keep], inputs.lon[keep], codes[keep], labels, m, scope_sentence(True, m))
 
 

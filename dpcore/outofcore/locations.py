@@ -9,9 +9,11 @@ expression with the same floating-point operations in the same order:
 
 1. validation (one aggregate): every coordinate present, finite, |lat| <= 90 and |lon| <= 180, else the
    in-memory ``DataError``;
-2. per-user bounding: the rows of each user with rank < m by the salted key frac(lat s1 + lon s2)
-   (``dpcore.location.contribution.content_keys``; the salt is drawn from the release's sampler, as in
-   memory); the count of kept rows is sum over users of min(count, m) (one GROUP BY, no sort);
+2. per-user bounding (``dpcore.location.contribution.cap_per_user``): one GROUP BY reads the counts of
+   the users with more than m rows; their kept (user, rank) pairs are drawn in Python with the release's
+   sampler as in memory (:func:`~dpcore.location.contribution.draw_kept_ranks`: a uniformly random m of
+   each such user's rows, whatever their values) and joined back to the rows ranked by (lat, lon) within
+   their user (one window sort); the count of kept rows is sum over users of min(count, m);
 3. grids (Qardaji, Yang and Li 2013): each kept point clamped onto the region, then GROUP BY its cell
    clip(floor((v - lo) / (hi - lo) * m), 0, m - 1); the adaptive grid's second level joins each row to
    its level-1 cell's edges and split m2 (one more pass). Counts, hence releases, are identical;
@@ -36,7 +38,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpcore.errors import DataError, ParameterError
-from dpcore.location.contribution import check_max_per_user, key_salt, scope_sentence
+from dpcore.location.contribution import (
+    canonical_order,
+    check_max_per_user,
+    draw_kept_ranks,
+    scope_sentence,
+)
 from dpcore.location.geometry import Region
 from dpcore.location.grids import grid_edges
 from dpcore.location.registry import Counted, Projected
@@ -191,19 +198,27 @@ class TableLocations:
 
     def _kept(self, max_per_user: int, sampler: Sampler) -> tuple[ir.Table, int, int, str]:
         """(the kept rows (columns ``la``, ``lo``), their number, the group g, the scope sentence): with
-        users, the rows of rank < m by the salted key (the salt drawn from ``sampler`` as in memory)."""
+        users, the rows :func:`~dpcore.location.contribution.cap_per_user` keeps in memory, with the same
+        draws from ``sampler``."""
         m = check_max_per_user(max_per_user)
         t = self._coordinates
         if self.user_column is None:
             return t.select("la", "lo"), self.n_rows, 1, scope_sentence(False, m)
-        salt = key_salt(sampler)
-        x = t.la * const(salt[0]) + t.lo * const(salt[1])
-        keyed = t.mutate(key=x - x.floor().cast("float64"))
-        rank = ibis.row_number().over(group_by=keyed.user, order_by=keyed.key)
-        rows = keyed.mutate(rank=rank).filter(ibis._.rank < m).select("la", "lo")
         per_user = t.group_by("user").aggregate(c=t.count())
         capped = ibis.cases((per_user.c > m, m), else_=per_user.c)
         n = int(per_user.aggregate(n=capped.sum()).to_pandas()["n"].iloc[0])
+        over = per_user.filter(per_user.c > m).to_pandas()
+        if over.empty:
+            return t.select("la", "lo"), n, m, scope_sentence(True, m)
+        over = over.iloc[canonical_order(over["user"].to_numpy())]
+        block, rank = draw_kept_ranks(over["c"].to_numpy(), m, sampler)
+        picked = ibis.memtable({"p_user": over["user"].to_numpy()[block], "p_rank": rank.astype(np.int64)})
+        ranked = t.mutate(
+            rank=ibis.row_number().over(group_by=t.user, order_by=[t.la, t.lo]),
+            c=t.count().over(group_by=t.user),
+        )
+        joined = ranked.left_join(picked, [ranked.user == picked.p_user, ranked.rank == picked.p_rank])
+        rows = joined.filter((joined.c <= m) | joined.p_rank.notnull()).select("la", "lo")
         return rows, n, m, scope_sentence(True, m)
 
     def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
