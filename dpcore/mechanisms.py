@@ -17,9 +17,11 @@ at (eps, delta), so that sigma = s / s* and the colored-noise constraint level i
 - ``paper`` (Ravi, Scaglione & Peisert 2021, eq. 5): s* = eps / sqrt(2 ln(2 / delta)).
 - ``classic`` (Dwork & Roth 2014, Thm. A.1): s* = eps / sqrt(2 ln(1.25 / delta)), eps < 1 only.
 
-The two closed forms are checked against the exact profile and refused (ParameterError) where they miss
-delta: the paper's form does from eps = 7.9 (delta = 1e-2) to 11.1 (delta = 1e-12); at eps = 10,
-delta = 1e-5 its noise spends delta = 1.36e-5.
+The two closed forms are refused (ParameterError) where they miss delta. The classic form is checked
+against the exact profile. The paper's form is used for the paper's (eps, delta)-PDP, so it is checked
+against the PDP tail Pr[loss > eps] = Phi(t/2 - eps/t) (:func:`pdp_tail`), which is larger than the
+profile's delta: it is refused from eps = 6.05 (delta = 1e-2), 6.68 (1e-5) and 7.41 (1e-12) on; at
+eps = 8, delta = 1e-5 its tail is 1.8e-5 (its (eps, delta)-DP delta is still below 1e-5 there).
 """
 
 from __future__ import annotations
@@ -288,17 +290,42 @@ def _checked_formula(name: str, ratio: float, epsilon: float, delta: float) -> f
     return ratio
 
 
+def pdp_tail(ratio: float, epsilon: float) -> float:
+    """Pr[privacy loss > eps] = Phi(t/2 - eps/t) for a Gaussian with ratio t = sensitivity / sigma (the
+    loss is N(t^2/2, t^2)): the delta of (eps, delta)-PDP (Machanavajjhala et al. 2008), never below the
+    (eps, delta)-DP delta of Balle & Wang 2018."""
+    return math.exp(_log_pdp_tail(float(ratio), float(epsilon)))
+
+
+def _log_pdp_tail(t: float, epsilon: float) -> float:
+    return float(special.log_ndtr(t / 2 - epsilon / t))
+
+
+def _checked_pdp(ratio: float, epsilon: float, delta: float) -> float:
+    """The paper's ratio, refused where its PDP tail Phi(t/2 - eps/t) exceeds delta: what it is used for
+    (Ravi et al. 2021 state (eps, delta)-PDP), and the tail bounds the DP delta too."""
+    if _log_pdp_tail(ratio, epsilon) > math.log(delta) + math.log1p(-_DELTA_MARGIN):
+        raise ParameterError(
+            f"the paper Gaussian calibration is not (eps, delta)-PDP at eps = {epsilon:g}, "
+            f"delta = {delta:g}: its privacy loss exceeds eps with probability Phi(t/2 - eps/t) = "
+            f"{pdp_tail(ratio, epsilon):.3g} > delta. Use the analytic calibration (an (eps, delta) bound, "
+            "exact at every (eps, delta)) or a smaller eps."
+        )
+    return ratio
+
+
 def gaussian_ratio(epsilon: float, delta: float, calibration: Calibration = "analytic") -> float:
     """s*(eps, delta): the largest sensitivity-to-sigma ratio the calibration admits (gamma = s*^2).
 
-    Raises ParameterError where a closed-form calibration would not meet delta by the exact profile.
+    Raises ParameterError where a closed-form calibration would not meet delta by the exact profile (the
+    paper's: by its PDP tail, :func:`pdp_tail`).
     """
     eps = _check_epsilon(epsilon)
     dlt = _check_delta(delta)
     if calibration == "analytic":
         return _analytic_ratio(eps, dlt)
     if calibration == "paper":
-        return _checked_formula("paper", eps / math.sqrt(2.0 * math.log(2.0 / dlt)), eps, dlt)
+        return _checked_pdp(eps / math.sqrt(2.0 * math.log(2.0 / dlt)), eps, dlt)
     if calibration == "classic":
         if eps >= 1.0:
             raise ParameterError(

@@ -115,3 +115,43 @@ def test_engine_surfaces_refuse_the_paper_calibration_before_any_work() -> None:
             build(X, labels, 10.0, 1e-5, "paper")
     with pytest.raises(ParameterError, match="analytic"):
         ColoredNoiseKMeans(n_clusters=2, epsilon=10.0, delta=1e-5, calibration="paper").fit(X, labels=labels)
+
+
+def exact_pdp_tail(ratio: float, epsilon: float) -> float:
+    """Pr[privacy loss > eps] = Phi(t/2 - eps/t), the loss being N(t^2/2, t^2), in 50-digit arithmetic."""
+    with mpmath.workdps(50):
+        t, eps = mpmath.mpf(ratio), mpmath.mpf(epsilon)
+        return float(mpmath.ncdf(t / 2 - eps / t))
+
+
+@pytest.mark.parametrize("delta", [1e-1, 1e-2, 1e-3, 1e-5, 1e-8, 1e-12, 1e-15])
+def test_the_paper_calibration_is_pdp_wherever_it_is_accepted(delta: float) -> None:
+    """Issue 19, finding 3: the paper's calibration is labelled (eps, delta)-PDP, so its PDP tail must be
+    <= delta wherever it is accepted (the audit found it accepted at delta = 1e-5, eps 6.75-9.25, with tails
+    1.03-3.1 x delta, and at delta = 1e-12 up to 5.4 x delta: it was checked against the DP profile only)."""
+    epsilons = np.r_[np.geomspace(0.01, 40.0, 60), np.arange(6.0, 12.0, 0.05)]
+    accepted = 0
+    for eps in epsilons:
+        c = math.sqrt(2 * math.log(2 / delta))
+        tail = exact_pdp_tail(eps / c, eps)
+        try:
+            ratio = gaussian_ratio(float(eps), delta, "paper")
+        except ParameterError as err:
+            assert "PDP" in str(err) and "analytic" in str(err)
+            assert tail > delta * (1 - 1e-9), (eps, delta, tail)  # refused only where the tail misses delta
+            continue
+        accepted += 1
+        assert ratio == pytest.approx(eps / c, rel=1e-15)
+        assert tail <= delta, (eps, delta, tail / delta)
+    assert 0 < accepted < epsilons.size
+
+
+def test_the_paper_calibration_is_refused_where_the_audit_found_a_false_pdp_label() -> None:
+    for eps in (6.75, 8.0, 9.25):
+        assert exact_pdp_tail(eps / math.sqrt(2 * math.log(2 / 1e-5)), eps) > 1e-5
+        with pytest.raises(ParameterError, match="not \\(eps, delta\\)-PDP"):
+            gaussian_ratio(eps, 1e-5, "paper")
+    rng = np.random.default_rng(0)
+    X, labels = rng.normal(size=(60, 2)), np.repeat([0, 1], 30)
+    with pytest.raises(ParameterError, match="PDP"):  # the local mechanisms' label would be false
+        ColoredNoiseKMeans(n_clusters=2, epsilon=8.0, delta=1e-5, calibration="paper").fit(X, labels=labels)
