@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from dpcore.errors import ParameterError
+from dpcore.location.budget import split_budget
 from dpcore.location.geometry import PlaneMap, Region
 from dpcore.location.hotspots import PlanePoints, project_locations
 from dpcore.location.laplace import as_sampler
@@ -71,6 +73,9 @@ class MeanPositionRelease:
     laplace_scale_m: float
     epsilon_spent: float
     sampling_mode: str
+    n: float  # the group size: public, or a noisy count (then ``count_scale`` > 0)
+    count_scale: float = 0.0
+    budget_log: tuple[tuple[str, float], ...] = ()
 
 
 def mean_position(
@@ -103,28 +108,47 @@ def noisy_mean(
     policy: str = "blowfish",
     theta_m: float | None = None,
     points_per_person: int = 1,
+    public_n: bool = True,
     rng: Sampler | int | None = None,
 ) -> MeanPositionRelease:
     """Noisy mean position: (sums of f) / n + Laplace(Delta_1 / eps) per coordinate, back to lat/lon.
 
     ``points``: the mapped points, in memory or in an engine (only n and the two sums are read).
-    ``policy="blowfish"`` needs ``theta_m`` (G^{d,theta}); ``policy="dp"`` is bounded eps-DP. The group size
-    n = number of rows is treated as public; ``points_per_person`` is the public most rows of one person.
+    ``policy="blowfish"`` needs ``theta_m`` (G^{d,theta}); ``policy="dp"`` is bounded eps-DP. With
+    ``public_n`` the group size n = number of rows is public (the relation keeps it: one row per person,
+    or each row moved); ``points_per_person`` is the public most rows of one person. Without it (bounded
+    DP for persons with 1 to g rows each, whose number of rows is theirs to hide) the bounded-DP mean is
+    (S + Laplace(g (W + H) / eps_S)) / max(1, n + Laplace(g / eps_n)), S the sum of f minus the box's centre
+    (each point within (W + H) / 2 of it in L1), eps_n = eps / 10 and eps_S the rest (``split_budget``).
     """
     eps = _check_epsilon(epsilon)
-    region, n = points.region, points.n
+    region, n, g, plane = points.region, points.n, points_per_person, points.plane
+    sampler = as_sampler(rng)
+    if policy == "dp" and not public_n:
+        log = split_budget(eps, [("noisy count", Fraction(1, 10)), ("noisy sum", Fraction(9, 10))])
+        (_, eps_n), (_, eps_s) = log
+        mid = (plane.lower + plane.upper) / 2.0
+        sens = dp_mean_sensitivity(1, region, g)  # of the centred sum: up to g points out, up to g in
+        count_scale, b = laplace_scale(float(g), eps_n), laplace_scale(sens, eps_s)
+        n_noisy = float(sampler.privatize(float(n), "laplace", count_scale))
+        noisy = sampler.privatize(points.sums() - n * mid, "laplace", b)
+        m_lat, m_lon = plane.inverse(*(mid + noisy / max(1.0, n_noisy)))
+        return MeanPositionRelease(
+            float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode, n_noisy, count_scale, tuple(log)
+        )
     if policy == "blowfish":
         if theta_m is None:
             raise ParameterError(
                 "the Blowfish distance-threshold policy needs theta_m (metres), e.g. 10_000."
             )
-        sens = blowfish_mean_sensitivity(n, float(theta_m), region, points_per_person=points_per_person)
+        sens = blowfish_mean_sensitivity(n, float(theta_m), region, points_per_person=g)
     elif policy == "dp":
-        sens = dp_mean_sensitivity(n, region, points_per_person)
+        sens = dp_mean_sensitivity(n, region, g)
     else:
         raise ParameterError(f"policy must be 'blowfish' or 'dp' (got {policy!r}).")
-    sampler = as_sampler(rng)
     b = laplace_scale(sens, eps)
     noisy = sampler.privatize(points.sums() / n, "laplace", b)
-    m_lat, m_lon = points.plane.inverse(noisy[0], noisy[1])
-    return MeanPositionRelease(float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode)
+    m_lat, m_lon = plane.inverse(noisy[0], noisy[1])
+    return MeanPositionRelease(
+        float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode, float(n), 0.0, (("mean", eps),)
+    )

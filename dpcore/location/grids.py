@@ -9,13 +9,14 @@ v' = (a^2 m2^2 v + (1-a)^2 sum u) / (a^2 m2^2 + (1-a)^2) and u' = u + (v' - sum 
 of children.
 
 Guarantee: eps-DP, cells of a level are disjoint (parallel composition) and levels add up (sequential).
-Neighbours: ``"unbounded"`` (one person's points added or removed, s = g; n is then private, so the grid
-size uses a curator-given public estimate of n or a noisy count that spends ``count_fraction`` of eps) or
-``"bounded"`` (one person's points moved anywhere, s = 2 g; n is public under this relation), where
-g = ``points_per_person`` is the public most points one person has among those given (1: each point is
-one person; the caller enforces the cap). Budget parts come from ``split_budget`` (their sum never
-exceeds eps). The region is public; points outside it are clamped onto its edge, a remap of each point
-on its own, so one person still changes at most g cells by one each. Cells are equal in degrees.
+Neighbours: ``"unbounded"`` (one person's points added or removed, s = g; n is then private, so the grid size
+uses a curator-given public estimate of n or a noisy count that spends ``count_fraction`` of eps) or
+``"bounded"`` (one person's points replaced by any others, s = 2 g; n is public under this relation for g = 1,
+one point per person; for g > 1 a person's number of points is theirs to hide, so n is a noisy count as for
+unbounded neighbours), where g = ``points_per_person`` is the public most points one person has among those
+given (1: each point is one person; the caller enforces the cap). Budget parts come from ``split_budget``
+(their sum never exceeds eps). The region is public; points outside it are clamped onto its edge, a remap of
+each point on its own, so one person still changes at most g cells by one each. Cells are equal in degrees.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def _prepare(
         raise ParameterError(f"points_per_person must be a whole number >= 1 (got {g!r}).")
     eps = _check_epsilon(epsilon)
     s = NEIGHBOURS[neighbours] * int(g)
-    if neighbours == "bounded":
+    if neighbours == "bounded" and g == 1:
         return split_budget(eps, levels), float(points.n), "public (bounded neighbours keep n fixed)", s
     if n_estimate is not None:
         if not (math.isfinite(n_estimate) and n_estimate > 0):

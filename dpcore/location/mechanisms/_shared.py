@@ -51,6 +51,14 @@ def neighbours_param(*choices: str) -> Param:
     )
 
 
+N_PUBLIC = {
+    "dp": "public: the number of people (bounded neighbours keep it; one location each)",
+    "blowfish": "public: the number of locations kept (the policy moves locations, never adds one)",
+}
+N_NOISY = (
+    "noisy count: kept locations + Laplace(g / (eps / 10)), the mean's sum noised with the other 9/10 "
+    "(a person's number of locations is private under bounded neighbours)"
+)
 PLANE_NOTE = (
     "locations mapped to metres around the region centre by a map that never stretches a distance by more "
     "than its scale factor (azimuthal equidistant inside the region)"
@@ -66,29 +74,37 @@ def mean_release(
     params: dict[str, Any],
     sampler: Sampler,
 ) -> MechanismOutput:
-    """Noisy mean position of the kept rows (n public), calibrated for a person with ``group`` rows.
+    """Noisy mean position of the kept rows, calibrated for a person with ``group`` rows; the table's ``n``
+    is the kept rows' number where the relation makes it public (Blowfish moves rows; one row per person),
+    else a noisy count (bounded DP per user: a person's number of rows is private).
 
     ``inputs`` is a :class:`LocationInputs` or a table in an engine
     (:class:`dpcore.outofcore.locations.TableLocations`): both give the kept rows' count and mapped sums."""
     no_delta(delta)
     kept = inputs.projected(params["max_per_user"], sampler)
     theta = params.get("theta_m")
+    public_n = policy == "blowfish" or kept.group == 1  # moved rows, or one row per person
     out = noisy_mean(
         kept.points,
         epsilon,
         policy=policy,
         theta_m=theta,
         points_per_person=kept.group,
+        public_n=public_n,
         rng=sampler,
     )
-    table = pd.DataFrame({"lat": [out.lat], "lon": [out.lon], "n": [kept.n]})
+    table = pd.DataFrame({"lat": [out.lat], "lon": [out.lon], "n": [out.n]})
     figure = released_map(table["lat"], table["lon"], title=f"{label}: released locations")
     details = {
         **kept_details(kept, inputs),
+        "n": N_PUBLIC[policy] if public_n else N_NOISY,
         "l1_sensitivity_m": out.l1_sensitivity_m,
         "laplace_scale_m": out.laplace_scale_m,
         "mapping": PLANE_NOTE,
     }
+    if not public_n:
+        details["count_laplace_scale"] = out.count_scale
+        details["budget_log"] = [[name, e] for name, e in out.budget_log]
     if theta is not None:
         details["theta_m"] = theta
     return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)

@@ -1,9 +1,9 @@
 """Adaptive density grid (Qardaji et al. 2013): a coarse noisy grid, dense cells split finer, made consistent.
 
-Guarantee: eps-DP for one person's locations added or removed (``neighbours="unbounded"``, with a noisy
-count of n for the grid size) or replaced by any others (``"bounded"``, n public), at most g of them (the
-public ``max_per_user``, 1 without a user column): Laplace(s g / eps_level) per cell at each level, s = 1
-or 2 (cells of a level are disjoint); the budget parts never add up to more than eps.
+Guarantee: eps-DP for one person's locations added or removed (``neighbours="unbounded"``, with a noisy count
+of n for the grid size) or replaced by any others (``"bounded"``, n public for g = 1, else a noisy count), at
+most g of them (the public ``max_per_user``, 1 without a user column): Laplace(s g / eps_level) per cell at
+each level, s = 1 or 2 (cells of a level are disjoint); the budget parts never add up to more than eps.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """Mean position under bounded eps-DP (the full-domain policy of Machanavajjhala and Kifer 2015).
 
 Guarantee: bounded eps-DP: replacing one person's locations (at most g: the public ``max_per_user``, 1
-without a user column) by any others changes any output's probability by at most e^eps; the group size n
-is public. Delta_1 = (W + H) g / n, W + H the L1 diameter of the box the region's ``PlaneMap`` maps into.
+without a user column) by any others, as many or not, changes any output's probability by at most e^eps.
+With g = 1 the group size n (one location per person) is public and Delta_1 = (W + H) / n, W + H the L1
+diameter of the box the region's ``PlaneMap`` maps into; with g > 1 the number of kept locations depends on
+a person's own count, so it is noised (``blowfish.noisy_mean``: eps / 10 on the count, sensitivity g; the
+rest on the centred sum, Delta_1 = g (W + H)) and only the noisy count is published.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ SPEC = LOCATIONS.register(
         definition="pure_dp",
         summary="Releases the group's average position, blurred so that it barely depends on any one person.",
         formula=(
-            "mean of f(x_i) + Laplace((W + H) g / (n eps)) per coordinate, f the region's map into a W x H "
-            "box of metres, n public, g = most locations per user."
+            "mean of f(x_i) + Laplace((W + H) / (n eps)) per coordinate, f the region's map into a W x H "
+            "box of metres, n public (one location per person); with g > 1 locations per user, "
+            "(sum of f(x_i) - c + Laplace(g (W + H) / (0.9 eps))) / (n + Laplace(g / (0.1 eps))), c the "
+            "box's centre."
         ),
         citation="Dwork et al. 2006; Machanavajjhala and Kifer 2015",
         release=release,

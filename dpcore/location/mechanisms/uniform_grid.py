@@ -2,8 +2,8 @@
 
 Guarantee: eps-DP for one person's locations added or removed (``neighbours="unbounded"``: Laplace(g /
 eps_grid) per cell, and a noisy count of n for the grid size) or replaced by any others (``"bounded"``:
-Laplace(2 g / eps) per cell, n public), at most g of them (the public ``max_per_user``, 1 without a user
-column); the budget parts never add up to more than eps.
+Laplace(2 g / eps) per cell, n public for g = 1, else a noisy count), at most g of them (the public
+``max_per_user``, 1 without a user column); the budget parts never add up to more than eps.
 """
 
 from __future__ import annotations
