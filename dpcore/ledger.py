@@ -5,23 +5,34 @@ PDP, a Blowfish eps for graph G, a geo-indistinguishability level within r metre
 measure different things), so each lives in its own :class:`Account`; demo releases have their own
 demo accounts and never touch a real budget.
 
+Related accounts: a release also protects the relations of other accounts of its dataset and mode (an
+unbounded eps is a bounded 2 eps, a theta = 0.31 Blowfish release is also a theta = 0.30 one, a level
+within 1000.5 m costs 1000/1000.5 of it within 1000 m, one row's eps is m eps for a user with m rows), so
+each account is charged every such release at the factor of :func:`dpcore.accounts.factor`, and a spend
+is refused when any of them would overspend. Releases of a relation with no factor to an account's are
+not charged there (nothing bounds them; the Ledger page says so).
+
 Composition (sequential and parallel composition, Dwork & Roth 2014; McSherry 2009): an account's cost is
 
-    cost_eps = sum_{sequential r} eps_r + sum_{parallel groups g} max_{r in g} eps_r
+    cost_eps = sum_{sequential r} k_r eps_r + sum_{parallel groups g} max_{r in g} k_r eps_r
 
-and the same for delta; ``remaining = total - cost``. The members of a parallel group touch disjoint
-parts of the dataset (one distinct ``partition_key`` each), so a neighbour changes the input of at most
-one member and the group costs its largest member.
+over its own releases (k_r = 1) and those charged to it (k_r their factor; delta by
+:func:`dpcore.accounts.convert`); ``remaining = total - cost``. The members of a parallel group touch
+disjoint parts of the dataset (one distinct ``partition_key`` each), so a neighbour changes the input of
+at most one member and the group costs its largest member; charged to an account whose unit is all rows
+of one user (whose rows may lie in several parts), or from one, they add up instead.
 
 Exact arithmetic: every float is read as its shortest round-tripping decimal (``repr``) and summed as
-an exact decimal, so ten spends of 0.1 use a budget of 1.0 exactly and 0.1 + 0.2 fits a budget of 0.3.
+an exact fraction, so ten spends of 0.1 use a budget of 1.0 exactly and 0.1 + 0.2 fits a budget of 0.3.
 A spend is admitted only when ``cost_after <= total`` exactly (no slack); ``remaining()`` rounds toward
 zero, so a remaining value fed back into ``spend`` always fits.
 
 Concurrency: the budget check and the debit are one transaction. On SQLite (write-ahead log, so
 readers never wait for a writer) it starts with ``BEGIN IMMEDIATE``, the database write lock; on other
-databases the budget row is locked with ``SELECT ... FOR UPDATE``. A lock held elsewhere is waited for
-at most :data:`LOCK_WAIT_S` seconds, then :class:`LedgerBusy` says to retry (nothing was debited).
+databases every budget row of the dataset and mode is locked with ``SELECT ... FOR UPDATE`` in the order
+of the account keys (a spend and a budget change lock the same rows in the same order: no deadlock). A
+lock held elsewhere is waited for at most :data:`LOCK_WAIT_S` seconds, then :class:`LedgerBusy` says to
+retry (nothing was debited).
 ``request_id`` is unique: a rerun of a request returns the first record and debits nothing (its
 ``inserted`` is False; only the call that debited gets ``inserted=True``).
 
@@ -51,13 +62,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from decimal import Decimal, localcontext
+from decimal import Decimal
+from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
 from dpcore import config
+from dpcore.accounts import Relation, convert, factor
 from dpcore.errors import DPCoreError, ParameterError, PolicyError
 from dpcore.url_text import shown_url, url_redactor
 
@@ -81,7 +95,7 @@ LOCK_WAIT_S = 3.0  # longest wait for a lock held elsewhere (SQLite busy timeout
 INSTANCE_FILE = "ledger.instance"  # the data folder's record of its embedded ledger's instance id
 SAMPLING_MODES = ("secure", "demo")
 _MAX_ID = 255
-_ZERO = Decimal(0)
+_ZERO = Fraction(0)
 _SEP = "|"
 
 _metadata = sa.MetaData()
@@ -285,6 +299,7 @@ class BudgetStatus:
     n_releases: int
     created: str
     updated: str
+    n_charged: int = 0  # releases of related accounts charged here (dpcore.accounts)
 
 
 class Ledger:
@@ -481,9 +496,9 @@ class Ledger:
     def _set_budget_once(self, acc: Account, eps_total: float, delta_total: float) -> BudgetStatus:
         now, key = _now(), acc.key
         with self._tx(write=True) as conn:
-            row = _lock_budget(conn, key)
-            rows = _cost_rows(conn, key)
-            eps_spent, delta_spent = _cost(rows)
+            row = _lock_accounts(conn, acc).get(key)
+            charged = _charges(acc, _spends(conn, acc.dataset_id))
+            eps_spent, delta_spent = _cost(charged.charges)
             if not (_fits(eps_spent, eps_total) and _fits(delta_spent, delta_total)):
                 raise LedgerError(
                     f"Cannot set the budget of {_name(acc)} to eps={_fmt(eps_total)}, "
@@ -503,8 +518,7 @@ class Ledger:
                 conn.execute(_budgets.insert().values(**values))
             else:
                 conn.execute(_budgets.update().where(_budgets.c.account == key).values(**values))
-            row = _lock_budget(conn, key)
-            return _status(row, rows)
+            return _status(_budget_row(conn, key), charged)
 
     def spend(
         self,
@@ -584,7 +598,7 @@ class Ledger:
     def _spend_once(self, row: dict[str, Any], acc: Account) -> ReleaseRecord:
         key, request_id = row["account"], row["request_id"]
         with self._tx(write=True) as conn:
-            budget = _lock_budget(conn, key)
+            budgets = _lock_accounts(conn, acc)
             query = sa.select(_releases).where(_releases.c.request_id == request_id)
             first = conn.execute(query).mappings().first()
             if first is not None:
@@ -594,7 +608,7 @@ class Ledger:
                         f"not {key}. Use a new request id for a new release."
                     )
                 return _record(first)
-            if budget is None:
+            if key not in budgets:
                 raise BudgetNotSet(
                     f"{_name(acc)} has no privacy budget. Set one on the Privacy policy page "
                     "(Ledger.set_budget) before releasing."
@@ -603,15 +617,13 @@ class Ledger:
             group = row["parallel_group"]
             if group is not None:
                 _check_partition_free(conn, key, group, row["partition_key"])
-            rows = _cost_rows(conn, key)
-            eps_spent, delta_spent = _cost(rows)
-            eps_after, delta_after = _cost([*rows, (row["epsilon"], row["delta"], group)])
-            status = _status(budget, rows)
-            eps_total, delta_total = status.epsilon_total, status.delta_total
-            eps_ok, delta_ok = _fits(eps_after, eps_total), _fits(delta_after, delta_total)
-            if not (eps_ok and delta_ok):
-                left = _left(eps_total, eps_spent), _left(delta_total, delta_spent)
-                raise _exceeded(row, acc, *left, eps_ok)
+            spends = _spends(conn, acc.dataset_id)
+            new = _Spend(key, 0, row["epsilon"], row["delta"], group)
+            for target_key in sorted(budgets, key=lambda k: k != key):  # its own account first
+                target = Account.parse(target_key)
+                added = _charges(target, [new]).charges
+                if added:
+                    _check_fits(budgets[target_key], _charges(target, spends).charges, added, row, target)
             row = {**row, "time": _now()}
             new_id = conn.execute(_releases.insert().values(**row)).inserted_primary_key[0]
             return _record({**row, "id": int(new_id)}, inserted=True)
@@ -630,10 +642,10 @@ class Ledger:
 
     def budget(self, account: Account | str) -> BudgetStatus | None:
         """The account's budget status, or None when no budget was set."""
-        key = Account.parse(account).key
+        acc = Account.parse(account)
         with self._tx() as conn:
-            row = conn.execute(sa.select(_budgets).where(_budgets.c.account == key)).mappings().first()
-            return None if row is None else _status(row, _cost_rows(conn, key))
+            row = _budget_row(conn, acc.key)
+            return None if row is None else _status(row, _charges(acc, _spends(conn, acc.dataset_id)))
 
     def budgets(self, dataset_id: str | None = None) -> list[BudgetStatus]:
         """Every account with a budget (of one dataset, or all), sorted by dataset and account."""
@@ -643,13 +655,15 @@ class Ledger:
                 query = query.where(_budgets.c.dataset_id == dataset_id)
             rows = conn.execute(query).mappings().all()
             known = set(conn.execute(sa.select(_budgets.c.account)).scalars())
-            cost = sa.select(_releases.c.account, _releases.c.id, *_COST_COLS).order_by(_releases.c.id)
-            spends: dict[str, list[tuple[float, float, str | None]]] = {}
-            for key, *spend in conn.execute(cost):
-                if key not in known:
-                    raise _invalid(f"release #{spend[0]} debits account {key!r}, which has no budget")
-                spends.setdefault(key, []).append(_checked_spend(*spend))
-        return [_status(row, spends.get(row["account"], [])) for row in rows]
+            spends: dict[str, list[_Spend]] = {}
+            for spend in _spends(conn, dataset_id):
+                if spend[0] not in known:
+                    raise _invalid(f"a release debits account {spend[0]!r}, which has no budget")
+                spends.setdefault(Account.parse(spend[0]).dataset_id, []).append(spend)
+        return [
+            _status(row, _charges(Account.parse(row["account"]), spends.get(row["dataset_id"], [])))
+            for row in rows
+        ]
 
     def dataset_names(self) -> dict[str, str]:
         """Dataset id -> the name it was last registered under."""
@@ -844,18 +858,44 @@ def _dataset_rows(conn: sa.Connection, dataset_id: str) -> tuple[int, int]:
     )
 
 
-def _lock_budget_query(account: str) -> sa.Select[Any]:
-    """The budget row, locked until commit (FOR UPDATE; SQLite holds the database lock instead)."""
-    return sa.select(_budgets).where(_budgets.c.account == account).with_for_update()
+def _lock_accounts_query(acc: Account) -> sa.Select[Any]:
+    """The budget rows of ``acc``'s dataset and mode in key order, locked until commit (FOR UPDATE; SQLite
+    holds the database lock instead): every account a release there can be charged to."""
+    query = sa.select(_budgets.c.account).where(
+        _budgets.c.dataset_id == acc.dataset_id, _budgets.c.mode == acc.mode
+    )
+    return query.order_by(_budgets.c.account).with_for_update()
 
 
-def _lock_budget(conn: sa.Connection, account: str) -> sa.RowMapping | None:
-    return conn.execute(_lock_budget_query(account)).mappings().first()
+def _lock_accounts(conn: sa.Connection, acc: Account) -> dict[str, sa.RowMapping]:
+    """Lock (:func:`_lock_accounts_query`), then read the budget rows by key. The read is a statement of
+    its own, so on PostgreSQL it also sees an account created while the lock was awaited; that account's
+    creator held these locks, and any later change to it waits for them."""
+    conn.execute(_lock_accounts_query(acc)).all()
+    query = sa.select(_budgets).where(_budgets.c.dataset_id == acc.dataset_id, _budgets.c.mode == acc.mode)
+    return {row["account"]: row for row in conn.execute(query).mappings()}
 
 
-def _cost_rows(conn: sa.Connection, account: str) -> list[tuple[float, float, str | None]]:
-    query = sa.select(_releases.c.id, *_COST_COLS).where(_releases.c.account == account)
-    return [_checked_spend(*row) for row in conn.execute(query.order_by(_releases.c.id))]
+def _budget_row(conn: sa.Connection, key: str) -> sa.RowMapping | None:
+    return conn.execute(sa.select(_budgets).where(_budgets.c.account == key)).mappings().first()
+
+
+class _Spend(NamedTuple):
+    """A stored release's debit: its account key, row id, epsilon, delta and parallel group."""
+
+    account: str
+    id: int
+    epsilon: float
+    delta: float
+    group: str | None
+
+
+def _spends(conn: sa.Connection, dataset_id: str | None) -> list[_Spend]:
+    """The checked debits of every release of ``dataset_id`` (of all datasets for None), oldest first."""
+    query = sa.select(_releases.c.account, _releases.c.id, *_COST_COLS).order_by(_releases.c.id)
+    if dataset_id is not None:
+        query = query.where(_releases.c.dataset_id == dataset_id)
+    return [_Spend(key, row_id, *_checked_spend(row_id, *cost)) for key, row_id, *cost in conn.execute(query)]
 
 
 def _invalid(what: str) -> LedgerUnavailable:
@@ -942,50 +982,119 @@ def _check_same_data_same_name(conn: sa.Connection, row: Mapping[str, Any], acc:
     )
 
 
-def _dec(x: float) -> Decimal:
-    """The shortest decimal that round-trips to the float ``x`` (what the user typed)."""
-    return Decimal(repr(float(x)))
+def _exact(x: float) -> Fraction:
+    """The shortest decimal that round-trips to the float ``x`` (what the user typed), as a fraction."""
+    return Fraction(repr(float(x)))
 
 
-def _cost(rows: Iterable[tuple[float, float, str | None]]) -> tuple[Decimal, Decimal]:
-    """Exact composed cost: sequential releases add up, each parallel group costs its max eps and delta."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        eps, delta = _ZERO, _ZERO
-        groups: dict[str, tuple[Decimal, Decimal]] = {}
-        for e, d, group in rows:
-            if group is None:
-                eps, delta = eps + _dec(e), delta + _dec(d)
-            else:
-                ge, gd = groups.get(group, (_ZERO, _ZERO))
-                groups[group] = (max(ge, _dec(e)), max(gd, _dec(d)))
-        for ge, gd in groups.values():
-            eps, delta = eps + ge, delta + gd
-        return eps, delta
+@lru_cache(maxsize=1024)
+def _relation(definition: str, relation: str) -> Relation | None:
+    return Relation.parse(definition, relation) if definition else None
 
 
-def _fits(cost: Decimal, total: float) -> bool:
+def relation_factor(source: Account, target: Account) -> Fraction | None:
+    """What one eps spent on ``source`` costs on ``target``: 1 on itself, :func:`dpcore.accounts.factor`
+    between accounts of one dataset and mode, else None (not charged)."""
+    if source.key == target.key:
+        return Fraction(1)
+    if (source.dataset_id, source.mode) != (target.dataset_id, target.mode):
+        return None
+    s, t = _relation(source.definition, source.relation), _relation(target.definition, target.relation)
+    return None if s is None or t is None else factor(s, t)
+
+
+_Charge = tuple[Fraction, Fraction, tuple[str, str] | None]  # eps, delta, (account, parallel group)
+
+
+@dataclass(frozen=True)
+class _Charged:
+    """What ``target`` is charged: one (eps, delta, group) per release, and how many are its own."""
+
+    charges: list[_Charge]
+    own: int
+    related: int
+
+
+def _charges(target: Account, spends: Iterable[_Spend]) -> _Charged:
+    """Every spend of a release ``target`` is charged for (:func:`relation_factor`), converted by
+    :func:`dpcore.accounts.convert`. A parallel group stays one (by its account and name) where both
+    units are one row; charged to or from an account of users it composes sequentially."""
+    charges: list[_Charge] = []
+    own = 0
+    for spend in spends:
+        source = Account.parse(spend.account)
+        k = relation_factor(source, target)
+        converted = None if k is None else convert(_exact(spend.epsilon), _exact(spend.delta), k)
+        if converted is None:
+            continue
+        own += source.key == target.key
+        keep = source.key == target.key or _row_units(source, target)
+        group = (source.key, spend.group) if spend.group is not None and keep else None
+        charges.append((*converted, group))
+    return _Charged(charges, own, len(charges) - own)
+
+
+def _row_units(*accounts: Account) -> bool:
+    relations = [_relation(a.definition, a.relation) for a in accounts]
+    return all(r is not None and r.per_user is None for r in relations)
+
+
+def _cost(charges: Iterable[_Charge]) -> tuple[Fraction, Fraction]:
+    """Exact composed cost: sequential charges add up, each parallel group costs its max eps and delta."""
+    eps, delta = _ZERO, _ZERO
+    groups: dict[tuple[str, str], tuple[Fraction, Fraction]] = {}
+    for e, d, group in charges:
+        if group is None:
+            eps, delta = eps + e, delta + d
+        else:
+            ge, gd = groups.get(group, (_ZERO, _ZERO))
+            groups[group] = (max(ge, e), max(gd, d))
+    for ge, gd in groups.values():
+        eps, delta = eps + ge, delta + gd
+    return eps, delta
+
+
+def _fits(cost: Fraction, total: float) -> bool:
     """Exactly ``cost <= total``: not one ulp over."""
-    return cost <= _dec(total)
+    return cost <= _exact(total)
 
 
-def _left(total: float, cost: Decimal) -> float:
+def _left(total: float, cost: Fraction) -> float:
     """``total - cost`` as the largest float whose shortest decimal is not above the exact difference, so a
     remaining value spent in full fits exactly."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        exact = max(_dec(total) - cost, _ZERO)
-        left = float(exact)
-        while left > 0 and _dec(left) > exact:
-            left = math.nextafter(left, 0.0)
-        return left
+    exact = max(_exact(total) - cost, _ZERO)
+    left = float(exact)
+    while left > 0 and _exact(left) > exact:
+        left = math.nextafter(left, 0.0)
+    return left
 
 
-def _status(budget: sa.RowMapping, rows: list[tuple[float, float, str | None]]) -> BudgetStatus:
+def _totals(budget: Mapping[str, Any]) -> tuple[float, float]:
     where = f"the budget of account {budget['account']!r} has"
     eps_total = _checked_number(budget["epsilon_total"], f"{where} epsilon")
-    delta_total = _checked_number(budget["delta_total"], f"{where} delta", upper=1.0)
-    eps_spent, delta_spent = _cost(rows)
+    return eps_total, _checked_number(budget["delta_total"], f"{where} delta", upper=1.0)
+
+
+def _check_fits(
+    budget: Mapping[str, Any],
+    before: list[_Charge],
+    added: list[_Charge],
+    row: dict[str, Any],
+    target: Account,
+) -> None:
+    """:class:`BudgetExceeded` unless ``target``'s cost with the new release's charge ``added`` fits."""
+    eps_total, delta_total = _totals(budget)
+    eps_after, delta_after = _cost([*before, *added])
+    eps_ok, delta_ok = _fits(eps_after, eps_total), _fits(delta_after, delta_total)
+    if not (eps_ok and delta_ok):
+        eps_spent, delta_spent = _cost(before)
+        left = _left(eps_total, eps_spent), _left(delta_total, delta_spent)
+        raise _exceeded(row, target, added[0], *left, eps_ok)
+
+
+def _status(budget: sa.RowMapping, charged: _Charged) -> BudgetStatus:
+    eps_total, delta_total = _totals(budget)
+    eps_spent, delta_spent = _cost(charged.charges)
     return BudgetStatus(
         account=budget["account"],
         dataset_id=budget["dataset_id"],
@@ -998,23 +1107,32 @@ def _status(budget: sa.RowMapping, rows: list[tuple[float, float, str | None]]) 
         delta_spent=float(delta_spent),
         epsilon_left=_left(eps_total, eps_spent),
         delta_left=_left(delta_total, delta_spent),
-        n_releases=len(rows),
+        n_releases=charged.own,
         created=budget["created"],
         updated=budget["updated"],
+        n_charged=charged.related,
     )
 
 
 def _exceeded(
-    row: dict[str, Any], acc: Account, eps_left: float, delta_left: float, eps_ok: bool
+    row: dict[str, Any], target: Account, charge: _Charge, eps_left: float, delta_left: float, eps_ok: bool
 ) -> BudgetExceeded:
-    eps, delta, group = row["epsilon"], row["delta"], row["parallel_group"]
+    """Refusal naming ``target`` and what the release costs there (its own account, or a related one)."""
+    eps, delta, group = float(charge[0]), float(charge[1]), row["parallel_group"]
     where = "" if group is None else f" in parallel group {group!r}"
     fix = "Lower delta" if eps_ok else "Lower epsilon"
+    there = ""
+    if target.key != row["account"]:
+        origin = _name(Account.parse(row["account"]))
+        there = (
+            f" there (its eps={_fmt(row['epsilon'])}, delta={_fmt(row['delta'])} on {origin[0].lower()}"
+            f"{origin[1:]} also protects this account's relation; docs/mathematics.md, s.5)"
+        )
     return BudgetExceeded(
-        f"Budget exceeded: {_name(acc)} has eps={_fmt(eps_left)}, delta={_fmt(delta_left)} left; this "
-        f"release asks eps={_fmt(eps)}, delta={_fmt(delta)}{where}. "
+        f"Budget exceeded: {_name(target)} has eps={_fmt(eps_left)}, delta={_fmt(delta_left)} left; this "
+        f"release asks eps={_fmt(eps)}, delta={_fmt(delta)}{where}{there}. "
         f"{fix} or raise the budget on the Privacy policy page.",
-        account=row["account"],
+        account=target.key,
         epsilon_asked=eps,
         delta_asked=delta,
         epsilon_left=eps_left,
@@ -1036,7 +1154,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _fmt(x: float | Decimal) -> str:
+def _fmt(x: float | Fraction) -> str:
     return format(float(x), ".12g")
 
 

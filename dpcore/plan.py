@@ -21,18 +21,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from dpcore.accounts import Relation
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
+from dpcore.location.contribution import scope_sentence
 from dpcore.policy import (
     DEFINITIONS,
-    NEIGHBOURS,
     ApproxDP,
+    AttributeGraph,
     Blowfish,
+    DistanceThresholdGraph,
     GeoIndistinguishability,
+    Graph,
+    PartitionGraph,
     Policy,
     PureDP,
     graph_from_dict,
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOMAINS",
+    "NO_EFFECT",
     "PLAN_VERSION",
     "PrepStep",
     "ReleasePlan",
@@ -64,6 +70,13 @@ _ACCOUNT_FAMILY = {
     "blowfish": "blowfish",
     "geo_ind": "geo_ind",
     "local_pdp": "local_pdp",
+}
+NO_EFFECT = " (no column this release reads: no effect on it)"
+_CLEAN_FIX = {
+    "kmeans": "drop incomplete rows instead of imputing, give public bounds, and scale with min-max to the "
+    "public bounds",
+    "location": "drop the rows missing a coordinate or user instead of imputing them (imputing other columns "
+    "does not affect a location release)",
 }
 _DATA_DERIVED_NOTE = (
     "Preparation read values from the data ({steps}); one person can move every affected row, so the "
@@ -107,13 +120,32 @@ def public_bounds(prepared: PreparedData) -> dict[str, list[float] | str]:
     }
 
 
-def preparation_steps(cleaning: Sequence[str], prepared: PreparedData | None = None) -> tuple[PrepStep, ...]:
+def preparation_steps(
+    cleaning: Sequence[str],
+    prepared: PreparedData | None = None,
+    *,
+    touched: Sequence[Sequence[str]] | None = None,
+    used: Collection[str] | None = None,
+) -> tuple[PrepStep, ...]:
     """Steps from the Data page's missing-value choices (``"<strategy> on <columns> ..."``: only ``drop``
     keeps the guarantee) and, once features are prepared, the features with their public bounds and scaling
-    plus ``PreparedData.leaks`` (each data-derived; they include the imputations, which then stand for
-    their cleaning steps)."""
+    plus ``PreparedData.leaks`` (each data-derived; they include the imputations of features, which then
+    stand for their cleaning steps).
+
+    With ``touched`` (the columns of each cleaning step) and ``used`` (the columns the release reads), an
+    imputation of columns the release does not read is recorded with :data:`NO_EFFECT` and keeps the
+    guarantee: it fills values in rows that are kept whatever the values are, so the release's input is
+    the same on every pair of neighbouring tables as without it."""
     leaks = () if prepared is None else tuple(prepared.leaks)
-    steps = [PrepStep(t, not t.startswith("drop")) for t in cleaning if t.startswith("drop") or not leaks]
+    columns = [None] * len(cleaning) if touched is None else list(touched)
+    steps = []
+    for text, cols in zip(cleaning, columns, strict=True):
+        if text.startswith("drop"):
+            steps.append(PrepStep(text, False))
+        elif used is not None and cols is not None and not set(cols) & set(used):
+            steps.append(PrepStep(text + NO_EFFECT, False))
+        elif not leaks:
+            steps.append(PrepStep(text, True))
     if prepared is not None:
         bounds = "; ".join(f"{k} {v}" for k, v in public_bounds(prepared).items())
         steps.append(PrepStep(f"features and public bounds: {bounds}; scaling: {prepared.scaling}", False))
@@ -169,8 +201,8 @@ class ReleasePlan:
             raise PolicyError(
                 f"{spec.label} cannot be released under {self.definition_label}: preparation read values "
                 f"from the data ({'; '.join(derived)}), so one person can move many rows and the noise no "
-                "longer covers them. On the Data page, drop incomplete rows instead of imputing, give public "
-                "bounds, and scale with min-max to the public bounds; or use demo mode to explore."
+                f"longer covers them. On the Data page, {_CLEAN_FIX[self.domain]}; or use demo mode to "
+                "explore."
             )
         self._check_policy(spec)
 
@@ -213,8 +245,17 @@ class ReleasePlan:
 
     @property
     def relation(self) -> str:
-        """The neighbour relation in words; with the definition family it names the ledger account."""
+        """The neighbour relation of one row in words (the guarantee adds :attr:`scope`)."""
+        return self._relation().text
+
+    def _relation(self) -> Relation:
         return _relation(_ACCOUNT_FAMILY[self.definition], self.policy, self.params, self.spec.label)
+
+    @property
+    def per_user(self) -> int | None:
+        """m when the release protects all rows of one user (scope "per user (at most m locations each)")."""
+        m = self.params.get("max_per_user")
+        return m if m is not None and self.scope == scope_sentence(True, m) else None
 
     def _radius(self) -> float:
         return _radius(self.policy, self.spec.label)
@@ -233,8 +274,11 @@ class ReleasePlan:
 
     @property
     def account(self) -> Account:
-        """The one ledger account this release debits: dataset, definition family, relation, mode."""
-        return Account(self.dataset_id, _ACCOUNT_FAMILY[self.definition], self.relation, self.mode)
+        """The ledger account this release debits: dataset, definition family, relation with its unit (one
+        row, or all rows of one user: :attr:`per_user`), mode. The ledger also charges it to every account
+        of the dataset whose relation it protects (:mod:`dpcore.accounts`)."""
+        relation = replace(self._relation(), per_user=self.per_user)
+        return Account(self.dataset_id, _ACCOUNT_FAMILY[self.definition], relation.text, self.mode)
 
     @property
     def unit(self) -> str:
@@ -396,33 +440,47 @@ def _radius(policy: Policy, label: str) -> float:
     return float(policy.radius_m)
 
 
-def _relation(family: str, policy: Policy, params: Mapping[str, Any], label: str) -> str:
-    """The neighbour relation of a release in words (shared by plans and :func:`policy_account`)."""
+def _relation(family: str, policy: Policy, params: Mapping[str, Any], label: str) -> Relation:
+    """The neighbour relation of one row (shared by plans and :func:`policy_account`)."""
     if family == "dp":
         nb = params.get("neighbours")
         if nb is None:
             nb = policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded"
-        return NEIGHBOURS[nb]
+        return Relation("dp", nb)
     if family == "blowfish":
         theta = params.get("theta_m", params.get("hs_m"))
         if theta is not None:
-            return f"one location replaced by one at most {float(theta):g} m away"
+            return Relation("blowfish", "threshold", float(theta), "haversine")
         graph = params.get("graph")
-        if graph is not None or isinstance(policy, Blowfish):
-            label = graph_from_dict(graph).label if graph is not None else policy.graph.label  # type: ignore[union-attr]
-            return f"one row's value replaced along an edge of the {label} graph"
-        raise PolicyError(
-            f"{label} needs a Blowfish policy graph: choose Blowfish on the Privacy policy page."
-        )
+        if graph is None and not isinstance(policy, Blowfish):
+            raise PolicyError(
+                f"{label} needs a Blowfish policy graph: choose Blowfish on the Privacy policy page."
+            )
+        return _graph_relation(graph_from_dict(graph) if graph is not None else policy.graph)  # type: ignore[union-attr]
     if family == "geo_ind":
-        return f"one location moved, level counted within {_radius(policy, label):g} m"
-    return "one of this dataset's own rows removed, clustering held fixed"
+        return Relation("geo_ind", "geo", _radius(policy, label))
+    return Relation("local_pdp", "own_row")
 
 
-def policy_account(dataset_id: str, policy: Policy, mode: Mode = "secure") -> Account:
-    """The account that releases under ``policy`` debit (the budget the Privacy policy page sets)."""
+def _graph_relation(graph: Graph) -> Relation:
+    """A Blowfish policy graph's relation; a great-circle threshold graph is the location mechanisms' θ."""
+    if isinstance(graph, DistanceThresholdGraph):
+        return Relation("blowfish", "threshold", float(graph.theta), graph.metric)
+    if isinstance(graph, PartitionGraph):
+        return Relation("blowfish", "partition", float(graph.block_width))
+    if isinstance(graph, AttributeGraph):
+        return Relation("blowfish", "attribute", float(graph.c))
+    return Relation("blowfish", "bounded")
+
+
+def policy_account(
+    dataset_id: str, policy: Policy, mode: Mode = "secure", per_user: int | None = None
+) -> Account:
+    """The account that releases under ``policy`` debit (the budget the Privacy policy page sets): one
+    row, or with ``per_user`` = m all rows of one user (the Locations page's releases with a user column)."""
     family = _ACCOUNT_FAMILY[policy.definition]
-    return Account(dataset_id, family, _relation(family, policy, {}, policy.label), mode)
+    relation = replace(_relation(family, policy, {}, policy.label), per_user=per_user)
+    return Account(dataset_id, family, relation.text, mode)
 
 
 def _show(value: Any) -> str:

@@ -22,7 +22,7 @@ from dpcore.ledger import (
     Ledger,
     LedgerError,
     ReleaseRecord,
-    _lock_budget_query,
+    _lock_accounts_query,
 )
 
 
@@ -375,8 +375,8 @@ def test_budgets_listing_and_dataframe(led: Ledger) -> None:
 
 
 def test_budget_row_is_locked_for_update_on_server_databases() -> None:
-    sql = str(_lock_budget_query("ds").compile(dialect=postgresql.dialect()))
-    assert sql.rstrip().endswith("FOR UPDATE") and "WHERE accounts.account" in sql
+    sql = str(_lock_accounts_query(Account("ds")).compile(dialect=postgresql.dialect()))
+    assert sql.rstrip().endswith("FOR UPDATE") and "ORDER BY accounts.account" in sql
 
 
 def test_config_from_environment(tmp_path: Path, monkeypatch) -> None:
