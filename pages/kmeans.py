@@ -424,7 +424,8 @@ def _compare(key: str, prep: PreparedData, k: int, labels: np.ndarray, blocked: 
         if result.sample:
             st.info(result.sample, icon=":material/filter_alt:")
     _loss_chart(result)
-    accuracy.kmeans_eps_finder(result.frame, [m for m, s in KMEANS.items() if s.is_dp or not blocked])
+    releasable = [m for m, s in KMEANS.items() if s.is_dp or not blocked]
+    accuracy.kmeans_eps_finder(result.frame, releasable, result.params.k)
     _explore(result, prep, view.true_clustering(key, prep.X, result.params.k)[0])
 
 
@@ -449,7 +450,7 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
         )
     )
     delta = 0.0
-    params: dict[str, Any] = {"n_clusters": k}
+    params = view.release_params(mech, k, pol)
     if spec.needs_delta:
         delta = float(
             c.number_input(
@@ -468,8 +469,6 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
             format_func=view.CALIBRATIONS.__getitem__,
             key=state.persist("km_rel_calibration", "analytic", view.CALIBRATIONS.__contains__),
         )
-    if takes(spec, "neighbours"):
-        params["neighbours"] = view.policy_neighbours(pol)
     _mechanism_header(mech, summary=False)
     if takes(spec, "graph"):
         graph = _graph()

@@ -290,14 +290,20 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
             key=state.persist("loc_trials", 3, _number_in(1, MAX_TRIALS)),
         )
     )
+    planar = (
+        f"Planar Laplace runs as it is released: ε is its level l within the policy's r = "
+        f"{params.radius_m:,.0f} m"
+        if params.radius_m is not None
+        else "Planar Laplace runs at ε / HS per metre (no geo-indistinguishability policy yet: its release "
+        "will use the policy's level within r)"
+    )
     st.caption(
-        "Planar Laplace runs at ε / HS per metre and the Blowfish mean at θ = HS, so every mechanism is "
-        "compared at the same ε. Hotspots: fractional WCSS loss (WCSS of the released centres minus WCSS of "
-        f"non-private k-means, over the latter; projected m²) with K = {params.hotspot_k} and the Blowfish "
-        f"hotspots at θ = {params.theta_m:,.0f} m."
+        f"{planar}; the Blowfish mean and hotspots at θ = {params.theta_m:,.0f} m, as released. Hotspots: "
+        "fractional WCSS loss (WCSS of the released centres minus WCSS of non-private k-means, over the "
+        f"latter; projected m²) with K = {params.hotspot_k}."
     )
     args = (tuple(chosen), eps, trials, (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
-    hot = (params.hotspot_k, params.theta_m)
+    hot = (params.hotspot_k, params.theta_m, params.radius_m)
     settings = (key, *args, hs, clusters, grid, *hot)
     # the last comparison's settings are kept in the session plan: a reload, restart or second tab
     # shows that comparison again (from this server's cache when it has it) and the release still checks it
@@ -329,7 +335,15 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     if note := view.sample_note(coords.lat.size):
         st.info(note, icon=":material/filter_alt:")
     st.plotly_chart(error_vs_eps(frame, hs_m=sweep_hs), key="loc_err_all")
-    accuracy.locations_eps_finder(frame, sweep_hs, list(LOCATIONS))
+    released = replace(params, max_per_user=int(state.kept("loc_max_per_user", 1)))  # the panel's, below
+    accuracy.locations_eps_finder(
+        frame,
+        sweep_hs,
+        list(LOCATIONS),
+        params=lambda m: view.release_params(m, released),
+        scope=view.release_scope(coords, released),
+        radius_m=params.radius_m,
+    )
     _maps(key, coords, region, params, tiles, eps)
 
 
@@ -422,10 +436,11 @@ def _compared_settings(key: str) -> dict[str, object] | None:
     stored = st.session_state.get(SWEEP_KEY)
     if stored is None or stored[0][0] != key:
         return None
-    return dict(zip(_SETTING_NAMES, (stored[0][4], *stored[0][5:10]), strict=True))
+    radius = stored[0][10] if len(stored[0]) > 10 else None  # comparisons saved before it was compared
+    return dict(zip(_SETTING_NAMES, (stored[0][4], *stored[0][5:10], radius), strict=True))
 
 
-_SETTING_NAMES = ("region", "HS", "clusters", "clustering grid", "hotspots K", "θ")
+_SETTING_NAMES = ("region", "HS", "clusters", "clustering grid", "hotspots K", "θ", "radius r")
 
 
 def _release(key: str, coords: view.Coordinates, region: Region, params: view.Params) -> None:
@@ -478,8 +493,12 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
     public = (columns_step(*coords.columns), region_step(region))
     release_params = view.release_params(mech, params)
-    plan = current_plan("location", mech, epsilon=eps, params=release_params, scope=scope, steps=public)
+    used = [c for c in coords.columns if c is not None]
+    plan = current_plan(
+        "location", mech, epsilon=eps, params=release_params, scope=scope, steps=public, used=used
+    )
     now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
+    now += (params.radius_m,)
     stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
     release_panel(key="locations", plan=plan, inputs=inputs, stale=stale)
 

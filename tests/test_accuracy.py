@@ -156,7 +156,20 @@ def _kmeans_page() -> AppTest:
     return at
 
 
+def _budget(name: str, policy_key: str, epsilon: float, neighbours: str = "unbounded") -> None:
+    """A budget of ``epsilon`` on dataset ``name``'s account for the policy ``policy_key``."""
+    from dpcore import config
+    from dpcore.ledger import Ledger, dataset_id_for_name
+    from dpcore.plan import policy_account
+    from dpcore.policy import make_policy
+
+    delta = 1e-6 if policy_key != "pure_dp" else 0.0
+    policy = make_policy(policy_key, epsilon=1.0, delta=delta, neighbours=neighbours)
+    Ledger(config.ledger_url()).set_budget(policy_account(dataset_id_for_name(name), policy), epsilon, 1e-5)
+
+
 def test_kmeans_page_use_this_eps_sets_the_release_panel() -> None:
+    _budget("Marketing", "local_pdp", 3.0)
     at = _kmeans_page()
     at.select_slider(key="km_eps_range").set_value((0.5, 2.0))
     at.number_input(key="km_trials").set_value(3)
@@ -184,7 +197,23 @@ def test_kmeans_page_use_this_eps_sets_the_release_panel() -> None:
     assert at.number_input(key="km_rel_eps").value == 2.0
 
 
+def test_an_answer_above_the_budget_left_is_not_offered_and_never_fills_the_panel() -> None:
+    _budget("Marketing", "local_pdp", 1.5)  # the colored answer below is ε = 2
+    at = _kmeans_page()
+    at.select_slider(key="km_eps_range").set_value((0.5, 2.0))
+    at.number_input(key="km_trials").set_value(3)
+    at.button(key="km_run").click().run()
+    frame = at.session_state["km_sweep"].frame
+    colored = frame[frame.mechanism == "colored"].groupby("epsilon").fractional_loss.quantile(0.75)
+    at.number_input(key="km_acc_value_fractional_loss").set_value(float(f"{colored[2.0]:.3g}") * 1.01).run()
+    assert not at.exception and not at.get("km_acc_use_colored")
+    assert any("ε = 2 is more than the 1.5 left" in c.value for c in at.caption)
+    panel = (at.selectbox(key="km_rel_mech").value, at.number_input(key="km_rel_eps").value)
+    assert panel == ("dp_lloyd", 1.0)
+
+
 def test_locations_page_use_this_eps_sets_the_release_panel() -> None:
+    _budget("Sample: US airports", "approx_dp", 3.0, neighbours="bounded")  # the mean position's account
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.switch_page("pages/locations.py").run()

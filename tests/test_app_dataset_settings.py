@@ -41,7 +41,8 @@ def test_loading_a_table_again_restores_its_own_steps_never_anothers(app_path: s
     _upload(at, "wine.csv", WINE)  # wine again: its own drop, not cancer's median
     wine = at.session_state["dp_dataset"]
     assert wine.steps == (("drop", ("alcohol", "ash")),) and len(wine.cleaned) == 3
-    assert any("used earlier in this session" in i.value and "drop on alcohol, ash" in i.value for i in at.info)
+    notes = [i.value for i in at.info if "used earlier in this session" in i.value]
+    assert len(notes) == 1 and "drop on alcohol, ash" in notes[0]
     assert "Applied: drop on alcohol, ash (2 rows removed)" in [c.value for c in at.caption]
 
     _upload(at, "cancer.csv", CANCER)  # and cancer gets its median back, with its own treatment shown

@@ -274,3 +274,47 @@ def test_release_refuses_settings_that_changed_since_the_comparison():
     at.number_input(key="loc_hotspot_k").set_value(8).run()  # set back: what was compared
     assert not release_button(at, "locations").disabled
     assert ledger.releases(account) == []
+
+
+def _with_imputed(column: str) -> Dataset:
+    """A location table whose ``column`` had missing values filled with its median (data-derived)."""
+    from dpcore.data import handle_missing
+
+    rng = np.random.default_rng(0)
+    raw = pd.DataFrame(
+        {"latitude": rng.uniform(30, 45, 60), "longitude": rng.uniform(-120, -80, 60), "income": 1.0}
+    )
+    raw.loc[[3, 9], column] = np.nan
+    cleaned = handle_missing(raw, [column], "median")
+    return Dataset(
+        name="imputed.csv", raw=raw, schema=infer_schema(raw), cleaned=cleaned, fingerprint=fingerprint(raw),
+        cleaning=(f"median on {column} (0 rows removed)",), steps=(("median", (column,)),),
+    )
+
+
+def _in_us(at: AppTest) -> AppTest:
+    suffix = at.session_state["dp_dataset"].dataset_id
+    return at.selectbox(key=f"loc_region_{suffix}").set_value("Contiguous US (24, 50, -125, -66)").run()
+
+
+def test_imputing_a_column_the_release_does_not_read_neither_blocks_nor_voids_it() -> None:
+    ds = _with_imputed("income")
+    Ledger(config.ledger_url()).set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 2.0, 1e-5)
+    at = _in_us(_page(ds))
+    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
+    assert not at.exception and not _errors(at)
+    shown = at.table[-1].value["value"].tolist()
+    assert "median on income (0 rows removed) (no column this release reads: no effect on it)" in shown
+    assert not release_button(at, "locations").disabled
+    release_button(at, "locations").click().run()
+    (record,) = Ledger(config.ledger_url()).releases(dataset_id=ds.dataset_id)
+    assert record.definition == "pure_dp"
+    assert not any("does not cover" in s.value for s in at.info)  # the guarantee stands
+
+
+def test_imputing_a_coordinate_refuses_a_dp_release_with_a_location_fix() -> None:
+    at = _in_us(_page(_with_imputed("latitude")))
+    at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
+    (refusal,) = [e for e in _errors(at) if "read values from the data" in e]
+    assert "drop the rows missing a coordinate or user instead of imputing" in refusal
+    assert "min-max" not in refusal and "public bounds" not in refusal

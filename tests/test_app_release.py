@@ -226,6 +226,20 @@ def test_a_value_committed_by_the_click_releases_nothing(dataset: Dataset, ledge
     assert _rows(ledger, dataset) == [(request_id(at, "fake"), 1.0)]
 
 
+def test_a_click_that_reaches_the_server_after_the_fields_rerun_releases_nothing_and_says_so(
+    dataset: Dataset, ledger: Ledger
+):
+    """The field's commit ran first and replaced the button (its widget and callback are gone); the click
+    on the old button arrives in the next run: nothing is released, and the panel says why."""
+    at = _panel(dataset, eps=0.1)
+    shown = release_button(at, "fake")
+    at.number_input(key="eps").set_value(1.0).run()  # the blur's own rerun, finished
+    shown.click().run()  # the click on the button as the browser still showed it
+    assert not at.exception and _rows(ledger, dataset) == []
+    assert any("settings changed since you confirmed" in w.value for w in at.warning)
+    assert "ε = 1)" in release_button(at, "fake").label
+
+
 def test_double_click_and_a_click_on_a_stale_button_spend_once(dataset: Dataset, ledger: Ledger):
     at = _panel(dataset)
     button = release_button(at, "fake")
@@ -288,3 +302,38 @@ def test_random_edits_and_clicks_release_only_confirmed_plans(dataset: Dataset, 
         per_plan[digest] = per_plan.get(digest, 0) + 1
     for digest, count in per_plan.items():
         assert count <= 1 + clicked[digest].count("release_again")
+
+
+def _stale_trigger_script():
+    """The panel's run when the browser's click names a spend button the server no longer has: Streamlit
+    holds the incoming trigger under the old widget id, with no widget (and no callback) left for it."""
+    import numpy as np
+    import streamlit as st
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+    from streamlit.runtime.state.session_state import Serialized
+
+    from dpcore.kmeans.registry import KMeansInputs
+    from ui.release import current_plan, release_panel
+
+    wid = "$$ID-0123456789abcdef0123456789abcdef-fake_release_" + "0" * 16
+    states = get_script_run_ctx().session_state._state._new_widget_state.states
+    if st.session_state.get("stale"):
+        states[wid] = Serialized(WidgetState(id=wid, trigger_value=True))
+    X = np.linspace(0.0, 1.0, 40).reshape(20, 2)
+    plan = current_plan("kmeans", "dp_lloyd", epsilon=0.4, params={"n_clusters": 2})
+    release_panel(key="fake", plan=plan, inputs=KMeansInputs(X, None, np.zeros(2), np.ones(2), ("a", "b")))
+    states.pop(wid, None)  # as Streamlit drops a widget state that no widget of the run claims
+
+
+def test_a_click_on_a_button_the_server_replaced_releases_nothing_and_says_so(
+    dataset: Dataset, ledger: Ledger
+):
+    at = AppTest.from_function(_stale_trigger_script, default_timeout=TIMEOUT)
+    at.session_state["dp_dataset"] = dataset
+    at.run()
+    assert not any("settings changed" in w.value for w in at.warning)
+    at.session_state["stale"] = True
+    at.run()
+    assert not at.exception and any("settings changed since you confirmed" in w.value for w in at.warning)
+    assert _rows(ledger, dataset) == []

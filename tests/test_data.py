@@ -396,7 +396,7 @@ def test_handle_missing_strategies() -> None:
     assert handle_missing(df, ["a"], "mean")["a"].iloc[1] == pytest.approx(14 / 3)
     mode = handle_missing(df, ["c"], "mode")
     assert mode["c"].tolist() == ["x", "y", "x", "y", "x"]
-    assert "the mode of the data" in mode.attrs["dpcore_imputed"][0]
+    assert "the mode of the data" in mode.attrs["dpcore_imputed"]["c"]
     with pytest.raises(DataError, match="'c' is not numeric, so it has no median; use 'mode' or 'drop'"):
         handle_missing(df, ["c"], "median")
     with pytest.raises(DataError, match="Unknown missing-value strategy 'zero'"):

@@ -257,3 +257,29 @@ def test_nonnegative_counts_is_the_exact_projection_keeping_the_total() -> None:
     np.testing.assert_array_equal(nonnegative_counts([-1.0, 3.0], "clamp"), [0.0, 3.0])
     with pytest.raises(ParameterError, match="'project'"):
         nonnegative_counts([1.0], "round")  # type: ignore[arg-type]
+
+
+def test_the_comparison_runs_planar_laplace_and_the_blowfish_mean_as_they_are_released() -> None:
+    """With the policy's radius r, planar Laplace's error is that of level ε within r (mean displacement
+    2 r / ε, the Gamma(2, r / ε) radius), not of ε / HS per metre; the Blowfish mean uses the curator's θ."""
+    rng = np.random.default_rng(3)
+    lat, lon = rng.uniform(30, 45, 4000), rng.uniform(-110, -80, 4000)
+    users = np.arange(lat.size)
+    common = dict(region=US, hs_m=300_000.0, theta_m=5_000.0, seed=2)
+    by_hs = location_sweep(lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, **common)
+    by_r = location_sweep(
+        lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, radius_m=500.0, **common
+    )
+    planar = by_r[by_r.mechanism == "planar_laplace"]
+    metres = planar.groupby("epsilon")["value"].mean() * 300_000.0  # DE is in units of HS
+    np.testing.assert_allclose(metres.to_numpy(), [2 * 500.0 / 1.0, 2 * 500.0 / 2.0], rtol=0.05)
+    assert planar["label"].iloc[0] == "Per-location planar Laplace (level ε within r = 500 m)"
+    old = by_hs[by_hs.mechanism == "planar_laplace"].groupby("epsilon")["value"].mean() * 300_000.0
+    assert old.iloc[0] > 100 * metres.iloc[0]  # at ε / HS per metre: hundreds of km, not the release's
+    mean = by_r[by_r.mechanism == "blowfish_mean"].groupby("epsilon")["value"].median()
+    wider = {**common, "theta_m": 50_000.0}
+    wide = location_sweep(lat, lon, users, ["blowfish_mean"], [1.0, 2.0], 3, **wider)
+    ratio = wide.groupby("epsilon")["value"].median() / mean
+    np.testing.assert_allclose(ratio.to_numpy(), 10.0, rtol=0.02)  # the noise follows θ, not HS
+    with pytest.raises(ParameterError, match="radius r must be a positive number"):
+        location_sweep(lat, lon, users, ["planar_laplace"], [1.0], 1, radius_m=0.0, **common)

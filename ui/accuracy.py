@@ -19,6 +19,7 @@ from dpcore.accuracy import HIGHER_IS_BETTER, LOCATION_ERROR_M, EpsAnswer, Targe
 from dpcore.plots.style import PRIVACY_CLASSES, PrivacyClass
 from ui import state
 from ui.errors import user_errors
+from ui.release import budget_left
 
 __all__ = ["QUANTILES", "ReleaseKeys", "eps_finder", "kmeans_eps_finder", "locations_eps_finder"]
 
@@ -81,13 +82,16 @@ def eps_finder(
     guarantees: Mapping[str, str],
     release: ReleaseKeys,
     releasable: Collection[str],
+    left: Callable[[str], float | None],
     advice: Callable[[EpsAnswer], str | None] | None = None,
 ) -> None:
     """The panel: target inputs, the answer table, one "Use ε" button per mechanism that has an answer.
 
     ``metrics`` maps the metric keys offered to their titles; ``guarantees`` mechanism -> what it
-    guarantees (shown in the table); ``releasable`` the mechanisms the release panel offers; ``advice``
-    a sentence instead of a button for a mechanism whose release ε is set elsewhere.
+    guarantees (shown in the table); ``releasable`` the mechanisms the release panel offers; ``left``
+    mechanism -> the budget left on the account its release debits (None: unknown), so an answer above it
+    is said to be more than is left and never put into the release panel; ``advice`` a sentence instead of
+    a button for a mechanism whose release ε is set elsewhere.
     """
     st.subheader("What ε do I need? (diagnostic)")
     st.caption(DIAGNOSTIC)
@@ -127,6 +131,14 @@ def eps_finder(
     cols = st.columns(min(len(found), 4))
     for i, answer in enumerate(found):
         col = cols[i % len(cols)]
+        room = left(answer.mechanism)
+        if room is not None and answer.epsilon > room:
+            col.caption(
+                f"{answer.label}: ε = {answer.epsilon:g} is more than the {room:.4g} left on the account its "
+                "release debits; not offered (loosen the target, or raise the budget on the Privacy policy "
+                "page)."
+            )
+            continue
         note = advice(answer) if advice else None
         if note:
             col.caption(note)
@@ -145,10 +157,11 @@ def _guarantees(classes: Mapping[str, PrivacyClass]) -> dict[str, str]:
     return {m: PRIVACY_CLASSES[c].title for m, c in classes.items()}
 
 
-def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str]) -> None:
-    """The panel under the K-means comparison chart (its sweep's tidy table)."""
+def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str], k: int) -> None:
+    """The panel under the K-means comparison chart (its sweep's tidy table, ``k`` clusters)."""
     from dpcore.kmeans import KMEANS
     from dpcore.plots.kmeans import METRIC_TITLES, privacy_class
+    from ui.kmeans_view import release_params
 
     mechanisms = list(dict.fromkeys(frame["mechanism"]))
     labelled = frame.assign(label=frame["mechanism"].map(lambda m: KMEANS[m].label))
@@ -160,6 +173,7 @@ def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str]) -> None:
         guarantees=_guarantees({m: privacy_class(m) for m in mechanisms}),
         release=ReleaseKeys("km_rel_mech", "km_rel_eps"),
         releasable=releasable,
+        left=lambda m: budget_left("kmeans", m, release_params(m, k, state.policy())),
     )
     st.caption(
         "For the Gaussian (local) mechanisms the answer holds at the comparison's δ and calibration; the "
@@ -167,8 +181,19 @@ def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str]) -> None:
     )
 
 
-def locations_eps_finder(frame: pd.DataFrame, hs_m: float, releasable: Collection[str]) -> None:
-    """The panel under the Locations comparison chart; errors in metres use DE x HS (``hs_m``)."""
+def locations_eps_finder(
+    frame: pd.DataFrame,
+    hs_m: float,
+    releasable: Collection[str],
+    *,
+    params: Callable[[str], Mapping[str, object]],
+    scope: str,
+    radius_m: float | None,
+) -> None:
+    """The panel under the Locations comparison chart; errors in metres use DE x HS (``hs_m``).
+    ``params`` gives a mechanism's release parameters and ``scope`` the release's unit (for the account
+    whose budget left bounds the answers); ``radius_m`` is the policy's r, within which the comparison ran
+    planar Laplace at level ε (None: at ε / HS per metre)."""
     from dpcore.accuracy import location_metres
     from dpcore.plots.location import METRIC_TITLES, privacy_class
 
@@ -178,6 +203,11 @@ def locations_eps_finder(frame: pd.DataFrame, hs_m: float, releasable: Collectio
     def advice(answer: EpsAnswer) -> str | None:
         if answer.mechanism != "planar_laplace":
             return None
+        if radius_m is not None:
+            return (
+                f"Planar Laplace: set the geo-indistinguishability level l = {answer.epsilon:g} within "
+                f"r = {radius_m:,.0f} m on the Privacy policy page (its release spends the policy's level)."
+            )
         return (
             f"Planar Laplace: set geo-indistinguishability to ε = {answer.epsilon / hs_m:.3g} per metre "
             f"(level {answer.epsilon:g} within HS = {hs_m:,.0f} m) on the Privacy policy page."
@@ -190,6 +220,7 @@ def locations_eps_finder(frame: pd.DataFrame, hs_m: float, releasable: Collectio
         guarantees=_guarantees({m: privacy_class(m) for m in dict.fromkeys(frame["mechanism"])}),
         release=ReleaseKeys("loc_rel_mech", "loc_rel_eps"),
         releasable=releasable,
+        left=lambda m: budget_left("location", m, params(m), scope),
         advice=advice,
     )
     st.caption(

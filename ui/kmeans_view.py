@@ -121,6 +121,15 @@ def policy_neighbours(policy: Policy) -> Neighbours:
     return "bounded" if getattr(policy, "neighbours", "") == "bounded" else "unbounded"
 
 
+def release_params(mechanism: str, k: int, policy: Policy) -> dict[str, Any]:
+    """The release parameters of ``mechanism`` that follow from K and the policy (the release panel adds
+    the ones the curator picks there: calibration, Blowfish graph)."""
+    params: dict[str, Any] = {"n_clusters": k}
+    if "neighbours" in {p.name for p in KMEANS[mechanism].params}:
+        params["neighbours"] = policy_neighbours(policy)
+    return params
+
+
 @st.cache_data(show_spinner="Measuring Blowfish's sensitivity gain...", max_entries=16)
 def blowfish_gain_text(
     key: str, _X: np.ndarray, _bounds: tuple[np.ndarray, np.ndarray], k: int, graph: Any, epsilon: float

@@ -134,9 +134,11 @@ def sweep(
     grid_size: int,
     hotspot_k: int,
     theta_m: float,
+    radius_m: float | None = None,
 ) -> pd.DataFrame:
     """``dpcore.location.sweep.location_sweep`` (diagnostic noise), cached per data key and parameters, on
-    every row up to ``DIAGNOSTIC_ROWS``, else on a uniform sample of that many drawn once per ``key``."""
+    every row up to ``DIAGNOSTIC_ROWS``, else on a uniform sample of that many drawn once per ``key``;
+    ``radius_m`` is the geo-indistinguishability policy's r (planar Laplace at level eps within it)."""
     rows = diagnostic_sample(len(_lat), key)
     return location_sweep(
         _lat[rows],
@@ -151,6 +153,7 @@ def sweep(
         grid_size=grid_size,
         hotspot_k=hotspot_k,
         theta_m=theta_m,
+        radius_m=radius_m,
         seed=DIAGNOSTIC_SEED,
     )
 

@@ -21,17 +21,21 @@ same request ids, and the panel shows the recorded release's stored preview.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+from streamlit.runtime.state.session_state import Serialized
 
 from dpcore import config
+from dpcore.errors import DPCoreError
 from dpcore.ledger import BudgetStatus, ReleaseRecord
-from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps
+from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps, registry
 from dpcore.report import (
     DEMO_NOTICE,
     LOCAL_NOTICE,
@@ -52,6 +56,7 @@ __all__ = [
     "ARTIFACTS",
     "artifact_bytes",
     "artifacts_dir",
+    "budget_left",
     "current_plan",
     "policy_budget",
     "release_panel",
@@ -129,13 +134,19 @@ def current_plan(
     params: Mapping[str, Any] | None = None,
     scope: str = "",
     steps: tuple[PrepStep, ...] = (),
+    used: Collection[str] | None = None,
 ) -> ReleasePlan | None:
     """The plan of a release from the session (dataset, preparation, policy, mode) and the page's choices
-    (``steps``: public inputs the page adds, e.g. the region); None, with the reason shown, when invalid."""
+    (``steps``: public inputs the page adds, e.g. the region; ``used``: the columns the release reads, by
+    default the prepared features); None, with the reason shown, when invalid. A missing-value step on
+    columns the release does not read is recorded as having no effect on it."""
     ds = state.dataset()
     if ds is None:
         return None
     prepared = ds.prepared if domain == "kmeans" else None
+    if used is None and prepared is not None:
+        used = prepared.feature_names
+    cleaning = preparation_steps(ds.cleaning, prepared, touched=[c for _, c in ds.steps], used=used)
     with user_errors("checking the release plan") as outcome:
         plan = ReleasePlan(
             domain=domain,
@@ -146,12 +157,39 @@ def current_plan(
             dataset_name=ds.name,
             fingerprint=ds.fingerprint,
             params=dict(params or {}),
-            preparation=(*preparation_steps(ds.cleaning, prepared), *steps),
+            preparation=(*cleaning, *steps),
             mode=state.mode(),
             seed=state.demo_seed(),
             scope=scope,
         )
     return None if outcome.failed else plan
+
+
+def budget_left(domain: str, mechanism: str, params: Mapping[str, Any], scope: str = "") -> float | None:
+    """What is left (ε, or the level l) on the account a release of ``mechanism`` with ``params`` would
+    debit now (0 when that account has no budget), or None when no such release can be formed here."""
+    ds = state.dataset()
+    if ds is None:
+        return None
+    try:
+        spec = registry(domain)[mechanism]
+        plan = ReleasePlan(
+            domain=domain,
+            mechanism=mechanism,
+            epsilon=1.0,  # the account does not depend on ε or δ
+            delta=1e-6 if spec.needs_delta else 0.0,
+            policy=state.policy(),
+            dataset_name=ds.name,
+            fingerprint=ds.fingerprint,
+            params=dict(params),
+            mode=state.mode(),
+            seed=state.demo_seed(),
+            scope=scope,
+        )
+        status = state.ledger().budget(plan.account)
+    except DPCoreError:
+        return None
+    return 0.0 if status is None else status.epsilon_left
 
 
 def _panel(key: str, plan: ReleasePlan) -> PanelState:
@@ -257,6 +295,25 @@ def _latest(panel: PanelState, record: ReleaseRecord) -> StoredPreview | None:
     return panel.stored
 
 
+def _clicked_elsewhere(key: str, digest: str) -> bool:
+    """Whether this run carries a click on one of panel ``key``'s spend buttons drawn for another plan.
+
+    Such a click reaches the server when the browser clicked a button that a rerun (a field committed by
+    the same click) has replaced: once that rerun has finished, the old button's widget is gone and no
+    callback runs, so only its trigger tells. Reads Streamlit's incoming widget states (an internal of the
+    pinned version; a change there makes this False, never a release)."""
+    ctx = get_script_run_ctx()
+    try:
+        states = ctx.session_state._state._new_widget_state.states  # type: ignore[union-attr]
+    except AttributeError:
+        return False
+    pattern = re.compile(rf"-{re.escape(key)}_(?:release|release_again)_(?!{digest})[0-9a-f]{{16}}$")
+    return any(
+        pattern.search(wid) and isinstance(w, Serialized) and w.value.trigger_value
+        for wid, w in states.items()
+    )
+
+
 def _spend_button(
     label: str, key: str, role: str, plan: ReleasePlan, request_id: str, blocked: str | None
 ) -> bool:
@@ -317,7 +374,7 @@ def release_panel(
             )
     whole = datasets.sample_of(state.dataset()) is not None  # the release runs on the whole table
     panel = _panel(key, plan)
-    if confirmed is not None and confirmed.digest != plan.key:
+    if (confirmed is not None and confirmed.digest != plan.key) or _clicked_elsewhere(key, plan.digest):
         st.warning(CHANGED)  # the click was on a button drawn for another plan: nothing is released
         confirmed = None
     next_id = plan.request_id(len(made) + 1)

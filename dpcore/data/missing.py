@@ -67,8 +67,8 @@ def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingSt
     """Return a copy with missing (and, in numeric columns, infinite) values in ``columns`` handled.
 
     "drop" removes the rows (no leak); "median"/"mean" (numeric columns) and "mode" (any column) fill them
-    with a data-derived value, which is recorded in ``attrs["dpcore_imputed"]`` and reported by ``prepare``
-    as a leak.
+    with a data-derived value, which is recorded in ``attrs["dpcore_imputed"]`` (column -> what was done) and
+    reported by ``prepare`` as a leak when the column is a feature.
     """
     check_strategy(strategy)
     cols = list(columns)
@@ -91,7 +91,7 @@ def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingSt
         for mask in bad.values():
             rows |= mask
         return out.loc[~rows]
-    leaks = list(out.attrs.get(IMPUTE_ATTR, []))
+    leaks = dict(out.attrs.get(IMPUTE_ATTR, {}))
     for c in cols:
         if not bad[c].any():
             continue
@@ -109,6 +109,6 @@ def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingSt
         else:
             value = out[c].mode(dropna=True).iloc[0]
             out[c] = out[c].mask(bad[c], value)
-        leaks.append(imputation_leak(c, strategy))
+        leaks[c] = imputation_leak(c, strategy)
     out.attrs[IMPUTE_ATTR] = leaks
     return out

@@ -238,7 +238,8 @@ def prepare(
     if stray:
         raise DataError(f"Bounds given for unknown column(s) {', '.join(map(repr, stray))}; check the names.")
 
-    leaks: list[str] = list(df.attrs.get(IMPUTE_ATTR, []))
+    imputed = df.attrs.get(IMPUTE_ATTR, {})
+    leaks: list[str] = [imputed[name] for name in names if name in imputed]  # other columns do not reach X
     warnings: list[str] = []
     kinds = [schema.kinds[f] for f in names]
     encodings: dict[str, CategoricalEncoding | DateEncoding] = {}

@@ -16,17 +16,19 @@ the projected mean and the sensitivities. Shortcuts that keep the distributions 
   centres, whole cells scored as scatter + n ||mean - c||^2), which also runs their Lloyd rounds.
 
 Grids are sized with the true n (as if the curator entered it). Metrics: ``distance_error`` (DE, Zhu et al.
-2017, eqs. 12.17-12.18; for planar Laplace with eps / HS per metre, for PriLocation at eps),
+2017, eqs. 12.17-12.18, in units of HS; for planar Laplace at level eps within the policy's radius r, as
+released, or at eps / HS per metre without a geo-indistinguishability policy; for PriLocation at eps),
 ``median_relative_error`` of random rectangle queries (density grids, Qardaji et al. 2013),
 ``mean_error_m`` (great-circle metres between the true and the released mean position, both through the
-region's ``PlaneMap``: Blowfish with theta = HS vs bounded DP), ``fractional_wcss_loss`` of the hotspots
-((WCSS_released - WCSS_true) / WCSS_true in plane metres^2 vs non-private k-means, Ravi et al. 2021
+region's ``PlaneMap``: Blowfish with the curator's theta vs bounded DP), ``fractional_wcss_loss`` of the
+hotspots ((WCSS_released - WCSS_true) / WCSS_true in plane metres^2 vs non-private k-means, Ravi et al. 2021
 Fig. 2; DP-Lloyd and Blowfish with the curator's theta). Every row counts as one person (per location).
 Small matrix products run with one BLAS thread (threads only add overhead there).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,7 +53,7 @@ MECHANISMS: dict[str, tuple[str, str]] = {
     "prilocation": ("PriLocation", "distance_error"),
     "uniform_grid": ("Uniform grid (UG)", "median_relative_error"),
     "adaptive_grid": ("Adaptive grid (AG)", "median_relative_error"),
-    "blowfish_mean": ("Mean position, Blowfish θ = HS", "mean_error_m"),
+    "blowfish_mean": ("Mean position, Blowfish θ", "mean_error_m"),
     "dp_mean": ("Mean position, bounded DP", "mean_error_m"),
     "dp_hotspots": ("DP hotspots (DP-Lloyd)", "fractional_wcss_loss"),
     "blowfish_hotspots": ("Blowfish hotspots (distance threshold θ)", "fractional_wcss_loss"),
@@ -84,6 +86,7 @@ class _SweepData:
     hotspot_k: int
     theta_m: float
     seed: int
+    radius_m: float | None = None
 
     @cached_property
     def hotspots(self) -> tuple[ProjectedLocations, PlanarCells, float]:
@@ -99,8 +102,9 @@ def _seed(seed: int, mech: str) -> int:
 
 
 def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
-    """DE of every (trial, eps), the draws of at most ``DRAW_ENTRIES`` visits' radii at a time (the same
-    draws, in the same order, as all at once)."""
+    """DE of every (trial, eps) in units of HS, at level eps within the policy's radius r when the sweep has
+    one (eps / r per metre: DE = Gamma(2, 1) r / (eps HS)), else at eps / HS per metre; the draws of at most
+    ``DRAW_ENTRIES`` visits' radii at a time (the same draws, in the same order, as all at once)."""
     per_user = np.bincount(data.visits.codes)
     starts = np.r_[0, np.cumsum(per_user)[:-1]]
     runs, visits = trials * eps.size, int(per_user.sum())
@@ -110,7 +114,8 @@ def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sam
         # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
         g = sampler.rng.gamma(2.0, 1.0, (min(step, runs - start), visits))
         de[start : start + step] = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1)
-    return de.reshape(trials, eps.size) / eps
+    scale = 1.0 if data.radius_m is None else data.radius_m / data.hs_m
+    return de.reshape(trials, eps.size) / eps * scale
 
 
 def _prilocation(data: _SweepData, eps: float, sampler: Sampler) -> float:
@@ -133,7 +138,7 @@ def _grid(data: _SweepData, mech: str, eps: float, sampler: Sampler) -> float:
 def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
     n = data.lat.size
     sens = (
-        blowfish_mean_sensitivity(n, data.hs_m, data.region)
+        blowfish_mean_sensitivity(n, data.theta_m, data.region)
         if mech == "blowfish_mean"
         else dp_mean_sensitivity(n, data.region)
     )
@@ -153,6 +158,14 @@ def _hotspots(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler
     step = max(1, DRAW_ENTRIES // max(sets.shape[1] * cells.count.size, data.lat.size))
     scores = np.concatenate([cells.wcss(sets[i : i + step]) for i in range(0, len(sets), step)])
     return (scores.reshape(centres.shape[:2]).T - base) / base
+
+
+def _check_radius(radius_m: float) -> float:
+    """The policy radius r in metres (positive and finite), else a ParameterError."""
+    r = float(radius_m)
+    if not (math.isfinite(r) and r > 0):
+        raise ParameterError(f"the radius r must be a positive number of metres (got {radius_m!r}).")
+    return r
 
 
 def _check_settings(
@@ -185,12 +198,16 @@ def location_sweep(
     n_queries: int = 50,
     hotspot_k: int = 8,
     theta_m: float = 50_000.0,
+    radius_m: float | None = None,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Tidy frame (mechanism, label, epsilon, trial, metric, value) over eps_grid x trials.
 
-    ``hotspot_k`` and ``theta_m`` (metres) set the hotspot mechanisms (K, the Blowfish threshold).
+    ``hotspot_k`` and ``theta_m`` (metres) set the hotspot mechanisms (K, the Blowfish threshold) and the
+    Blowfish mean's threshold, as their releases use them. ``radius_m``, the geo-indistinguishability
+    policy's radius r, makes planar Laplace run as it is released: eps is its level within r (without
+    it, eps / HS per metre, comparable with PriLocation at the same eps).
     ``progress(fraction, text)`` is called as the work advances (e.g. a Streamlit progress bar).
     """
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
@@ -231,12 +248,15 @@ def location_sweep(
             hotspot_k=hotspot_k,
             theta_m=float(theta_m),
             seed=seed,
+            radius_m=None if radius_m is None else _check_radius(radius_m),
         )
         frames = []
         total, done = len(mechanisms) * eps.size, 0
         for mech in mechanisms:
             sampler = Sampler.diagnostic(_seed(seed, mech))
             label, metric = MECHANISMS[mech]
+            if mech == "planar_laplace" and radius_m is not None:
+                label = f"Per-location planar Laplace (level ε within r = {radius_m:,.0f} m)"
             report(done / total, f"{label}...")
             if mech == "planar_laplace":
                 values = _planar_laplace(data, eps, trials, sampler)

@@ -49,7 +49,7 @@ from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
-from dpcore.plan import ReleasePlan, registry
+from dpcore.plan import NO_EFFECT, ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
@@ -103,6 +103,8 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     for step in (s.step for s in plan.preparation):
         if (m := _DROP.fullmatch(step)) is not None:
             dropped += m["columns"].split(", ")
+            continue
+        if step.endswith(NO_EFFECT):  # an imputation of columns the release does not read
             continue
         m = _FEATURES.fullmatch(step)
         if m is None or bounds is not None:
