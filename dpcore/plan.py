@@ -175,9 +175,12 @@ class ReleasePlan:
     mode: Mode = "secure"
     seed: int | None = None
     scope: str = ""
+    epsilon_source: str = ""
 
     def __post_init__(self) -> None:
         spec = self.spec
+        if not isinstance(self.epsilon_source, str) or len(self.epsilon_source) > 500:
+            raise ParameterError("epsilon_source must be a sentence of at most 500 characters (or empty).")
         object.__setattr__(self, "params", spec.validate_params(self.params))
         eps, delta = float(self.epsilon), float(self.delta)
         if not (math.isfinite(eps) and eps > 0):
@@ -325,6 +328,11 @@ class ReleasePlan:
         derived = self.data_derived_steps
         if derived:
             notes.append(_DATA_DERIVED_NOTE.format(steps="; ".join(derived)))
+        if self.epsilon_source:
+            notes.append(
+                f"{self.unit[0].upper() + self.unit[1:]} was chosen from a non-private comparison on this "
+                f"dataset ({self.epsilon_source}); that choice is not covered by the bound above."
+            )
         if self.mode == "demo":
             notes.append(f"DEMO (seed {self.seed}): not a privacy release.")
         return " ".join([text, *notes])
@@ -354,6 +362,8 @@ class ReleasePlan:
             "seed": self.seed,
             "scope": self.scope,
             "citation": self.spec.citation,
+            # only when set: plans without it keep the key (and request ids) they always had
+            **({"epsilon_source": self.epsilon_source} if self.epsilon_source else {}),
         }
 
     @classmethod
@@ -376,6 +386,7 @@ class ReleasePlan:
             mode=m["sampling_mode"],
             seed=m["seed"],
             scope=m.get("scope", ""),
+            epsilon_source=m.get("epsilon_source", ""),
         )
         for key in ("account", "guarantee", "definition"):
             if key in m and to_json(plan.to_manifest()[key]) != to_json(m[key]):
@@ -417,6 +428,7 @@ class ReleasePlan:
             ("Dataset", self.dataset_name),
             ("Mechanism", self.spec.label),
             (self.unit, f"{self.epsilon:.6g}"),
+            *([(f"{self.unit} chosen with", self.epsilon_source)] if self.epsilon_source else []),
             *([("δ", f"{self.delta:.3g}")] if self.uses_delta else []),
             ("Definition", self.definition_label),
             ("Neighbours", self.relation + (f", {self.scope}" if self.scope else "")),

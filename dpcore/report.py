@@ -602,7 +602,7 @@ def stored_file(path: str | os.PathLike[str], name: str, expected_sha256: str) -
 #: The manifest fields that make a plan (:meth:`dpcore.plan.ReleasePlan.from_manifest`), not its labels.
 _PLAN_FIELDS = (
     "domain", "mechanism", "epsilon", "delta", "policy", "dataset_fingerprint", "parameters", "preparation",
-    "sampling_mode", "seed", "scope",
+    "sampling_mode", "seed", "scope", "epsilon_source",
 )
 
 
@@ -612,7 +612,7 @@ def _changed_fields(first: Mapping[str, Any], plan: ReleasePlan) -> list[str]:
     from dpcore.plan import to_json
 
     new = plan.to_manifest()
-    return [k for k in _PLAN_FIELDS if k in first and to_json(first[k]) != to_json(new[k])]
+    return [k for k in _PLAN_FIELDS if k in first and to_json(first[k]) != to_json(new.get(k))]
 
 
 def make_release(

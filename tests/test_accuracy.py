@@ -195,6 +195,12 @@ def test_kmeans_page_use_this_eps_sets_the_release_panel() -> None:
     assert at.number_input(key="km_rel_eps").value == 2.0
     at.run()  # the choice stays: the release panel keeps it across reruns
     assert at.number_input(key="km_rel_eps").value == 2.0
+    shown = dict(zip(at.table[-1].value.index, at.table[-1].value["value"], strict=True))
+    assert shown["ε chosen with"].startswith("'What ε do I need?': ")  # the plan says where ε came from
+    assert any("was chosen from a non-private comparison on this dataset" in w.value for w in at.warning)
+    at.number_input(key="km_rel_eps").set_value(1.5).run()  # typed by the curator: no longer the helper's
+    shown = dict(zip(at.table[-1].value.index, at.table[-1].value["value"], strict=True))
+    assert "ε chosen with" not in shown
 
 
 def test_an_answer_above_the_budget_left_is_not_offered_and_never_fills_the_panel() -> None:

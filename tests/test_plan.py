@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -185,3 +186,16 @@ def test_the_summary_says_what_a_zero_stands_for_not_zero() -> None:
     assert auto["Lloyd rounds"].startswith("automatic (Su et al.'s rule")
     fixed = dict(_plan(mechanism="dp_lloyd", params={"n_clusters": 3, "n_iter": 4}).summary_rows())
     assert fixed["Lloyd rounds"] == "4" and fixed["Number of clusters K"] == "3"
+
+
+def test_a_plan_records_an_epsilon_chosen_from_the_data_and_keeps_other_keys() -> None:
+    """'What ε do I need?' reads the comparison on the raw data: a plan whose ε came from it says so in
+    its summary, guarantee and manifest (and round-trips); a plan without it keeps its former key."""
+    plain = _plan(mechanism="dp_lloyd", params={"n_clusters": 3})
+    assert "epsilon_source" not in plain.to_manifest()
+    chosen = replace(plain, epsilon_source="'What ε do I need?': loss at most 0.1")
+    assert chosen.key != plain.key
+    assert dict(chosen.summary_rows())["ε chosen with"] == "'What ε do I need?': loss at most 0.1"
+    assert "chosen from a non-private comparison on this dataset" in chosen.guarantee
+    again = ReleasePlan.from_manifest(chosen.to_manifest())
+    assert again.epsilon_source == chosen.epsilon_source and again.key == chosen.key

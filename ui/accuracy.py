@@ -37,16 +37,20 @@ QUANTILES: dict[float, str] = {
 
 @dataclass(frozen=True)
 class ReleaseKeys:
-    """Session keys of a release panel's mechanism selectbox and ε input (``ui.state.persist`` keys)."""
+    """Session keys of a release panel's mechanism selectbox and ε input (``ui.state.persist`` keys), and
+    the release domain (where the plan records that its ε came from here)."""
 
     mechanism: str
     epsilon: str
+    domain: str
 
 
-def _use(keys: ReleaseKeys, mechanism: str, epsilon: float, label: str) -> None:
-    """Button callback (runs before the next script run): set the release panel's mechanism and ε."""
+def _use(keys: ReleaseKeys, mechanism: str, epsilon: float, label: str, how: str) -> None:
+    """Button callback (runs before the next script run): set the release panel's mechanism and ε, and
+    record where that ε came from (``how``), which the plan carries while the panel keeps that choice."""
     for key, value in ((keys.mechanism, mechanism), (keys.epsilon, float(epsilon))):
         state.keep(key, value)
+    state.set_epsilon_source(keys.domain, mechanism, float(epsilon), how)
     st.toast(f"Release panel set to {label} at ε = {epsilon:g}. Review it below before releasing.")
 
 
@@ -124,6 +128,10 @@ def eps_finder(
     if outcome.failed:
         return
     st.dataframe(_table(answers, guarantees), hide_index=True)
+    how = (
+        f"'What ε do I need?': {metrics[metric]} {better} {float(value):g} in {QUANTILES[quantile]}, the "
+        "smallest ε of the comparison's grid"
+    )
     found = [x for x in answers if x.epsilon is not None]
     if not found:
         st.info("No mechanism meets this target on the grid: loosen the target or widen the ε range.")
@@ -149,7 +157,7 @@ def eps_finder(
             disabled=answer.mechanism not in releasable,
             help=None if answer.mechanism in releasable else "Not offered by the release panel here.",
             on_click=_use,
-            args=(release, answer.mechanism, float(answer.epsilon), answer.label),
+            args=(release, answer.mechanism, float(answer.epsilon), answer.label, how),
         )
 
 
@@ -171,7 +179,7 @@ def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str], k: int) 
         prefix="km",
         metrics={m: METRIC_TITLES[m] for m in offered if m in frame.columns},
         guarantees=_guarantees({m: privacy_class(m) for m in mechanisms}),
-        release=ReleaseKeys("km_rel_mech", "km_rel_eps"),
+        release=ReleaseKeys("km_rel_mech", "km_rel_eps", "kmeans"),
         releasable=releasable,
         left=lambda m: budget_left("kmeans", m, release_params(m, k, state.policy())),
     )
@@ -218,7 +226,7 @@ def locations_eps_finder(
         prefix="loc",
         metrics={m: METRIC_TITLES[m] for m in offered if m in set(metres["metric"])},
         guarantees=_guarantees({m: privacy_class(m) for m in dict.fromkeys(frame["mechanism"])}),
-        release=ReleaseKeys("loc_rel_mech", "loc_rel_eps"),
+        release=ReleaseKeys("loc_rel_mech", "loc_rel_eps", "location"),
         releasable=releasable,
         left=lambda m: budget_left("location", m, params(m), scope),
         advice=advice,

@@ -161,6 +161,7 @@ def current_plan(
             mode=state.mode(),
             seed=state.demo_seed(),
             scope=scope,
+            epsilon_source=state.epsilon_source(domain, mechanism, epsilon),
         )
     return None if outcome.failed else plan
 

@@ -47,6 +47,7 @@ __all__ = [
     "dataset",
     "dataset_id_for",
     "demo_seed",
+    "epsilon_source",
     "keep",
     "kept",
     "kept_values",
@@ -63,6 +64,7 @@ __all__ = [
     "sample_table",
     "sampler",
     "set_dataset",
+    "set_epsilon_source",
     "set_policy",
     "update_dataset",
     "upload_table",
@@ -75,6 +77,7 @@ MODE_KEY = "dp_mode"
 SEED_KEY = "dp_seed"
 RELEASE_PREFIX = "dp_release::"
 KEEP_PREFIX = "dp_keep::"
+EPS_SOURCE_PREFIX = "dp_eps_source::"  # domain -> (dataset id, mechanism, ε, how it was chosen)
 MEMORY_KEY = "dp_dataset_memory"  # dataset id -> its choices (``choices``), for loading it again
 RECALL_NOTICE_KEY = "dp_recall_notice"
 DEFAULT_POLICY: Policy = ApproxDP(1.0, 1e-6)
@@ -407,6 +410,22 @@ def sampler() -> Sampler:
 
 
 # -- widget values kept across pages -----------------------------------------------------------------
+
+
+def set_epsilon_source(domain: str, mechanism: str, epsilon: float, how: str) -> None:
+    """Record that the release panel of ``domain`` was set to ``mechanism`` at ``epsilon`` by ``how``
+    (a helper reading the comparison on the raw data), for the current dataset."""
+    ds = _current()
+    st.session_state[EPS_SOURCE_PREFIX + domain] = (ds.dataset_id, mechanism, float(epsilon), how)
+
+
+def epsilon_source(domain: str, mechanism: str, epsilon: float) -> str:
+    """How the panel's ε was chosen, while it still holds the value that choice set (else "")."""
+    ds = dataset()
+    found = st.session_state.get(EPS_SOURCE_PREFIX + domain)
+    if ds is None or found is None or found[:3] != (ds.dataset_id, mechanism, float(epsilon)):
+        return ""
+    return found[3]
 
 
 #: Widgets whose values belong to the session, not to a dataset: the sampling mode and seed, where a table
