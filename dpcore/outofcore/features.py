@@ -59,6 +59,11 @@ def const(value: float) -> ir.FloatingValue:
     return ibis.literal(repr(float(value))).cast("float64")
 
 
+def is_infinite(x: ir.FloatingValue) -> ir.BooleanValue:
+    """x is +inf or -inf on every engine (Ibis compiles ``isinf`` to FALSE on Spark, which kept such rows)."""
+    return (x == ibis.literal(np.inf)) | (x == ibis.literal(-np.inf))
+
+
 def require_columns(table: ir.Table, names: Sequence[str]) -> None:
     """DataError naming the ``names`` that ``table`` lacks: the plan was made on another table."""
     missing = [n for n in names if n not in table.columns]
@@ -300,7 +305,9 @@ class TableFeatures:
         """The source rows whose features are all present and finite (prepare's "drop" of the others)."""
         t = self.table
         keep = [t[n].notnull() for n in self.feature_names]
-        keep += [~(t[n].isnan() | t[n].isinf()) for n in self.feature_names if t.schema()[n].is_floating()]
+        keep += [
+            ~(t[n].isnan() | is_infinite(t[n])) for n in self.feature_names if t.schema()[n].is_floating()
+        ]
         return t.filter(keep)
 
     def scaled(self, table: ir.Table | None = None) -> list[ir.FloatingValue]:

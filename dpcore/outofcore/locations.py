@@ -48,7 +48,7 @@ from dpcore.location.geometry import Region
 from dpcore.location.grids import grid_edges
 from dpcore.location.registry import Counted, Projected
 from dpcore.mechanisms import Sampler
-from dpcore.outofcore.features import const, require_columns
+from dpcore.outofcore.features import const, is_infinite, require_columns
 from dpcore.outofcore.plane import TablePlanePoints
 
 #: Location mechanisms whose passes run out of core: the density grids, the mean positions and hotspots.
@@ -159,7 +159,9 @@ class TableLocations:
         the table (``n_rows`` is its row count)."""
         t = self._coordinates
         finite = (
-            t.la.notnull() & t.lo.notnull() & ~(t.la.isnan() | t.la.isinf() | t.lo.isnan() | t.lo.isinf())
+            t.la.notnull()
+            & t.lo.notnull()
+            & ~(t.la.isnan() | is_infinite(t.la) | t.lo.isnan() | is_infinite(t.lo))
         )
         null = ibis.null("float64")
         no_user = t.user.isnull().sum() if self.user_column is not None else ibis.literal(0)
