@@ -89,6 +89,7 @@ __all__ = [
     "LedgerUnavailable",
     "ReleaseRecord",
     "dataset_id_for_name",
+    "relation_factor",
 ]
 
 LOCK_WAIT_S = 3.0  # longest wait for a lock held elsewhere (SQLite busy timeout, PostgreSQL lock_timeout)

@@ -16,6 +16,7 @@ from ui.ledger_view import (
     fingerprints,
     release_labels,
     releases_frame,
+    unbounded_notes,
 )
 from ui.nav import ensure_entrypoint
 from ui.release import artifact_bytes
@@ -40,9 +41,12 @@ WORDS = {  # long sentences: cut to the column, shown in full on hover
 def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
     st.header("Budget left per account")
     st.caption(
-        "Each dataset has one account per privacy definition and neighbour relation: their ε measure "
-        "different things, so they are never added up. Demo releases spend separate demo accounts. For "
-        "geo-indistinguishability the budget is a level l within the protected radius r."
+        "Each dataset has one account per privacy definition and neighbour relation (with its unit: one row, "
+        "or all rows of one user). A release also spends every account of its dataset whose relation it "
+        "protects, converted (an unbounded ε is a bounded 2ε; a θ = 0.31 Blowfish release is also a θ = 0.30 "
+        "one; a level within 1000.5 m costs 1000/1000.5 of it within 1000 m; one row's ε is m ε for a user "
+        "with m rows), and is refused if any of them would overspend. Demo releases spend separate demo "
+        "accounts. For geo-indistinguishability the budget is a level l within the protected radius r."
     )
     names = {**({ds.dataset_id: ds.name} if ds is not None else {}), **ledger.dataset_names()}
     by_dataset: dict[str, list] = {}
@@ -67,6 +71,8 @@ def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
             hide_index=True,
             column_config={**NUMBERS, **IDS, **WORDS},
         )
+        for note in unbounded_notes(by_dataset[dataset_id]):
+            st.warning(md(note))
 
 
 def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:

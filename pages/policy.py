@@ -34,6 +34,10 @@ GRAPHS = {
     "attribute": "Attribute: records differing in at most c attributes",
 }
 FLASH_KEY = "dp_policy_flash"
+UNITS = {
+    "row": "one row (each location is a different person's)",
+    "user": "one user: all of their rows (Locations page with a user column)",
+}
 GRAPH_UNITS = (
     "θ and the block width are in the scaled feature space prepared on the Data page; with min-max "
     "scaling, 1.0 = half the public range (K-means applies them to the prepared features). With the "
@@ -149,6 +153,29 @@ def _meaning(pol: Policy) -> None:
         st.caption("This is a relaxation of differential privacy: read the guarantee above before releasing.")
 
 
+def _per_user() -> int | None:
+    """The budget's unit: None for one row, m for all rows of one user with at most m (public) rows."""
+    if state.policy().definition == "local_pdp":
+        return None
+    unit = st.radio(
+        "Unit of protection",
+        list(UNITS),
+        format_func=UNITS.__getitem__,
+        key=state.persist("pol_unit", "row", UNITS.__contains__),
+        help="A per-user release (Locations page, with a user column and its public maximum m) spends a "
+        "budget of its own; a per-row release counts m times its ε there, one user's rows being m rows.",
+    )
+    if unit == "row":
+        return None
+    most = st.number_input(
+        "Most locations per user (public; the Locations page's maximum)",
+        min_value=1,
+        step=1,
+        key=state.persist("pol_unit_m", 1, lambda v: isinstance(v, int) and v >= 1),
+    )
+    return int(most)
+
+
 def _budget() -> None:
     st.header("Total budget for this dataset and policy")
     ds = state.dataset()
@@ -159,7 +186,7 @@ def _budget() -> None:
     if flash:
         st.success(flash)
     status = None
-    account = policy_account(ds.dataset_id, state.policy(), state.mode())
+    account = policy_account(ds.dataset_id, state.policy(), state.mode(), _per_user())
     unit = "level l" if account.definition == "geo_ind" else "ε"
     demo = " (**demo account**: demo releases never spend the real budget)" if account.mode == "demo" else ""
     radius = getattr(state.policy(), "radius_m", None)

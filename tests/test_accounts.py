@@ -5,6 +5,7 @@ accounts of one dataset."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from fractions import Fraction
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dpcore.accounts import Relation, convert, factor
-from dpcore.ledger import Account, BudgetExceeded, Ledger, dataset_id_for_name
+from dpcore.ledger import Account, BudgetExceeded, Ledger, LedgerBusy, dataset_id_for_name
 from dpcore.location.contribution import PER_LOCATION, scope_sentence
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.policy import (
@@ -333,3 +334,41 @@ def test_geo_level_and_policy_radius(led: Ledger) -> None:
         led.set_budget(plan.account, 1.0)
     led.spend(plans[1].account, *plans[1].cost, "planar_laplace", "far")
     assert led.budget(plans[0].account).epsilon_spent == pytest.approx(1000 / 1000.5)
+
+
+def test_concurrent_spends_on_related_accounts_never_overspend_either(ledger_url: str) -> None:
+    """Eight threads spend on the unbounded and bounded accounts at once (SQLite and PostgreSQL): each spend
+    locks both budget rows in key order, so there is no deadlock, and neither budget is exceeded."""
+    Ledger.initialise(ledger_url).close()
+    unbounded, bounded = _account(UNBOUNDED), _account(BOUNDED)
+    setup = Ledger(ledger_url)
+    for acc in (unbounded, bounded):
+        setup.set_budget(acc, 1.0)
+    barrier, errors = threading.Barrier(8), []
+
+    def work(worker: int) -> None:
+        led = Ledger(ledger_url)
+        barrier.wait(timeout=60)
+        for i in range(6):
+            acc, eps = (unbounded, 0.05) if (worker + i) % 2 else (bounded, 0.1)
+            for _ in range(50):  # LedgerBusy debits nothing: retry the same request
+                try:
+                    led.spend(acc, eps, 0.0, "m", f"w{worker}-{i}")
+                except LedgerBusy:
+                    continue
+                except BudgetExceeded:
+                    pass
+                except Exception as err:  # a deadlock or any other fault fails the test
+                    errors.append(err)
+                break
+        led.close()
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    spent = {acc: setup.budget(acc).epsilon_spent for acc in (unbounded, bounded)}
+    assert spent[bounded] == 1.0 and spent[unbounded] <= 0.5  # the bounded account fills first
+    setup.close()

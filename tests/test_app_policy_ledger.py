@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 from dpcore import config
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Ledger
-from dpcore.plan import policy_account
+from dpcore.location.contribution import PER_LOCATION, scope_sentence
+from dpcore.plan import ReleasePlan, policy_account
 from dpcore.policy import ApproxDP, GeoIndistinguishability, PureDP
 from ui.state import DEFAULT_POLICY, Dataset
 
@@ -172,3 +173,52 @@ def test_a_ledger_file_deleted_while_the_app_runs_is_reported_not_restarted(
         errors = [e.value for e in at.error]
         assert any("deleted or replaced while in use" in e for e in errors), errors
         assert not [m for m in at.metric if m.label == "Total ε"]  # no fresh budget shown
+
+
+def test_the_policy_page_budgets_the_accounts_location_releases_debit(app_path: str, small_dataset: Dataset):
+    """A great-circle distance-threshold Blowfish policy budgets the account a Blowfish location release at
+    its θ debits (issue 19: they never matched), and the per-user unit the account of a per-user release."""
+    at = _policy_page(app_path, small_dataset)
+    at.selectbox(key="pol_definition").set_value("blowfish").run()
+    at.selectbox(key="pol_graph").set_value("distance_threshold").run()
+    at.selectbox(key="pol_metric").set_value("haversine").run()
+    at.number_input(key="pol_theta").set_value(50_000.0).run()
+    at.number_input(key="pol_budget_eps").set_value(2.0).run()
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    policy = at.session_state["dp_policy"]
+    params = {"theta_m": 50_000.0, "max_per_user": 3}
+    fp = small_dataset.fingerprint
+    plans = [
+        ReleasePlan("location", mech, 1.0, policy, "tiny", fp, params=params, scope=scope)
+        for mech in ("blowfish_mean", "blowfish_hotspots")
+        for scope in (PER_LOCATION, scope_sentence(True, 3))
+    ]
+    ledger = Ledger(config.ledger_url())
+    assert ledger.budget(plans[0].account).epsilon_total == 2.0
+    assert ledger.budget(plans[1].account) is None  # the per-user releases spend a budget of their own
+    at.radio(key="pol_unit").set_value("user").run()
+    at.number_input(key="pol_unit_m").set_value(3).run()
+    at.number_input(key="pol_budget_eps").set_value(4.0).run()
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert [ledger.budget(p.account).epsilon_total for p in plans] == [2.0, 4.0, 2.0, 4.0]
+
+
+def test_the_ledger_page_says_when_accounts_are_not_bounded_together(app_path: str, small_dataset: Dataset):
+    ledger = Ledger(config.ledger_url())
+    bounded = policy_account(small_dataset.dataset_id, PureDP(1.0, "bounded"))
+    unbounded = policy_account(small_dataset.dataset_id, PureDP(1.0))
+    for account in (bounded, unbounded):
+        ledger.set_budget(account, 1.0)
+    ledger.spend(unbounded, 0.25, 0.0, "ManualLaplace", "r1")
+    at = _policy_page(app_path, small_dataset).switch_page("pages/ledger.py").run()
+    assert not at.exception
+    accounts = next(d.value for d in at.dataframe if "ε left" in d.value.columns)
+    assert sorted(accounts["ε left"].tolist()) == [0.5, 0.75]  # the bounded account: 2 x 0.25
+    (note,) = [w.value for w in at.warning if "Not bounded together" in w.value]
+    assert "(one row's value replaced by any other value) are not charged to the" in note
+    assert note.endswith(
+        "account (one row added or removed), because nothing bounds what they reveal under its "
+        "relation; a person's total across these accounts is not bounded."
+    )

@@ -13,7 +13,7 @@ from pathlib import PurePath
 
 import pandas as pd
 
-from dpcore.ledger import BudgetStatus, Ledger, ReleaseRecord
+from dpcore.ledger import Account, BudgetStatus, Ledger, ReleaseRecord, relation_factor
 from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
 from dpcore.report import short_id
@@ -27,6 +27,7 @@ __all__ = [
     "fingerprints",
     "release_labels",
     "releases_frame",
+    "unbounded_notes",
 ]
 
 MODES = {"secure": "release", "demo": "DEMO"}
@@ -153,6 +154,31 @@ def accounts_frame(statuses: list[BudgetStatus]) -> pd.DataFrame:
             "δ left": [s.delta_left for s in statuses],
             "δ total": [s.delta_total for s in statuses],
             "releases": [s.n_releases for s in statuses],
+            "charged from related accounts": [s.n_charged for s in statuses],
             "account": [s.account for s in statuses],
         }
     )
+
+
+def unbounded_notes(statuses: list[BudgetStatus]) -> list[str]:
+    """One sentence per account of a dataset (same mode) that releases of some other account are not
+    charged to, because no conversion bounds them under its relation (:func:`dpcore.ledger.relation_factor`):
+    a person's total across those accounts is not bounded."""
+    notes = []
+    for target in statuses:
+        acc = Account.parse(target.account)
+        peers = [s for s in statuses if s is not target and s.mode == target.mode]
+        apart = [
+            f"{definition_words(s.definition)} ({s.relation})"
+            for s in peers
+            if relation_factor(Account.parse(s.account), acc) is None
+        ]
+        if apart and target.definition:
+            demo = " (demo)" if target.mode == "demo" else ""
+            notes.append(
+                f"Not bounded together: releases on {'; '.join(apart)} are not charged to the "
+                f"{definition_words(target.definition)} account{demo} ({target.relation}), because nothing "
+                "bounds what they reveal under its relation; a person's total across these accounts is not "
+                "bounded."
+            )
+    return notes
