@@ -159,7 +159,8 @@ def test_release_debits_once_across_reruns(downloads):
 def test_release_with_a_user_column_protects_a_user_with_the_public_maximum(downloads):
     at = _airports()
     ds = at.session_state["dp_dataset"]
-    ledger, account = Ledger(config.ledger_url()), policy_account(ds.dataset_id, DEFAULT_POLICY)
+    ledger = Ledger(config.ledger_url())
+    account = policy_account(ds.dataset_id, DEFAULT_POLICY, per_user=4)  # a per-user budget of its own
     ledger.set_budget(account, 3.0, 1e-6)
     at.selectbox(key="loc_user").set_value("country").run()  # one user: every row is in the USA
     at.selectbox(key="loc_rel_mech").set_value("uniform_grid").run()
