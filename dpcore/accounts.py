@@ -164,9 +164,10 @@ def factor(source: Relation, target: Relation) -> Fraction | None:
 
 
 def convert(epsilon: Fraction, delta: Fraction, k: Fraction) -> tuple[Fraction, Fraction] | None:
-    """(eps, delta) of one release under a relation ``k`` steps away: (k eps, delta sum_{i<k} e^(i eps))
-    (group privacy for (eps, delta), Dwork & Roth 2014 Thm. 2.2 and Vadhan 2017 Lemma 2.2), the delta part
-    rounded up; None for a fractional ``k`` with delta > 0 (only pure relations have fractional factors)."""
+    """(eps, delta) of one release under a relation ``k`` steps away: (k eps, delta sum_{i<k} e^(i eps)),
+    chaining Pr[M(x_i) in S] <= e^eps Pr[M(x_{i+1}) in S] + delta over the k steps (group privacy, Dwork &
+    Roth 2014 Thm. 2.2), the delta part rounded up; None for a fractional ``k`` with delta > 0 (only pure
+    relations have fractional factors)."""
     if delta == 0 or k == 1:
         return k * epsilon, delta if k == 1 else Fraction(0)
     if k.denominator != 1:
