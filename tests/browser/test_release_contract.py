@@ -125,6 +125,7 @@ def test_the_panel_releases_what_was_on_screen_once(browser: Browser, tmp_path: 
         expect(body.get_by_text("released 2 times").first).to_be_visible(timeout=OUTCOME_MS)
         rows = _rows(server.ledger_url)
         assert [eps for _, eps in rows] == [1.0, 0.2, 0.2] and rows[2][0] == rows[1][0] + "-2", rows
+        print("ledger rows (request id, ε):", rows)  # for the record: pytest -s shows them
         assert_no_exception(page)
         screenshot(page, "contract-released-again")
     finally:
