@@ -26,7 +26,9 @@ debit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import operator
 import os
 import re
 import shutil
@@ -44,7 +46,7 @@ from dpcore.ledger import Ledger, sqlite_file
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.location.registry import LocationInputs
-from dpcore.outofcore.features import SCALINGS, TableFeatures, require_columns
+from dpcore.outofcore.features import SCALINGS, TableFeatures, is_infinite, require_columns
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
@@ -124,18 +126,44 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     return bounds, scaling, dropped
 
 
+def _valid(table: Any, column: str) -> Any:
+    """True where ``column`` holds a value: not null, and not NaN or +-inf in a float column (what the Data
+    page's "drop" removes, ``dpcore.data.handle_missing``)."""
+    x = table[column]
+    if table.schema()[column].is_floating():
+        return x.notnull() & ~(x.isnan() | is_infinite(x))
+    return x.notnull()
+
+
 def drop_missing(table: Any, dropped: list[str]) -> Any:
-    """``table`` without the rows missing a value (null, or NaN in a float column) in ``dropped``."""
+    """``table`` without the rows missing a value (null, NaN or +-inf in a float column) in ``dropped``."""
     require_columns(table, dropped)
-    keep = [table[c].notnull() for c in dropped]
-    keep += [~table[c].isnan() for c in dropped if table.schema()[c].is_floating()]
+    keep = [_valid(table, c) for c in dropped]
     return table.filter(keep) if keep else table
 
 
 def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
-    """The plan's feature space over ``table``: its drop steps applied, then its bounds and scaling."""
+    """The plan's feature space over ``table``: its drop steps applied, then its bounds and scaling.
+
+    Refuses (one COUNT pass) a table whose features still miss a value after the plan's drop steps: the
+    dashboard cannot make such a plan (``prepare`` refuses missing features), so its drop step was edited
+    out, and the rows the features' filter would drop are not in the manifest."""
     bounds, scaling, dropped = parse_preparation(plan)
-    return TableFeatures.from_bounds(drop_missing(table, dropped), bounds, scaling)  # type: ignore[arg-type]
+    kept = drop_missing(table, dropped)
+    require_columns(kept, list(bounds))
+    unchecked = [c for c in bounds if c not in dropped]
+    if unchecked:
+        bad = [~_valid(kept, c) for c in unchecked]
+        sums = {f"m{j}": b for j, b in enumerate([functools.reduce(operator.or_, bad), *bad])}
+        counts = kept.aggregate(**{k: b.cast("int64").sum() for k, b in sums.items()}).to_pandas().iloc[0]
+        if int(counts["m0"] or 0):
+            named = [c for j, c in enumerate(unchecked) if int(counts[f"m{j + 1}"])]
+            raise ParameterError(
+                f"{int(counts['m0']):,} row(s) miss a value in feature(s) {', '.join(named)} that the plan's "
+                "preparation does not drop, so its manifest would not describe the rows the release drops. "
+                "A plan is not edited by hand: download it again from the dashboard."
+            )
+    return TableFeatures.from_bounds(kept, bounds, scaling)  # type: ignore[arg-type]
 
 
 def location_steps(plan: ReleasePlan) -> tuple[list[str], str, str, str | None, Region]:
@@ -149,7 +177,14 @@ def location_steps(plan: ReleasePlan) -> tuple[list[str], str, str, str | None, 
         )
     steps = [s.step for s in plan.preparation]
     dropped = [c for step in steps if (m := _DROP.fullmatch(step)) for c in m["columns"].split(", ")]
-    return (dropped, *read_location_steps(steps))
+    lat, lon, user, region = read_location_steps(steps)
+    if not plan.scope:  # every location release protects a unit: the release checks it is the plan's
+        raise ParameterError(
+            "The plan does not say what it protects (its scope, e.g. 'per user (at most 5 locations each)'), "
+            "so its manifest would not describe the release. A plan is not edited by hand: download it "
+            "again from the dashboard."
+        )
+    return dropped, lat, lon, user, region
 
 
 def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
