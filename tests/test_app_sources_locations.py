@@ -52,7 +52,7 @@ def locations_page(
     ds = at.session_state["dp_dataset"]
     at.session_state[POLICY_KEY] = policy
     ledger = Ledger(config.ledger_url())
-    ledger.set_budget(policy_account(ds.dataset_id, policy), 5.0, delta)
+    ledger.set_budget(policy_account(ds.dataset_id, policy, per_user=3), 5.0, delta)  # per-user account
     ledger.close()
     at.switch_page("pages/locations.py").run()
     at.selectbox(key="loc_user").set_value("user").run()
