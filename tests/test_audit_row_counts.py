@@ -9,6 +9,7 @@ values for every field not drawn from noise, and the true counts must appear in 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -40,6 +41,12 @@ CASES = [
     ("dp_mean", {"neighbours": "bounded", "max_per_user": CAP}, {"lat", "lon", "n"}, set()),
     ("uniform_grid", {"neighbours": "bounded", "max_per_user": CAP}, {"noisy_count"}, {"n_estimate"}),
     ("adaptive_grid", {"neighbours": "bounded", "max_per_user": CAP}, {"noisy_count"}, {"n_estimate"}),
+    (
+        "dp_hotspots",
+        {"neighbours": "bounded", "max_per_user": CAP, "hotspot_k": 3},
+        {"lat", "lon"},
+        {"n_iter", "budget_log_per_location", "count_sensitivity", "sum_l1_sensitivity_m"},
+    ),
 ]
 
 
@@ -63,3 +70,24 @@ def test_neighbouring_tables_publish_the_same_facts_and_no_true_count(
     for out, n in ((a, n_small), (b, n_large)):
         files = out.table.to_csv(index=False) + json.dumps(out.details, default=str)
         assert not re.search(rf"(?<![\d.]){n}(\.0+)?(?![\d.])", files), (key, n)
+
+
+def test_dp_hotspots_per_user_take_their_rounds_from_a_noisy_count() -> None:
+    """Bounded DP-Lloyd chose T from the exact kept count (at eps 12.3, T = 2 for one table and 3 for its
+    neighbour, whatever the seed); per user it now spends 2% of eps on a noisy count: both give both."""
+    small, large, _, _ = neighbours()
+    params = {"neighbours": "bounded", "max_per_user": CAP, "hotspot_k": 3}
+    rounds = [
+        {
+            LOCATIONS["dp_hotspots"]
+            .release(t, epsilon=12.3, delta=0.0, params=params, sampler=Sampler(s))
+            .details["n_iter"]
+            for s in range(12)
+        }
+        for t in (small, large)
+    ]
+    assert len(rounds[0]) > 1 and rounds[0] == rounds[1], rounds
+    out = LOCATIONS["dp_hotspots"].release(small, epsilon=12.3, delta=0.0, params=params, sampler=Sampler(0))
+    log = out.details["budget_log_per_location"]
+    assert log[0][0] == "row count (sets the number of rounds)"
+    assert math.fsum(e for _, e in log) == out.details["epsilon_per_location"] == pytest.approx(12.3 / CAP)

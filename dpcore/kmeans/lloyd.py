@@ -517,10 +517,13 @@ class DPLloydKMeans(NoisyLloydBase):
 
     Parameters: n_clusters K; epsilon (total, exactly spent); bounds (lo, hi) public, scalars or length-d
     arrays; n_iter T (None: auto_iterations); count_share (None: Su et al.'s split); neighbours;
-    random_state (None: secure sampling for releases; an int: labelled demo mode; a Sampler: as given).
-    Fitted: cluster_centers_, noisy_counts_ (T, K), noisy_sums_ (T, K, d, centred rows),
+    random_state (None: secure sampling for releases; an int: labelled demo mode; a Sampler: as given);
+    private_size: with bounded neighbours and auto T, still spend SIZE_SHARE of eps on a Laplace count of
+    the rows (sensitivity 1, a row added or removed) to choose T, as under unbounded neighbours: for a
+    release per user, whose bounded relation replaces a person's rows by any number of others, so the row
+    count is private. Fitted: cluster_centers_, noisy_counts_ (T, K), noisy_sums_ (T, K, d, centred rows),
     centers_history_ (T + 1, K, d), n_iter_, budget_log_, budget_spent_ (== epsilon), guarantee_,
-    bounds_, sampling_mode_, noisy_n_ (unbounded auto-T only).
+    bounds_, sampling_mode_, noisy_n_ (auto T with a private row count only).
     """
 
     def __init__(
@@ -532,6 +535,7 @@ class DPLloydKMeans(NoisyLloydBase):
         count_share: float | None = None,
         neighbours: Neighbours = "unbounded",
         random_state: int | Sampler | None = None,
+        private_size: bool = False,
     ) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -540,6 +544,7 @@ class DPLloydKMeans(NoisyLloydBase):
         self.count_share = count_share
         self.neighbours = neighbours
         self.random_state = random_state
+        self.private_size = private_size
 
     def _policy(self) -> PureDP:
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float, np.number)):
@@ -551,7 +556,7 @@ class DPLloydKMeans(NoisyLloydBase):
         return PureDP(float(self.epsilon), neighbours=self.neighbours)
 
     def _rows_are_public(self) -> bool:
-        return self.neighbours == "bounded"
+        return self.neighbours == "bounded" and not self.private_size
 
     def _batch_sensitivities(self, half: NDArray) -> SensitivityFn:
         """Unbounded: (1, sum h); bounded: (2, 2 sum h), h the box half-widths (no centre dependence)."""

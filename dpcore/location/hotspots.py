@@ -122,12 +122,19 @@ def hotspot_estimator(
     theta_m: float | None = None,
     neighbours: str = "unbounded",
     random_state: int | Sampler | None = None,
+    private_size: bool = False,
 ) -> HotspotModel:
-    """The unfitted estimator: DPLloydKMeans (``neighbours`` "unbounded" or "bounded"), or BlowfishKMeans
-    with theta scaled by ``max_scale``."""
+    """The unfitted estimator: DPLloydKMeans (``neighbours`` "unbounded" or "bounded"; ``private_size``: its
+    rounds from a noisy row count under bounded neighbours too), or BlowfishKMeans with theta scaled by
+    ``max_scale``."""
     if policy == "dp":
         return DPLloydKMeans(
-            n_clusters, epsilon, bounds=data.bounds, neighbours=neighbours, random_state=random_state
+            n_clusters,
+            epsilon,
+            bounds=data.bounds,
+            neighbours=neighbours,
+            random_state=random_state,
+            private_size=private_size,
         )
     if policy != "blowfish":
         raise ParameterError(f"policy must be 'dp' or 'blowfish' (got {policy!r}).")

@@ -121,6 +121,8 @@ def hotspot_release(
 ) -> MechanismOutput:
     """DP-Lloyd / Blowfish k-means on the mapped rows at eps / g per row (group privacy for g rows).
 
+    DP-Lloyd per user (g > 1) picks its rounds from a noisy row count under bounded neighbours too: they
+    replace a person's rows by any number of others, so the kept count, and a T computed from it, is private.
     ``inputs`` as for :func:`mean_release`: the rounds read per-cluster counts and sums of the kept rows'
     mapped points, in memory or by passes of an engine."""
     no_delta(delta)
@@ -135,6 +137,7 @@ def hotspot_release(
         theta_m=theta,
         neighbours=params.get("neighbours", "unbounded"),
         random_state=sampler,
+        private_size=kept.group > 1,
     )
     centres, model = fit_hotspots(kept.points, estimator)
     table = pd.DataFrame({"hotspot": np.arange(1, k + 1), "lat": centres[:, 0], "lon": centres[:, 1]})

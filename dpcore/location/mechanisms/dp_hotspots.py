@@ -3,7 +3,8 @@
 Guarantee: eps-DP for one person's locations added or removed (``neighbours="unbounded"``) or replaced by
 any others (``"bounded"``), at most g of them (the public ``max_per_user``, 1 without a user column):
 DP-Lloyd runs at eps / g per location (group privacy) with the region's ``PlaneMap`` box as its public
-bounds.
+bounds. Per user (g > 1) it picks its rounds from a Laplace count of the kept rows (2% of eps) under either
+relation, so nothing it publishes depends on a person's number of rows.
 """
 
 from __future__ import annotations
