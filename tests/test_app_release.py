@@ -337,3 +337,23 @@ def test_a_click_on_a_button_the_server_replaced_releases_nothing_and_says_so(
     at.run()
     assert not at.exception and any("settings changed since you confirmed" in w.value for w in at.warning)
     assert _rows(ledger, dataset) == []
+
+
+def test_a_release_that_another_account_of_the_dataset_cannot_pay_for_is_refused_before_the_click(
+    dataset: Dataset, ledger: Ledger
+):
+    """An unbounded-DP ε is a bounded 2 ε: the ledger charges the bounded account too, so the panel reads
+    that account's budget and refuses up front, instead of after the click."""
+    from dpcore.policy import PureDP
+
+    bounded = policy_account(dataset.dataset_id, PureDP(1.0, neighbours="bounded"))
+    ledger.set_budget(bounded, 0.7, 0.0)
+    at = _panel(dataset)  # ε = 0.4 unbounded: 0.8 on the bounded account
+    assert release_button(at, "fake").disabled
+    refusal = "where the ledger charges it 2 × ε = 0.8, more than the ε = 0.7 left"
+    assert any(refusal in w.value for w in at.warning)
+    ledger.set_budget(bounded, 0.8, 0.0)
+    at.run()
+    assert not release_button(at, "fake").disabled
+    release_button(at, "fake").click().run()
+    assert _rows(ledger, dataset) == [(request_id(at, "fake"), 0.4)]

@@ -24,6 +24,7 @@ import functools
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from streamlit.runtime.state.session_state import Serialized
 
 from dpcore import config
 from dpcore.errors import DPCoreError
-from dpcore.ledger import BudgetStatus, ReleaseRecord
+from dpcore.ledger import Account, BudgetStatus, ReleaseRecord, relation_factor
 from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps, registry
 from dpcore.report import (
     DEMO_NOTICE,
@@ -270,8 +271,11 @@ def _cost_text(plan: ReleasePlan, eps: float, delta: float) -> str:
     return f"{plan.unit} = {eps:.4g}" + (f", δ = {delta:.3g}" if plan.uses_delta and plan.delta else "")
 
 
-def _blocked(plan: ReleasePlan, status: BudgetStatus | None, stale: str | None) -> str | None:
-    """Why the plan cannot be released now, given its account's ``status`` just read, or None."""
+def _blocked(
+    plan: ReleasePlan, status: BudgetStatus | None, stale: str | None, related: list[BudgetStatus]
+) -> str | None:
+    """Why the plan cannot be released now, given its account's ``status`` and the dataset's other
+    accounts (``related``, which the ledger also charges at their conversion factor) just read, or None."""
     if stale:
         return stale
     what = f"{plan.definition_label} ({plan.relation})" + (" in demo mode" if plan.mode == "demo" else "")
@@ -283,6 +287,17 @@ def _blocked(plan: ReleasePlan, status: BudgetStatus | None, stale: str | None) 
             f"This release costs {_cost_text(plan, eps, delta)}, more than the budget left for {what}: "
             f"{_cost_text(plan, status.epsilon_left, status.delta_left)}."
         )
+    for other in related:
+        k = relation_factor(plan.account, Account.parse(other.account))
+        if other.account == plan.account.key or k is None:
+            continue
+        if float(k * Fraction(repr(eps))) > other.epsilon_left:
+            unit = "level l" if other.definition == "geo_ind" else "ε"
+            return (
+                f"This release also protects {other.definition}: {other.relation}, where the ledger "
+                f"charges it {float(k):.4g} × {plan.unit} = {float(k) * eps:.4g}, more than the {unit} = "
+                f"{other.epsilon_left:.4g} left there."
+            )
     return None
 
 
@@ -366,8 +381,9 @@ def release_panel(
     made: list[ReleaseRecord] = []
     with user_errors("reading the budget"):
         status = state.ledger().budget(plan.account)
+        related = [s for s in state.ledger().budgets(plan.dataset_id) if s.mode == plan.mode]
         made = plan_releases(state.ledger(), plan)
-        blocked = datasets.release_refusal(state.dataset(), plan) or _blocked(plan, status, stale)
+        blocked = datasets.release_refusal(state.dataset(), plan) or _blocked(plan, status, stale, related)
         if status is not None:
             st.caption(
                 f"Budget left on this account ({plan.account.definition}: {plan.relation}): "
