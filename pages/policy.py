@@ -33,6 +33,7 @@ GRAPHS = {
     "distance_threshold": "Distance threshold: values within θ",
     "attribute": "Attribute: records differing in at most c attributes",
 }
+BUDGET_ACCOUNT_KEY = "dp_budget_fields_account"  # the account whose totals the budget fields show
 FLASH_KEY = "dp_policy_flash"
 UNITS = {
     "row": "one row (each location is a different person's)",
@@ -188,6 +189,7 @@ def _budget() -> None:
     status = None
     account = policy_account(ds.dataset_id, state.policy(), state.mode(), _per_user())
     unit = "level l" if account.definition == "geo_ind" else "ε"
+    uses_delta = account.definition in ("dp", "local_pdp")
     demo = " (**demo account**: demo releases never spend the real budget)" if account.mode == "demo" else ""
     radius = getattr(state.policy(), "radius_m", None)
     levels = f"; spends are levels within {radius:,.0f} m" if radius is not None else ""
@@ -204,22 +206,31 @@ def _budget() -> None:
             )
         else:
             a, b, c = st.columns(3)
-            a.metric("Total ε", f"{status.epsilon_total:.4g}")
-            b.metric("Spent ε", f"{status.epsilon_spent:.4g}")
-            c.metric("Left ε", f"{status.epsilon_left:.4g}")
-            st.caption(
+            a.metric(f"Total {unit}", f"{status.epsilon_total:.4g}")
+            b.metric(f"Spent {unit}", f"{status.epsilon_spent:.4g}")
+            c.metric(f"Left {unit}", f"{status.epsilon_left:.4g}")
+            deltas = (
                 f"δ: total {status.delta_total:.3g}, spent {status.delta_spent:.3g}, "
-                f"left {status.delta_left:.3g} · {status.n_releases} release(s)"
+                f"left {status.delta_left:.3g} · "
+                if uses_delta
+                else ""
             )
+            st.caption(f"{deltas}{status.n_releases} release(s)")
     if read.failed:  # the message says what is wrong with the ledger; the policy above still works
         return
-    st.session_state.setdefault("pol_budget_eps", status.epsilon_total if status else 3.0)
-    st.session_state.setdefault("pol_budget_delta", status.delta_total if status else 1e-5)
+    if st.session_state.get(BUDGET_ACCOUNT_KEY) != account.key:  # another dataset or policy: its own totals
+        st.session_state[BUDGET_ACCOUNT_KEY] = account.key
+        st.session_state["pol_budget_eps"] = status.epsilon_total if status else 3.0
+        st.session_state["pol_budget_delta"] = status.delta_total if status else 1e-5
     eps_total = st.number_input(
         f"Total {unit} for this dataset", step=0.5, format="%.4g", key="pol_budget_eps"
     )
-    delta_total = st.number_input(
-        "Total δ for this dataset (0 for pure DP)", step=1e-6, format="%.2e", key="pol_budget_delta"
+    delta_total = (
+        st.number_input(
+            "Total δ for this dataset (0 for pure DP)", step=1e-6, format="%.2e", key="pol_budget_delta"
+        )
+        if uses_delta
+        else 0.0  # Blowfish and geo-indistinguishability have no δ
     )
     st.caption(
         "Every release debits this budget (sequential releases add up their ε and δ); a release that would "
@@ -230,9 +241,10 @@ def _budget() -> None:
             ledger.register_dataset(ds.dataset_id, ds.name, ds.fingerprint)
             saved = ledger.set_budget(account, eps_total, delta_total)
         if not outcome.failed:
+            delta = f", δ = {saved.delta_total:.3g}" if uses_delta else ""
             st.session_state[FLASH_KEY] = (
-                f"Budget saved: ε = {saved.epsilon_total:.4g}, δ = {saved.delta_total:.3g} "
-                f"(left ε = {saved.epsilon_left:.4g})."
+                f"Budget saved: {unit} = {saved.epsilon_total:.4g}{delta} (left {unit} = "
+                f"{saved.epsilon_left:.4g})."
             )
             st.rerun()
 

@@ -142,7 +142,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     set_number(page, "Privacy level l", 1)
     set_number(page, "within radius r (metres)", 500)
     set_number(page, "Total level l for this dataset", 3)
-    set_number(page, "Total δ for this dataset (0 for pure DP)", 0)
+    expect(main(page).get_by_label("Total δ for this dataset (0 for pure DP)")).to_have_count(0)  # no δ here
     click(page, "Save budget")
     expect(body.get_by_text("Budget saved").first).to_be_visible()
     expect(sidebar.get_by_text("level 1 within 500 m").first).to_be_visible()
