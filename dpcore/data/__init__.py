@@ -2,7 +2,7 @@
 
 from dpcore.data.encoding import CategoricalEncoding, DateEncoding
 from dpcore.data.fingerprint import fingerprint
-from dpcore.data.io import MAX_COLUMNS, MAX_TABLE_BYTES, load_table
+from dpcore.data.io import MAX_COLUMNS, MAX_NAME_CHARS, MAX_TABLE_BYTES, load_table, table_name
 from dpcore.data.missing import MISSING_STRATEGIES, handle_missing, missing_report
 from dpcore.data.prepare import SCALINGS, PreparedData, prepare
 from dpcore.data.samples import SAMPLES, load_sample, make_blobs
@@ -12,6 +12,7 @@ from dpcore.errors import DataError
 __all__ = [
     "KINDS",
     "MAX_COLUMNS",
+    "MAX_NAME_CHARS",
     "MAX_TABLE_BYTES",
     "MISSING_STRATEGIES",
     "SAMPLES",
@@ -32,4 +33,5 @@ __all__ = [
     "make_blobs",
     "missing_report",
     "prepare",
+    "table_name",
 ]

@@ -5,15 +5,21 @@ The format is decided by the file's magic bytes (gzip ``1f 8b``, Parquet ``PAR1`
 serves as a hint for error messages. Every failure raises :class:`~dpcore.errors.DataError` whose message
 names the problem and the fix; the readers' own exceptions never escape.
 
-Limits, so that a small hostile file cannot exhaust the server: a gzip stream is inflated in steps and
-refused once it exceeds ``max_bytes`` (default :data:`MAX_TABLE_BYTES`, 50 MB, the app's upload limit); a
-workbook is refused when its parts' uncompressed sizes add up to more than ``max_bytes``, or when one of its
-XML parts holds more than :data:`MAX_XML_RUN` bytes between two elements (a huge comment or attribute: the
-XML parser's cost grows with the square of such a run; Excel writes at most 32,767 characters in a cell) or
-more than :data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed element by element, about
-100,000 a second), or when a sheet spans more than :data:`MAX_XLSX_CELLS` cells from A1 to its farthest
-cell (the reader fills that rectangle: one stray cell at XFD1048576 means 17 billion); a table with more
-than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is refused before it is parsed.
+Limits, so that a small hostile file cannot exhaust the server, each checked before the values are
+expanded and on the structure the reader uses: a gzip stream is inflated in steps and refused once it
+exceeds ``max_bytes`` (default :data:`MAX_TABLE_BYTES`, 50 MB, the app's upload limit) or holds more than
+:data:`MAX_GZIP_MEMBERS` members; a CSV file with more than :data:`MAX_LINES` lines (blank ones included) is
+refused; a workbook is refused when its parts' uncompressed sizes add up to more than ``max_bytes``, when
+one of its XML parts holds more than :data:`MAX_XML_RUN` bytes between two elements (a huge comment or
+attribute: the XML parser's cost grows with the square of such a run; Excel writes at most 32,767
+characters in a cell) or more than :data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed
+element by element, about 100,000 a second), when a sheet spans more than :data:`MAX_XLSX_CELLS` cells
+from A1 to its farthest cell (the reader fills that rectangle: one stray cell at XFD1048576 means 17
+billion), or when its shared texts, copied into every cell that shows them, add up to more than
+``max_bytes`` (parts are parsed with an XML parser, as the reader parses them); a Parquet file is refused
+when its cells or pages (from its metadata) or its values once read exceed :func:`decoded_limit`, or its
+text, once every cell has its copy, exceeds ``max_bytes``; a table with more than ``max_columns`` columns
+(default :data:`MAX_COLUMNS`) is refused before it is parsed.
 
 Nothing is changed silently: what loading had to interpret is said in ``df.attrs["dpcore_notes"]`` (shown
 on the Data page) - gzip members read one after the other, lines repeating the header (files joined end to
@@ -31,10 +37,12 @@ import json
 import re
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
+from xml.parsers import expat
 
 import numpy as np
 import pandas as pd
@@ -46,12 +54,16 @@ from dpcore.errors import DataError
 
 __all__ = [
     "MAX_COLUMNS",
+    "MAX_GZIP_MEMBERS",
+    "MAX_LINES",
+    "MAX_NAME_CHARS",
     "MAX_TABLE_BYTES",
     "MAX_XLSX_CELLS",
     "MAX_XLSX_ELEMENTS",
     "MAX_XML_RUN",
     "NOTES_ATTR",
     "load_table",
+    "table_name",
 ]
 
 MAX_TABLE_BYTES = 50 * 2**20
@@ -59,7 +71,9 @@ MAX_COLUMNS = 500
 MAX_XML_RUN = 2**20
 MAX_XLSX_ELEMENTS = 1_000_000
 MAX_XLSX_CELLS = 2_000_000
-MAX_DECODED_BYTES = 2**30  # a Parquet file's values once decoded (dictionary-encoded text expands)
+MAX_GZIP_MEMBERS = 10_000
+MAX_LINES = 10_000_000
+MAX_NAME_CHARS = 255  # a file system's limit on a file name; the ledger's on a dataset name
 MAX_BATCH_BYTES = 2**28  # one streamed batch of a large Parquet file, once decoded
 NOTES_ATTR = "dpcore_notes"
 
@@ -70,6 +84,7 @@ _SNIFF_ROWS = 200
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _MAX_CONTROL_SHARE = 0.01
 _MIN_CONTROL = 8
+_LONE_CR = re.compile(r"\r(?!\n)")
 _SEP_LINE = re.compile(r'\A\ufeff?"?sep=(.?)"?[ \t]*\r?(?:\n|\Z)', re.IGNORECASE)
 _UTF8_MULTIBYTE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
 _LEGACY = tuple(bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256))
@@ -82,11 +97,15 @@ _FORMATS_HELP = (
 _INT64 = (-(2**63), 2**63 - 1)
 _XML_SUFFIXES = (".xml", ".rels", ".vml")
 _SCAN_SLICE = 4 * 2**20
+_GZIP_SLICE = 2**16  # compressed bytes fed to an inflater at once
+_NOT_ZERO = re.compile(rb"[^\x00]")
 _ROWS_SLICE = 2**20  # bytes of CSV lines whose fields are counted at once (index arrays of about 15 MB)
+_SPACE = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)  # what bytes.strip() removes
 _NOT_ELEMENT = np.frombuffer(b"/!?", dtype=np.uint8)  # after "<": end tag, comment or declaration, PI
 _TOKENS = ((b"<!--", b"-->"), (b"<?", b"?>"), (b"<![CDATA[", b"]]>"))
-_CELL_REF = re.compile(rb'<(?:\w+:)?c\s[^>]*?\br="([A-Z]{1,3})([0-9]{1,7})"')
-_ROW_REF = re.compile(rb'<(?:\w+:)?row\s[^>]*?\br="([0-9]{1,7})"')
+_MAIN_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"  # the only one openpyxl reads
+_ROW_TAG, _CELL_TAG, _VALUE_TAG = f"{_MAIN_NS} row", f"{_MAIN_NS} c", f"{_MAIN_NS} v"
+_SHARED_TAG, _TEXT_TAG = f"{_MAIN_NS} si", f"{_MAIN_NS} t"
 
 Source = str | PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 
@@ -113,8 +132,29 @@ def load_table(
     detected (format, encoding, delimiter) and ``df.attrs["dpcore_notes"]`` lists, in words, what loading
     interpreted (empty for an ordinary file), for display.
     """
-    data, name = _read_bytes(source, filename)
+    data, name = _read_bytes(source, None if filename is None else table_name(filename, "The file name"))
     return _parse(data, name, 0, _Limits(int(max_bytes), int(max_columns)), [])
+
+
+def table_name(name: object, what: str = "The dataset name") -> str:
+    """``name`` without surrounding white space, if it can name a table, and so the dataset loaded from it
+    (whose name carries its privacy budget in the ledger): text of 1 to :data:`MAX_NAME_CHARS` characters,
+    none of them a control character. ``DataError`` naming the problem and the fix otherwise; ``what``
+    names it in the message ("The file name", "The dataset name")."""
+    fix = "rename the file and upload it again" if what == "The file name" else "give it another name"
+    if not isinstance(name, str):
+        raise DataError(f"{what} is not text ({type(name).__name__}); {fix}.")
+    text = name.strip()
+    if not text:
+        raise DataError(f"{what} is empty; {fix} (the dataset carries its privacy budget under its name).")
+    if len(text) > MAX_NAME_CHARS:
+        raise DataError(
+            f"{what} has {len(text):,} characters; at most {MAX_NAME_CHARS} are allowed (a file system's "
+            f"limit on a file name; the dataset carries its privacy budget under its name): {fix}."
+        )
+    if not text.isprintable():
+        raise DataError(f"{what} contains control characters (tabs, line breaks); {fix} without them.")
+    return text
 
 
 def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
@@ -136,7 +176,10 @@ def _read_bytes(source: Any, filename: str | None) -> tuple[bytes, str]:
                 source.seek(0)
             data = source.read()
         except (OSError, ValueError) as err:
-            raise DataError(f"Could not read '{name}': {err}. Upload the file again.") from err
+            raise DataError(
+                f"Could not read '{name}' (the upload was interrupted or closed: {type(err).__name__}). "
+                "Upload the file again."
+            ) from err
         if isinstance(data, str):
             raise DataError(f"'{name}' was opened in text mode; open it in binary mode ('rb') and try again.")
         return bytes(data), Path(name).name
@@ -199,32 +242,50 @@ def _too_big(name: str, what: str, max_bytes: int) -> DataError:
 
 
 def _gunzip(data: bytes, name: str, max_bytes: int) -> tuple[bytes, int]:
-    """Inflate every gzip member in steps of at most ``max_bytes + 1`` output bytes; refuse beyond.
-    Returns the bytes and the number of members."""
+    """Inflate every gzip member in steps of at most ``max_bytes + 1`` output bytes; refuse beyond, and
+    beyond :data:`MAX_GZIP_MEMBERS` members. Input is fed in slices of :data:`_GZIP_SLICE` bytes, so the
+    data left after a member (``unused_data``, a copy) is never the whole rest of the file: linear in the
+    number of members. Returns the bytes and the number of members."""
     out = bytearray()
-    rest = data
-    members = 0
+    view = memoryview(data)
+    at, members = 0, 0
     try:
-        while rest:
+        while at < len(data):
             members += 1
+            if members > MAX_GZIP_MEMBERS:
+                raise _too_many_members(name)
             inflater = zlib.decompressobj(wbits=31)
-            pending = rest
             while not inflater.eof:
-                chunk = inflater.decompress(pending, max_bytes + 1 - len(out))
-                if not chunk and not pending:  # all input used, no output left, no end marker
-                    raise EOFError("the compressed stream ends before its end marker")
-                out += chunk
-                if len(out) > max_bytes:
-                    raise _too_big(name, "decompresses to", max_bytes)
-                pending = inflater.unconsumed_tail
-            rest = inflater.unused_data.lstrip(b"\x00")  # gzip tolerates zero padding after a member
+                if at >= len(data):  # all input used, no end marker
+                    raise EOFError
+                fed = view[at : at + _GZIP_SLICE]
+                pending = fed
+                while pending and not inflater.eof:
+                    out += inflater.decompress(pending, max_bytes + 1 - len(out))
+                    if len(out) > max_bytes:
+                        raise _too_big(name, "decompresses to", max_bytes)
+                    pending = inflater.unconsumed_tail
+                at += len(fed) - len(inflater.unused_data if inflater.eof else pending)
+            padding = _NOT_ZERO.search(data, at)  # gzip tolerates zero padding after a member
+            at = len(data) if padding is None else padding.start()
     except (EOFError, zlib.error) as err:
         raise DataError(
-            f"'{name}' looks gzip-compressed but is damaged or truncated ({err}). Upload it again."
+            f"'{name}' looks gzip-compressed but is damaged or truncated (its compressed data "
+            f"{'ends early' if isinstance(err, EOFError) else 'is not valid'} in member {members:,}). "
+            "Upload it again, or compress the file again with gzip."
         ) from err
     if not out.strip():
         raise DataError(f"'{name}' decompresses to an empty file. Upload a file with a header and data rows.")
     return bytes(out), members
+
+
+def _too_many_members(name: str) -> DataError:
+    return DataError(
+        f"'{name}' holds more than {MAX_GZIP_MEMBERS:,} gzip members (files compressed separately and joined "
+        f"end to end); at most {MAX_GZIP_MEMBERS:,} are read (tools such as bgzip write one per 64 KB, some "
+        "800 for the 50 MB limit). Decompress it and compress it again as one stream "
+        "(gunzip -c file.csv.gz | gzip > whole.csv.gz), and upload that."
+    )
 
 
 def _decode(data: bytes, name: str, notes: list[str]) -> tuple[str, str]:
@@ -350,9 +411,8 @@ def _slice_widths(raw: bytes, start: int, stop: int, delim: str) -> tuple[np.nda
         starts, ends = starts[:-1], ends[:-1]
     seps = np.flatnonzero(buf == ord(delim))
     widths = np.searchsorted(seps, ends) - np.searchsorted(seps, starts) + 1
-    keep = np.ones(widths.size, dtype=bool)
-    for i in np.flatnonzero(widths == 1):
-        keep[i] = bool(raw[start + starts[i] : start + ends[i]].strip())
+    filled = np.concatenate(([0], np.cumsum(~np.isin(buf, _SPACE), dtype=np.int64)))
+    keep = (widths > 1) | (filled[ends] > filled[starts])  # a blank line: one field, only white space
     return np.flatnonzero(keep) + 1, widths[keep]
 
 
@@ -404,24 +464,50 @@ def _record_widths(text: str, raw: bytes, delim: str, name: str) -> Iterator[tup
     lines: list[int] = []
     widths_list: list[int] = []
     try:
-        for row in reader:
+        for row in filter(None, reader):  # empty lines are skipped without a Python step each
             if not _is_blank(row):
                 lines.append(reader.line_num)
                 widths_list.append(len(row))
     except csv.Error as err:
         raise DataError(
-            f"'{name}' is not valid CSV near line {reader.line_num}: {err}. Check for an unbalanced quote."
+            f"'{name}' is not valid CSV near line {reader.line_num}: {_csv_problem(err)}. Fix the quoting or "
+            "the line endings there, or save the file again as CSV, and upload it again."
         ) from err
     yield np.asarray(lines, dtype=np.int64), np.asarray(widths_list, dtype=np.int64)
 
 
-def _lines(text: str) -> Iterator[str]:
-    start = 0
+def _csv_problem(err: csv.Error) -> str:
+    """What Python's csv module objected to, in the project's words (its own text names a Python API)."""
+    text = str(err)
+    if "new-line character" in text:
+        return (
+            "a lone carriage return (CR, an old Mac line ending) outside quotes, where the other lines end "
+            "with a line feed (LF)"
+        )
+    if "unexpected end of data" in text:
+        return "an unbalanced quote (opened and never closed)"
+    if "expected after" in text:
+        return "a quoted value is followed by more characters before the next delimiter"
+    if "field limit" in text:
+        return f"a quoted value longer than {csv.field_size_limit():,} characters"
+    if "NUL" in text:
+        return "a NUL byte (binary data)"
+    return "an unbalanced quote"
+
+
+def _lines(text: str, start: int = 0) -> Iterator[str]:
     while start < len(text):
         end = text.find("\n", start)
         end = len(text) if end < 0 else end + 1
         yield text[start:end]
         start = end
+
+
+def _first_filled(text: str) -> int:
+    """Where the first line holding more than white space starts (the length of ``text`` if none): found
+    at C speed, not line by line (a file of millions of blank lines)."""
+    first = len(text) - len(text.lstrip())
+    return text.rfind("\n", 0, first) + 1 if first < len(text) else len(text)
 
 
 def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
@@ -432,11 +518,12 @@ def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
             f"'{name}' contains no rows. Upload a file with a header row and at least one data row."
         )
     try:
-        header = next(row for row in csv.reader(_lines(text), delimiter=delim) if not _is_blank(row))
+        lines = _lines(text, _first_filled(text))
+        header = next(row for row in csv.reader(lines, delimiter=delim) if not _is_blank(row))
     except csv.Error as err:
         raise DataError(
-            f"'{name}' could not be parsed as {_DELIMITER_NAMES[delim]}-separated text ({err}). "
-            "Check for stray line breaks or unbalanced quotes, or save the file again as CSV."
+            f"'{name}' could not be parsed as {_DELIMITER_NAMES[delim]}-separated text ({_csv_problem(err)} "
+            "in the header). Check for stray line breaks or unbalanced quotes, or save the file again as CSV."
         ) from err
     if records.bad:
         sep = _DELIMITER_NAMES[delim]
@@ -489,11 +576,13 @@ def _sep_line(text: str, name: str, notes: list[str]) -> tuple[str, str | None]:
 def _drop_repeated_header(text: str, name: str, notes: list[str]) -> str:
     """Blank the later lines identical to the header line (files joined end to end, e.g. gzip members or
     ``cat a.csv b.csv``): read as data they would turn every column to text."""
-    first = re.match(r"(?:[ \t\r]*\n)*([^\n]*)", text)
-    if first is None or not first.group(1).strip():
+    begin = _first_filled(text)
+    stop = text.find("\n", begin)
+    stop = len(text) if stop < 0 else stop
+    if begin == len(text):
         return text
-    needle = "\n" + first.group(1).rstrip("\r")
-    pieces, start, found = [], first.end(1), 0
+    needle = "\n" + text[begin:stop].rstrip("\r")
+    pieces, start, found = [], stop, 0
     at = text.find(needle, start)
     while at >= 0:
         end = at + len(needle)
@@ -511,7 +600,7 @@ def _drop_repeated_header(text: str, name: str, notes: list[str]) -> str:
         f"'{name}': line {found:,} repeats the header{more}, as where files are joined end to end; it was "
         "dropped, not read as data."
     )
-    return text[: first.end(1)] + "".join(pieces) + text[start:]
+    return text[:stop] + "".join(pieces) + text[start:]
 
 
 def _grouped_numbers(df: pd.DataFrame, delim: str, name: str, notes: list[str]) -> None:
@@ -581,7 +670,7 @@ def _leading_zeros(df: pd.DataFrame, raw: bytes, delim: str, name: str, notes: l
 
 def _not_a_table(text: str, name: str) -> None:
     """Refuse JSON and HTML/XML documents, which a CSV reader would turn into nonsense columns."""
-    line = next((t.strip() for t in _lines(text) if t.strip()), "")
+    line = next(_lines(text, _first_filled(text)), "").strip()
     if line.lower().startswith(("<!doctype", "<html", "<?xml")):
         kind = "an HTML or XML document"
     elif line in ("[", "{") or (line.startswith(('{"', '[{"', "[[")) and _json_value(line)):
@@ -611,6 +700,15 @@ def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
         raise DataError(f"'{name}' looks like binary data, not a text table. {_FORMATS_HELP}")
     if "\n" not in text:
         text = text.replace("\r", "\n")
+    elif '"' not in text and "\r" in text:  # no quotes, so no CR inside a value: a lone CR ends a line
+        text = _LONE_CR.sub("\n", text)
+    lines = text.count("\n") + 1
+    if lines > MAX_LINES:
+        raise DataError(
+            f"'{name}' has {lines:,} lines; at most {MAX_LINES:,} are read from a CSV file (blank lines "
+            "included; each line is checked). Remove blank lines, or save the table as Parquet (which has no "
+            "lines), and upload that."
+        )
     _not_a_table(text, name)
     text, declared = _sep_line(text, name, notes)
     text = _drop_repeated_header(text, name, notes)
@@ -624,7 +722,9 @@ def _read_text(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
         )
     except (ValueError, csv.Error, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
         raise DataError(
-            f"'{name}' could not be parsed as a {_DELIMITER_NAMES[delim]}-separated table: {err}"
+            f"'{name}' could not be parsed as a {_DELIMITER_NAMES[delim]}-separated table, though each "
+            "line has as many fields as the header (a quote or line ending the reader takes otherwise). "
+            "Save the file again as CSV, or as Parquet, and upload that."
         ) from err
     if df.shape[1] != len(header):
         raise DataError(
@@ -699,30 +799,48 @@ def _outside_dates(name: str, column: str, count: int) -> DataError:
     )
 
 
-def _arrow_table(data: bytes, name: str, max_columns: int, notes: list[str]) -> pa.Table:
-    """The Parquet file as an Arrow table of flat columns pandas and the mechanisms can hold."""
+def _arrow_table(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pa.Table:
+    """The Parquet file as an Arrow table of flat columns pandas and the mechanisms can hold.
+
+    Bounded before the values are expanded: from the file's metadata, its cells (8 bytes each once read)
+    and its pages' uncompressed sizes, at most :func:`decoded_limit`; then, with text columns read as
+    dictionaries (each distinct text once), the text they hold once every cell has its copy, at most
+    ``max_bytes`` (as a CSV file's), and all values at most the decoded limit.
+    """
+    unreadable = f"'{name}' is not a readable Parquet file (damaged, or written in a way pyarrow cannot read)"
     try:
         file = pq.ParquetFile(io.BytesIO(data))
         schema = file.schema_arrow
+        meta = file.metadata
+        pages = sum(
+            meta.row_group(g).column(c).total_uncompressed_size
+            for g in range(meta.num_row_groups)
+            for c in range(meta.num_columns)
+        )
     # pyarrow raises many types (ArrowInvalid, OSError, ...) for damaged files
     except Exception as err:
-        raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
-    _check_width(len(schema), name, max_columns)
+        raise DataError(f"{unreadable}. Export it again.") from err
+    _check_width(len(schema), name, limits.max_columns)
     check_flat(schema, name)
-    rows = file.metadata.num_rows
-    if rows * max(len(schema), 1) * 8 > MAX_DECODED_BYTES:
-        raise _too_large_decoded(name, len(data), rows * len(schema) * 8)
+    limit = decoded_limit(limits.max_bytes)
+    expected = max(meta.num_rows * max(len(schema), 1) * 8, pages)
+    if expected > limit:
+        raise _too_large_decoded(name, len(data), expected, limit)
     text = [f.name for f in schema if text_type(f.type)]  # read as dictionaries: measured, then decoded
     try:
         table = pq.ParquetFile(io.BytesIO(data), read_dictionary=text).read() if text else file.read()
     except Exception as err:
-        raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
-    decoded = sum(decoded_bytes(col) for col in table.columns)
-    if decoded > MAX_DECODED_BYTES:
-        raise _too_large_decoded(name, len(data), decoded)
+        raise DataError(f"{unreadable}. Export it again.") from err
+    sizes = [decoded_bytes(col) for col in table.columns]
+    chars = sum(sizes[i] - 8 * table.num_rows for i, f in enumerate(schema) if f.name in text)  # 8 a cell
+    if chars > limits.max_bytes:
+        raise _too_much_text(name, chars, limits.max_bytes)
+    if sum(sizes) > limit:
+        raise _too_large_decoded(name, len(data), sum(sizes), limit)
     for field in schema:
         if field.name in text:  # back to the file's own type, as a plain read gives it
             i = table.schema.get_field_index(field.name)
+            check_utf8(table.column(i), field, f"'{name}'")
             table = table.set_column(i, field, table.column(i).cast(field.type))
     for i, field in enumerate(table.schema):
         if _half_float(field.type):  # pandas has no float16 index (category codes): exact as float64
@@ -755,12 +873,45 @@ def decoded_bytes(col: pa.Array | pa.ChunkedArray) -> int:
     return total
 
 
-def _too_large_decoded(name: str, size: int, decoded: int) -> DataError:
+def _too_much_text(name: str, size: int, limit: int) -> DataError:
     return DataError(
-        f"'{name}' ({size / 2**20:,.1f} MB on disk) holds {decoded / 2**30:,.1f} GB of values once read "
-        f"(repeated long texts compress to almost nothing); at most {MAX_DECODED_BYTES / 2**30:g} GB can be "
-        "loaded. Keep only the columns you need, or shorten the long text values, and export it again."
+        f"'{name}' holds {_megabytes(size)} of text once read (a long text shown in many cells is stored "
+        f"once in the file); at most {_megabytes(limit)}, the limit on a table's uncompressed size, can be "
+        "loaded. Shorten the long text values or leave their column out, and upload the file again."
     )
+
+
+def decoded_limit(max_bytes: int) -> int:
+    """The most bytes of values a Parquet file may hold once read, for a table limit of ``max_bytes``:
+    four times it, as much as the largest CSV file the limit allows ("1,1,...": 8 bytes a cell once read
+    for 2 in the file)."""
+    return 4 * max_bytes
+
+
+def _too_large_decoded(name: str, size: int, decoded: int, limit: int) -> DataError:
+    return DataError(
+        f"'{name}' ({size / 2**20:,.1f} MB on disk) holds {_megabytes(decoded)} of values once read "
+        f"(repeated values compress to almost nothing); at most {_megabytes(limit)} (four times the limit "
+        "on a table's uncompressed size) can be loaded. Keep only the rows or columns you need, or shorten "
+        "the long text values, and export it again."
+    )
+
+
+def check_utf8(column: pa.ChunkedArray, field: pa.Field, label: str) -> None:
+    """``DataError`` when a text column (its dictionaries, if read as such) holds bytes that are not UTF-8:
+    Arrow does not check them on reading, and pandas fails on them later."""
+    if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+        return
+    for chunk in column.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        try:
+            values.validate(full=True)
+        except pa.ArrowInvalid as err:
+            raise DataError(
+                f"{label}: column '{field.name}' is typed as text but holds bytes that are not valid UTF-8 "
+                "(the program that wrote the file did not encode it). Write the column again as UTF-8 text, "
+                "or as binary, and export the file again."
+            ) from err
 
 
 def parquet_batches(path: str | PathLike[str], name: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -780,6 +931,8 @@ def parquet_batches(path: str | PathLike[str], name: str, batch_rows: int) -> It
                 "per batch can be read. Keep only the columns you need, or shorten the long text values."
             )
         if text:
+            for col, f in zip(batch.columns, schema, strict=True):
+                check_utf8(pa.chunked_array([col]), f, f"'{name}'")
             columns = [
                 col.cast(schema.field(f.name).type) if f.name in text else col
                 for col, f in zip(batch.columns, batch.schema, strict=True)
@@ -796,18 +949,22 @@ def index_as_column(df: pd.DataFrame, name: str) -> pd.DataFrame:
     try:
         return df.reset_index()
     except ValueError as err:  # an index named like a column: "cannot insert a, already exists"
+        index = ", ".join(f"'{n}'" for n in df.index.names if n is not None)
         raise DataError(
-            f"'{name}' stores a pandas index with the same name as a column ({err}). Rename the index "
+            f"'{name}' stores a pandas index with the same name as a column ({index}). Rename the index "
             "or drop it (df.reset_index(drop=True)) before saving, and export the file again."
         ) from err
 
 
 def _read_parquet(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
-    table = _arrow_table(data, name, limits.max_columns, notes)
+    table = _arrow_table(data, name, limits, notes)
     try:
         df = table.to_pandas()
     except Exception as err:
-        raise DataError(f"'{name}' is not a readable Parquet file ({err}). Export it again.") from err
+        raise DataError(
+            f"'{name}' is not a readable Parquet file: its values cannot be converted to a table "
+            f"({type(err).__name__}). Export it again."
+        ) from err
     df = index_as_column(df, name)
     return _finish(df, [str(c) for c in df.columns], name, "Parquet", notes)
 
@@ -842,8 +999,11 @@ def _scan_xml(xml: bytes) -> tuple[int, int]:
 
 def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
     """Refuse a zip that is not a workbook, that unzips to more than ``max_bytes``, whose XML parts are
-    damaged, declare a DTD or hold a run of more than ``MAX_XML_RUN`` bytes between two elements, or that
-    holds more than ``MAX_XLSX_ELEMENTS`` XML elements in all."""
+    damaged, declare a DTD or hold a run of more than ``MAX_XML_RUN`` bytes between two elements, that
+    holds more than ``MAX_XLSX_ELEMENTS`` XML elements in all, or a part whose cells span more than
+    ``MAX_XLSX_CELLS``, or more shared text than ``max_bytes`` once copied into its cells. Each part is
+    parsed with an XML parser (:class:`_Workbook`: expat, in the encoding the part declares), as the reader
+    parses it, once the byte scan has bounded its size."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             infos = archive.infolist()
@@ -855,16 +1015,11 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
             # zipfile never inflates a member beyond the size its directory declares (a CRC error instead)
             if sum(info.file_size for info in infos) > max_bytes:
                 raise _too_big(name, "unzips to", max_bytes)
-            elements = 0
+            elements, book = 0, _Workbook(name)
             for info in infos:
                 if not info.filename.lower().endswith(_XML_SUFFIXES):
                     continue
                 xml = archive.read(info)
-                if b"<!DOCTYPE" in xml:  # Excel never writes one; entity definitions could expand
-                    raise DataError(
-                        f"'{name}': the part {info.filename} declares a DTD, which Excel never writes. "
-                        "Save the workbook again from Excel, or export the sheet as CSV, and upload that."
-                    )
                 run, count = _scan_xml(xml)
                 elements += count
                 if run > MAX_XML_RUN:
@@ -881,8 +1036,8 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
                         "parsed element by element (about 100,000 a second). Save the sheet as CSV (or "
                         "Parquet), which is read much faster, and upload that."
                     )
-                if info.filename.startswith("xl/worksheets/"):  # bounded by the element count
-                    _check_grid(xml, name, info.filename)
+                book.parse(xml, info.filename)
+            book.check_text(max_bytes)
     except DataError:
         raise
     # damaged archive, encrypted or unknown compression, CRC/size mismatch
@@ -895,28 +1050,140 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
         RuntimeError,
         NotImplementedError,
     ) as err:
-        raise DataError(f"'{name}' is a damaged zip/Excel file ({err}). Save the workbook again.") from err
-
-
-def _column_number(letters: bytes) -> int:
-    number = 0
-    for letter in letters:
-        number = number * 26 + letter - ord("A") + 1
-    return number
-
-
-def _check_grid(xml: bytes, name: str, part: str) -> None:
-    """Refuse a sheet whose rectangle from A1 to its farthest cell exceeds ``MAX_XLSX_CELLS``."""
-    cells = _CELL_REF.findall(xml)
-    rows = max([int(r) for r in _ROW_REF.findall(xml)] + [int(r) for _, r in cells], default=0)
-    columns = max((_column_number(c) for c in {c for c, _ in cells}), default=0)
-    if rows * columns > MAX_XLSX_CELLS:
         raise DataError(
-            f"'{name}': the sheet {part} spans {rows:,} rows × {columns:,} columns ({rows * columns:,} "
-            f"cells from A1 to its farthest cell); at most {MAX_XLSX_CELLS:,} are read, since the reader "
-            "fills that whole rectangle. Delete the cells outside the table (or save the sheet as CSV) "
-            "and upload it again."
+            f"'{name}' is a damaged zip/Excel file ({type(err).__name__}: the archive cannot be unpacked). "
+            "Save the workbook again from Excel, or export the sheet as CSV, and upload that."
+        ) from err
+
+
+class _Workbook:
+    """A workbook's XML parts parsed as the reader (openpyxl) parses them, for its refusals: a DTD, XML
+    that is not well-formed, cells spanning more than ``MAX_XLSX_CELLS`` from A1 to the farthest one, and
+    more text than the table limit once every cell showing a shared text holds its own copy.
+
+    Rows and cells are placed as openpyxl places them: a ``row`` at its ``r`` (a whole number, possibly
+    written as a float) or after the previous row, a ``c`` at its ``r`` reference (any spelling openpyxl
+    accepts: quotes, spaces, lower case) or right of the previous cell; the reader fills the rectangle up
+    to the farthest row and column, so one stray cell at XFD1048576 means 17 billion cells. A shared text
+    (``sharedStrings.xml``) is stored once and copied into every cell that refers to it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name, self.part = name, ""
+        self.shared: list[int] = []  # length of each shared text
+        self.used: Counter[str] = Counter()  # shared-text numbers the cells refer to
+        self.text: list[str] | None = None  # the character data being collected
+        self.in_shared = self.shared_cell = False  # inside a shared text (si), a cell showing one
+
+    def parse(self, xml: bytes, part: str) -> None:
+        """Parse one part; refuse it as above (the shared texts are counted by :meth:`check_text`)."""
+        self.part, self.row, self.column, self.rows, self.columns = part, 0, 0, 0, 0
+        parser = expat.ParserCreate(namespace_separator=" ")
+        parser.buffer_text = True
+        parser.StartDoctypeDeclHandler = self._doctype
+        parser.StartElementHandler = self._start
+        parser.EndElementHandler = self._end
+        parser.CharacterDataHandler = self._data
+        try:
+            parser.Parse(xml, True)
+        except expat.ExpatError as err:
+            raise DataError(
+                f"'{self.name}': the part {part} is not well-formed XML (line {err.lineno}, column "
+                f"{err.offset}), so the workbook cannot be read. Save it again from Excel, or export the "
+                "sheet as CSV, and upload that."
+            ) from err
+        if self.rows * self.columns > MAX_XLSX_CELLS:
+            raise DataError(
+                f"'{self.name}': the sheet {part} spans {self.rows:,} rows × {self.columns:,} columns "
+                f"({self.rows * self.columns:,} cells from A1 to its farthest cell); at most "
+                f"{MAX_XLSX_CELLS:,} are read, since the reader fills that whole rectangle. Delete the cells "
+                "outside the table (or save the sheet as CSV) and upload it again."
+            )
+
+    def check_text(self, max_bytes: int) -> None:
+        """Refuse more than ``max_bytes`` of shared text once copied into the cells that show it."""
+        total = 0
+        for number, count in self.used.items():
+            try:
+                total += self.shared[int(number)] * count
+            except (ValueError, IndexError) as err:
+                raise DataError(
+                    f"'{self.name}': a cell refers to the shared text number {number.strip()[:20]!r}, which "
+                    "the workbook does not hold. Save it again from Excel, or export the sheet as CSV, and "
+                    "upload that."
+                ) from err
+        if total > max_bytes:
+            raise _too_much_text(self.name, total, max_bytes)
+
+    def _doctype(self, *_args: Any) -> None:  # Excel never writes one; entity definitions could expand
+        raise DataError(
+            f"'{self.name}': the part {self.part} declares a DTD, which Excel never writes. Save the "
+            "workbook again from Excel, or export the sheet as CSV, and upload that."
         )
+
+    def _start(self, tag: str, attrs: dict[str, str]) -> None:
+        if tag == _CELL_TAG:
+            ref = attrs.get("r")
+            if ref:
+                row, self.column = self._place(_cell_position, ref, "cell reference")
+                self.rows = max(self.rows, row)
+            else:
+                self.column += 1
+            self.columns = max(self.columns, self.column)
+            self.shared_cell = attrs.get("t") == "s"
+        elif tag == _ROW_TAG:
+            ref = attrs.get("r")
+            self.row = self.row + 1 if ref is None else self._place(_row_number, ref, "row number")
+            self.column = 0
+            self.rows = max(self.rows, self.row)
+        elif tag == _SHARED_TAG:
+            self.shared.append(0)
+            self.in_shared = True
+        elif (tag == _VALUE_TAG and self.shared_cell) or (tag == _TEXT_TAG and self.in_shared):
+            self.text = []
+
+    def _end(self, tag: str) -> None:
+        if tag == _CELL_TAG:
+            self.shared_cell = False
+        elif tag == _SHARED_TAG:
+            self.in_shared = False
+        elif self.text is not None and tag == _VALUE_TAG:
+            self.used["".join(self.text)] += 1
+            self.text = None
+        elif self.text is not None and tag == _TEXT_TAG:
+            self.shared[-1] += sum(map(len, self.text))
+            self.text = None
+
+    def _data(self, data: str) -> None:
+        if self.text is not None:
+            self.text.append(data)
+
+    def _place(self, read: Any, ref: str, what: str) -> Any:
+        try:
+            return read(ref)
+        except (ValueError, TypeError, IndexError, OverflowError) as err:
+            raise DataError(
+                f"'{self.name}': the sheet {self.part} has the {what} {ref[:20]!r}, which the reader cannot "
+                "place. Save the workbook again from Excel, or export the sheet as CSV, and upload that."
+            ) from err
+
+
+def _cell_position(ref: str) -> tuple[int, int]:
+    """(row, column) of a cell reference, as openpyxl reads it."""
+    from openpyxl.utils.cell import coordinate_to_tuple  # the reader's own parsing; loaded with workbooks
+
+    return coordinate_to_tuple(ref)
+
+
+def _row_number(ref: str) -> int:
+    """A row's ``r``, as openpyxl reads it: a whole number, or a float with a whole value."""
+    try:
+        return int(ref)
+    except ValueError:
+        value = float(ref)
+        if not value.is_integer():
+            raise
+        return int(value)
 
 
 def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
@@ -926,7 +1193,9 @@ def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
     # openpyxl raises KeyError, InvalidFileException, ValueError, ... on bad workbooks
     except Exception as err:
         raise DataError(
-            f"'{name}' could not be read as an Excel workbook ({err}). Save it again as .xlsx."
+            f"'{name}' could not be read as an Excel workbook: a part of it is damaged or holds what Excel "
+            f"does not write (the reader stopped with {type(err).__name__}). Save it again from Excel as "
+            ".xlsx, or export the sheet as CSV, and upload that."
         ) from err
     if not sheets:
         raise DataError(f"'{name}' has no worksheets. Put the table on the first sheet.")

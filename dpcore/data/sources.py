@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ROWS = 200_000
-MAX_TEXT_MB = 200  # a CSV file is read into memory whole (as an upload is), on disk and unpacked
+MAX_TEXT_MB = 200  # a file read whole (as an upload is): a CSV on disk and unpacked, a Parquet file's text
 MAX_LISTED = 500
 MAX_WALKED = 10_000
 BATCH_ROWS = 65_536
@@ -610,7 +610,7 @@ def _validated(kept: list[pd.DataFrame], name: str) -> pd.DataFrame:
         raise DataError(
             f"'{name}' has a column mixing types ({_first_line(err)}); cast it to one type and load it again."
         ) from err
-    return load_table(buffer.getvalue(), filename=f"{name}.parquet")
+    return load_table(buffer.getvalue(), filename=f"{name}.parquet", max_bytes=MAX_TEXT_MB * 2**20)
 
 
 def _result(
@@ -637,7 +637,7 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
     _check_names(spec.label, names, _FILE_COLUMNS)
     what = f"Parquet, {len(paths)} file{'s' * (len(paths) > 1)} in an allow-listed folder"
     if total <= max_rows and len(paths) == 1:  # exactly an upload of this file
-        table = load_table(paths[0])
+        table = load_table(paths[0], max_bytes=MAX_TEXT_MB * 2**20)
         return LoadedSource(table, fingerprint(table), len(table), False, None, what)
 
     chunks = parquet_frames(paths, spec.label)
