@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from dpcore.accounts import Relation
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
+from dpcore.location.budget import per_member_epsilon
 from dpcore.location.contribution import scope_sentence
+from dpcore.location.laplace import grid_note
 from dpcore.policy import (
     DEFINITIONS,
     ApproxDP,
@@ -312,6 +314,8 @@ class ReleasePlan:
                 f"metre){scope}: two locations at most {r:g} m apart are at most e^{eps:.3g} = {odds:.3g} "
                 "times more likely to produce any output than each other; farther apart, less protected."
             )
+            if self.mechanism == "planar_laplace":
+                text += " " + grid_note(per_member_epsilon(eps, self.per_user or 1), r)
         else:
             what = {
                 "dp": "differential privacy",

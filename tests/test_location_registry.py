@@ -109,7 +109,8 @@ def test_per_location_rows_are_shuffled_and_capped_per_user(inputs: dict[bool, L
     params = spec.validate_params({"radius_m": 1.0, "max_per_user": 2})
     out = spec.release(inputs[True], epsilon=50.0, delta=0.0, params=params, sampler=Sampler(seed=2))
     assert len(out.table) == 150 * 2 + 10  # at most 2 of each user's rows
-    assert out.details["level_per_location"] == 25.0 and out.details["epsilon_per_metre"] == 25.0
+    assert out.details["level_per_location"] == 25.0
+    assert out.details["epsilon_per_metre"] == 25.0 / (1.0 + 1.5 * out.details["grid_step_m"])  # r = 1 m
     inside = LocationInputs(inputs[False].lat[:600], inputs[False].lon[:600], None, US)
     per_location = spec.release(inside, epsilon=50.0, delta=0.0, params=params, sampler=Sampler(seed=2)).table
     # Level 50 within 1 m: each output lies metres from its input; the order is not the input order.
@@ -167,4 +168,6 @@ def test_planar_laplace_spends_the_level_within_the_radius_per_user(
         sampler=Sampler(seed=4),
     )
     assert out.details["level"] == 1.0 and out.details["radius_m"] == 500.0
-    assert out.details["level_per_location"] == 0.25 and out.details["epsilon_per_metre"] == 0.25 / 500.0
+    u = out.details["grid_step_m"]  # the grid's correction: l' / (r + 1.5 u) per metre
+    assert out.details["level_per_location"] == 0.25
+    assert out.details["epsilon_per_metre"] == 0.25 / (500 + 1.5 * u)

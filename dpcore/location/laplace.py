@@ -1,41 +1,138 @@
 """Planar Laplace: eps-geo-indistinguishability for single locations (Andres et al. 2013).
 
-Density (eps^2 / 2 pi) exp(-eps ||z - x||): the angle theta ~ U[0, 2 pi) and the radius from
-the inverse of C_eps(r) = 1 - (1 + eps r) e^(-eps r), r = -(1/eps) (W_{-1}((p - 1)/e) + 1), p ~ U(0, 1)
-(a Gamma(2, 1/eps) draw; E[r] = 2/eps), computed by ``dpcore.policy.geo_radius_quantile``, the one radius
-quantile of the engine (right Lambert-W branch down to p = 1e-300). The point is moved r metres along
-the great circle at bearing theta (destination-point formula), so the great-circle displacement is
-exactly the planar radius.
+Density (eps^2 / 2 pi) exp(-eps ||z - x||). A release (:class:`PlanarLaplace`, secure or demo sampling) is
+the discretisation of Andres et al. (2013, s.4.2) computed exactly, so no floating-point operation touches
+a probability (Mironov 2012):
+
+* P: the orthographic projection onto the plane tangent at a public origin (the region's centre), in
+  metres: an orthogonal projection of R^3, so ||P(x) - P(x')|| <= chord <= d(x, x') (great-circle metres)
+  for any two points of the sphere.
+* The input is snapped to the nearest point g of the public grid u Z^2 (moves it <= u / sqrt(2)), then
+  moved by n in Z^2 drawn exactly with Pr[n] proportional to exp(-eps u q(n)), q(n) in [||n||,
+  ||n|| + 1/128] (:func:`lattice_laplace`); the output grid point g + n is mapped back (post-processing).
+* Hence Pr[o | x] / Pr[o | x'] <= exp(eps (||g - g'|| u + u / 128)) <= exp(eps (d(x, x') + 1.5 u)): the
+  correction eps' = eps (1 + 1.5 u / r) within a radius r, so a level l within r runs its noise at
+  eps = l / (r + 1.5 u) per metre and keeps exactly level l within r (and l d / r beyond r).
+
+The great-circle float sampler :func:`planar_laplace` (theta ~ U[0, 2 pi), r from the inverse of
+C_eps(r) = 1 - (1 + eps r) e^(-eps r), a Gamma(2, 1/eps) radius, moved along the great circle) serves the
+diagnostic mode and the comparison baselines; its output is never released.
 
 Guarantee: eps-geo-indistinguishability: for any two locations x, x' the output distributions differ by at
-most a factor exp(eps d(x, x')), d in metres. Neighbour relation: one location x replaced by any x'.
-
-Snapping to a grid of step u (local projection around a public reference) and truncation to a public
-region (remap to the nearest grid point inside it, never resample) are post-processing. The finite-
-precision correction eps' of Andres et al. s.4 is NOT applied: the guarantee above is for exact real
-arithmetic, and float sampling may leak low-order bits (Mironov 2012).
+most a factor exp(eps d(x, x')), d in metres, with eps as corrected above for a release. Neighbour
+relation: one location x replaced by any x'. Truncation to a public region (remap to the nearest grid point
+inside it, never resample) is post-processing.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from dpcore.errors import ParameterError
+from dpcore.exact import bernoulli_exp, discrete_laplace, dyadic_floor
 from dpcore.location.geometry import (
+    EARTH_RADIUS_M,
     FloatArray,
-    LocalProjection,
     Region,
     destination_point,
     haversine_m,
+    unit_vectors,
     validate_latlon,
 )
 from dpcore.mechanisms import Sampler, _check_epsilon
 from dpcore.policy import geo_radius_quantile
 
 RADIUS_QUANTILES = (0.5, 0.9, 0.95)
+#: Snapping both inputs (<= u / sqrt(2) each) and rounding the norm up (< u / 128) add < 1.5 u to a distance.
+SLACK_STEPS = 1.5
+#: 181 / 256 <= 1 / sqrt(2): the L1 proposal's rate times ||n||_1 never exceeds the target's rate times ||n||.
+_L1_RATE = 181
+_MAX_STEPS = 1 << 26  # |a|, |b| below it: a^2 + b^2 is exact in float64 and the integer weights fit int64
+
+
+def default_grid_step(epsilon_per_metre: float) -> float:
+    """The public grid step u of a release: the power of ten <= 0.001 / eps (a mean noise of 2000 to 20,000
+    steps; the correction 1.5 eps u <= 0.0015 in level)."""
+    return 10.0 ** math.floor(math.log10(0.001 / _check_epsilon(epsilon_per_metre)))
+
+
+def grid_note(level: float, radius_m: float) -> str:
+    """The guarantee's sentence on the grid of a release at ``level`` per location within ``radius_m``."""
+    u = default_grid_step(level / radius_m)
+    return (
+        f"Outputs lie on a public {u:g} m grid, sampled exactly (Andres et al. 2013 discretisation); "
+        f"the noise runs at {level:.3g} / (r + {SLACK_STEPS:g} u) = {noise_epsilon(level, radius_m, u):.4g} "
+        "per metre, so the level within r holds with the grid."
+    )
+
+
+def noise_epsilon(level: float, radius_m: float, step_m: float) -> float:
+    """eps = l / (r + 1.5 u) per metre: snapping to the grid adds < 1.5 u to any distance, so two locations
+    at most r apart stay within level l."""
+    return level / (radius_m + SLACK_STEPS * step_m)
+
+
+@dataclass(frozen=True)
+class TangentPlane:
+    """Orthographic projection onto the plane tangent at a public origin, in metres: R times the
+    orthogonal projection of the unit vector, so 1-Lipschitz for great-circle metres on the whole sphere."""
+
+    lat: float
+    lon: float
+
+    def _axes(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        lam = math.radians(self.lon)
+        centre = unit_vectors(self.lat, self.lon)
+        east = np.array([-math.sin(lam), math.cos(lam), 0.0])
+        return centre, east, np.cross(centre, east)
+
+    def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        _, east, north = self._axes()
+        v = unit_vectors(lat, lon)
+        return EARTH_RADIUS_M * (v @ east), EARTH_RADIUS_M * (v @ north)
+
+    def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """(lat, lon) on the near hemisphere; points beyond the horizon (radius R) go onto it."""
+        centre, east, north = self._axes()
+        px, py = np.asarray(x, dtype=float) / EARTH_RADIUS_M, np.asarray(y, dtype=float) / EARTH_RADIUS_M
+        shrink = 1.0 / np.maximum(np.hypot(px, py), 1.0)
+        px, py = px * shrink, py * shrink
+        w = np.sqrt(np.maximum(1.0 - px * px - py * py, 0.0))
+        v = w[..., None] * centre + px[..., None] * east + py[..., None] * north
+        lat = np.degrees(np.arcsin(np.clip(v[..., 2], -1.0, 1.0)))
+        return lat, np.degrees(np.arctan2(v[..., 1], v[..., 0]))
+
+
+def lattice_laplace(size: int, rate: float, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` exact draws n = (a, b) in Z^2 with Pr[n] proportional to exp(-rate' q(n)), rate' the largest
+    24-bit dyadic <= ``rate`` (eps u), q(n) = (floor(256 ||n||) + 2) / 256 in (||n||, ||n|| + 1/128).
+
+    Rejection from independent discrete Laplace axes of rate 181 rate' / 256 (Canonne et al. 2020),
+    accepted with probability exp(-rate' (q(n) - 181 ||n||_1 / 256)) <= 1, an exact Bernoulli."""
+    num, bits = dyadic_floor(rate)
+    if not (0 <= bits <= 42 and num * 2.0**-bits >= 2.0**-19):
+        raise ParameterError(
+            f"the grid step gives {rate:.3g} of eps per step: keep eps x grid step between 2^-19 and 2^18 "
+            "(leave the grid step to its default)."
+        )
+    a_out, b_out, filled = np.empty(size, np.int64), np.empty(size, np.int64), 0
+    while filled < size:
+        m = size - filled
+        a = discrete_laplace(m, _L1_RATE * num, bits + 8, sampler.rng)
+        b = discrete_laplace(m, _L1_RATE * num, bits + 8, sampler.rng)
+        if max(np.abs(a).max(initial=0), np.abs(b).max(initial=0)) >= _MAX_STEPS:  # about e^-64: no data read
+            raise ParameterError("the planar noise left the sampler's range; run the release again.")
+        q = np.floor(np.sqrt((a * a + b * b).astype(float)) * 256.0).astype(np.int64) + 2
+        ok = bernoulli_exp(num * (q - _L1_RATE * (np.abs(a) + np.abs(b))), bits + 8, sampler.rng)
+        k = int(ok.sum())
+        a_out[filled : filled + k], b_out[filled : filled + k] = a[ok], b[ok]
+        filled += k
+    return a_out, b_out
 
 
 def as_sampler(rng: Sampler | int | None) -> Sampler:
@@ -50,7 +147,7 @@ def as_sampler(rng: Sampler | int | None) -> Sampler:
 
 
 def sample_displacement(n: int, epsilon: float, sampler: Sampler) -> tuple[FloatArray, FloatArray]:
-    """(radius metres, bearing degrees) of n planar Laplace draws from ``sampler.rng``.
+    """(radius metres, bearing degrees) of n float planar Laplace draws from ``sampler.rng`` (diagnostics).
 
     p = (k + 1/2) / 2^53 with k uniform on {0, ..., 2^53 - 1}: uniform on (0, 1), never 0 or 1.
     """
@@ -62,10 +159,10 @@ def sample_displacement(n: int, epsilon: float, sampler: Sampler) -> tuple[Float
 def planar_laplace(
     lat: ArrayLike, lon: ArrayLike, epsilon: float, rng: Sampler | int | None = None
 ) -> tuple[FloatArray, FloatArray]:
-    """Release each location with planar Laplace noise; ``epsilon`` is per METRE (e.g. 0.01 = 1 per 100 m).
+    """Each location moved by float planar Laplace noise along the great circle; ``epsilon`` per METRE.
 
-    eps-geo-indistinguishability: for any two locations x, x' the output distributions differ by at most a
-    factor exp(eps d(x, x')), d in metres. ``rng``: a Sampler (None = secure), or an int demo seed.
+    The density of eps-geo-indistinguishability, sampled in floating point: for diagnostics and comparison
+    baselines, never a release (:class:`PlanarLaplace` releases). ``rng``: a Sampler, or an int seed.
     """
     la, lo = validate_latlon(lat, lon)
     eps = _check_epsilon(epsilon)
@@ -74,15 +171,15 @@ def planar_laplace(
 
 
 class PlanarLaplace:
-    """Planar Laplace release with the (level l within radius r) parametrisation, snapping and truncation.
+    """Planar Laplace release with the (level l within radius r) parametrisation, on a public grid.
 
-    eps-geo-indistinguishability: for any two locations x, x' the output distributions differ by at most a
-    factor exp(eps d(x, x')), d in metres. Give ``epsilon`` (per metre) or ``level`` and ``radius_m``
-    (eps = l / r, Zhu et al. 2017, s.12.3.1). ``grid_step_m`` snaps outputs to a square grid of that step in
-    the azimuthal equidistant projection around ``region``'s centre (or ``origin``); ``region`` remaps outputs
-    outside it to the nearest grid point inside it (the nearest point of the box without a grid), never
-    resampling. Both are post-processing: the guarantee is unchanged and the eps' finite-precision
-    correction of Andres et al. is not applied.
+    Give ``epsilon`` (per metre) or ``level`` and ``radius_m`` (eps = l / r, Zhu et al. 2017, s.12.3.1).
+    Secure and demo sampling draw exactly on the grid of step ``grid_step_m`` (default
+    :func:`default_grid_step`) in the tangent plane at ``region``'s centre (or ``origin``), with the noise at
+    l / (r + 1.5 u) per metre, so two locations at most r apart differ by at most a factor e^l (given
+    ``epsilon`` per metre: exp(eps (d + 1.5 u)) for locations d metres apart); see the module docstring.
+    ``region`` remaps outputs outside it to the nearest grid point inside it (the nearest point of the box
+    when none is near), never resampling. Diagnostic sampling draws the float great-circle noise instead.
     """
 
     def __init__(
@@ -106,6 +203,7 @@ class PlanarLaplace:
 
     @property
     def epsilon_per_metre(self) -> float:
+        """The nominal eps per metre: ``epsilon``, or l / r."""
         if self.epsilon is not None:
             if self.level is not None or self.radius_m is not None:
                 raise ParameterError("give either epsilon (per metre) or level and radius_m, not both.")
@@ -121,60 +219,88 @@ class PlanarLaplace:
             raise ParameterError(f"radius_m must be a positive number of metres (got {self.radius_m!r}).")
         return level / radius
 
+    @property
+    def step_m(self) -> float:
+        """The grid step u in metres (given, else :func:`default_grid_step`)."""
+        if self.grid_step_m is None:
+            return default_grid_step(self.epsilon_per_metre)
+        u = self.grid_step_m
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not (math.isfinite(u) and u >= 0.01):
+            raise ParameterError(f"grid_step_m must be a number of metres >= 0.01 (got {u!r}).")
+        return float(u)
+
+    @property
+    def noise_epsilon_per_metre(self) -> float:
+        """eps of the noise: l / (r + 1.5 u) for a level within a radius, else ``epsilon``."""
+        if self.epsilon is not None:
+            return self.epsilon_per_metre
+        return noise_epsilon(self.epsilon_per_metre * float(self.radius_m), float(self.radius_m), self.step_m)  # type: ignore[arg-type]
+
     def radius_quantiles(self, qs: tuple[float, ...] = RADIUS_QUANTILES) -> dict[float, float]:
-        """Radius in metres that contains the noise with each probability (50/90/95% by default)."""
+        """Radius in metres that contains the noise at the nominal eps with each probability (50/90/95% by
+        default); a release's noise is wider by the factor 1 + 1.5 u / r."""
         r = geo_radius_quantile(self.epsilon_per_metre, qs)
         return {q: float(v) for q, v in zip(qs, np.atleast_1d(r), strict=True)}
 
-    def _projection(self) -> LocalProjection:
+    def plane(self) -> TangentPlane:
+        """The tangent plane of the grid, at the region's centre or ``origin`` (public, never the data's)."""
         if self.region is not None:
-            return self.region.projection()
+            return TangentPlane(*self.region.centre)
         if self.origin is None:
             raise ParameterError(
-                "snapping to a grid needs a public reference point: pass region=Region(...) or "
-                "origin=(lat, lon) (never a point computed from the data)."
+                "planar Laplace releases on a public grid around a public reference point: pass "
+                "region=Region(...) or origin=(lat, lon) (never a point computed from the data)."
             )
-        return LocalProjection(*self.origin)
+        return TangentPlane(*map(float, self.origin))
 
     def release(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """Noisy (lat, lon); sets ``sampling_mode_`` and the diagnostic ``displacement_m_`` (not released)."""
         la, lo = validate_latlon(lat, lon)
-        if self.grid_step_m is not None and not (np.isfinite(self.grid_step_m) and self.grid_step_m > 0):
-            raise ParameterError(
-                f"grid_step_m must be a positive number of metres (got {self.grid_step_m!r})."
-            )
         sampler = as_sampler(self.rng)
-        r, bearing = sample_displacement(la.size, self.epsilon_per_metre, sampler)
-        z_lat, z_lon = destination_point(la, lo, bearing, r)
-        if self.grid_step_m is not None:
-            z_lat, z_lon = self._snap(z_lat, z_lon)
-        elif self.region is not None:
-            z_lat, z_lon = self.region.clip(z_lat, z_lon)
+        eps = self.noise_epsilon_per_metre
+        if sampler.mode == "diagnostic":
+            z_lat, z_lon = destination_point(la, lo, *sample_displacement(la.size, eps, sampler)[::-1])
+            if self.region is not None:
+                z_lat, z_lon = self.region.clip(z_lat, z_lon)
+        else:
+            plane, u = self.plane(), self.step_m
+            x, y = plane.forward(la, lo)
+            a, b = lattice_laplace(la.size, eps * u, sampler)
+            ix, iy = np.rint(x / u).astype(np.int64) + a, np.rint(y / u).astype(np.int64) + b
+            z_lat, z_lon = self._truncate(plane, u, ix, iy)
         self.sampling_mode_ = sampler.mode
         self.displacement_m_ = haversine_m(la, lo, z_lat, z_lon)
         return z_lat, z_lon
 
-    def _snap(self, z_lat: FloatArray, z_lon: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Nearest grid point; with a region, the nearest grid point inside it among the 5x5 around the
-        grid point of the clamped output (measured from the unclamped output), or the clamped output itself
-        if none of those lies inside (a grid step larger than the region)."""
-        proj, u = self._projection(), float(self.grid_step_m)  # type: ignore[arg-type]
-        zx, zy = proj.forward(z_lat, z_lon)
+    def _truncate(
+        self, plane: TangentPlane, u: float, ix: np.ndarray, iy: np.ndarray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Grid point (ix, iy) u as (lat, lon); outside the region, the nearest grid point inside it among
+        the 5x5 around the grid point of the output clamped onto the region, or the clamped output itself if
+        none of those lies inside (a grid step larger than the region)."""
+        z_lat, z_lon = plane.inverse(ix * u, iy * u)
         if self.region is None:
-            return proj.inverse(np.round(zx / u) * u, np.round(zy / u) * u)
-        cx, cy = proj.forward(*self.region.clip(z_lat, z_lon))
+            return z_lat, z_lon
+        out = ~self.region.contains(z_lat, z_lon)
+        if not out.any():
+            return z_lat, z_lon
+        c_lat, c_lon = self.region.clip(z_lat[out], z_lon[out])
+        cx, cy = plane.forward(c_lat, c_lon)
         ox, oy = (o.ravel() for o in np.meshgrid(np.arange(-2, 3), np.arange(-2, 3)))
-        gx = (np.round(cx / u)[:, None] + ox[None, :]) * u
-        gy = (np.round(cy / u)[:, None] + oy[None, :]) * u
-        g_lat, g_lon = proj.inverse(gx, gy)
-        inside = self.region.contains(g_lat, g_lon)
-        dist = np.where(inside, np.hypot(gx - zx[:, None], gy - zy[:, None]), np.inf)
+        gx = (np.rint(cx / u)[:, None] + ox[None, :]) * u
+        gy = (np.rint(cy / u)[:, None] + oy[None, :]) * u
+        g_lat, g_lon = plane.inverse(gx, gy)
+        dist = np.where(
+            self.region.contains(g_lat, g_lon),
+            np.hypot(gx - (ix[out] * u)[:, None], gy - (iy[out] * u)[:, None]),
+            np.inf,
+        )
         best = np.argmin(dist, axis=1)
-        rows = np.arange(len(zx))
+        rows = np.arange(best.size)
         ok = np.isfinite(dist[rows, best])
-        out_lat = np.where(ok, g_lat[rows, best], self.region.clip(z_lat, z_lon)[0])
-        out_lon = np.where(ok, g_lon[rows, best], self.region.clip(z_lat, z_lon)[1])
-        return out_lat, out_lon
+        z_lat[out] = np.where(ok, g_lat[rows, best], c_lat)
+        z_lon[out] = np.where(ok, g_lon[rows, best], c_lon)
+        return z_lat, z_lon
 
     def get_params(self) -> dict[str, Any]:
         return {

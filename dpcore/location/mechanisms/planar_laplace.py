@@ -1,9 +1,11 @@
 """Planar Laplace per location: level l within r metres of geo-indistinguishability (Andres et al. 2013).
 
-Each kept location is moved by planar Laplace noise with l' / r per metre, l' = ``per_member_epsilon(l, g)``
-(g = the public most locations of one user, 1 without a user column), so moving every location of one
-person by at most r metres changes any output's probability by at most e^(g l') <= e^l. Outputs outside
-the region are clamped onto it and the rows are shuffled (post-processing).
+Each kept location is moved by planar Laplace noise, sampled exactly on a public grid of step u
+(``dpcore.location.laplace``) at l' / (r + 1.5 u) per metre, l' = ``per_member_epsilon(l, g)`` (g = the
+public most locations of one user, 1 without a user column): the grid adds < 1.5 u to any distance, so
+moving every location of one person by at most r metres changes any output's probability by at most
+e^(g l') <= e^l. Outputs outside the region go to the nearest grid point inside it and the rows are
+shuffled (post-processing).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from dpcore.location.budget import per_member_epsilon
-from dpcore.location.laplace import PlanarLaplace
+from dpcore.location.laplace import PlanarLaplace, grid_note
 from dpcore.location.registry import (
     LOCATIONS,
     MAX_PER_USER,
@@ -48,8 +50,10 @@ def release(
         "level": float(epsilon),
         "radius_m": radius,
         "level_per_location": level_point,
-        "epsilon_per_metre": mech.epsilon_per_metre,
-        "truncation": "outputs outside the region clamped onto it (post-processing); rows shuffled",
+        "grid_step_m": mech.step_m,
+        "epsilon_per_metre": mech.noise_epsilon_per_metre,
+        "discretisation": grid_note(level_point, radius),
+        "truncation": "outputs outside the region moved to the nearest grid point inside it; rows shuffled",
     }
     diagnostics = {
         **kept_diagnostics(kept, inputs),
@@ -69,9 +73,10 @@ SPEC = LOCATIONS.register(
             "two places up to r metres apart look alike, and places farther apart less so."
         ),
         formula=(
-            "z = x moved d metres at bearing b along the great circle, b ~ U[0, 360), d ~ Gamma(2, r / l'); "
-            "density (e^2 / 2 pi) exp(-e ||z - x||) with e = l' / r per metre, l' = l / m for at most m "
-            "locations per user (m = 1 without a user column)."
+            "z = the grid point of x moved by n in Z^2 with Pr[n] proportional to exp(-e u ||n||), sampled "
+            "exactly on a public grid of step u in the tangent plane at the region's centre; "
+            "e = l' / (r + 1.5 u) per metre, l' = l / m for at most m locations per user (m = 1 without a "
+            "user column)."
         ),
         citation="Andres et al. 2013; Zhu et al. 2017, s.12.3",
         release=release,
