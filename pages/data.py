@@ -103,11 +103,19 @@ def _source_section() -> None:
     elif choice == BLOBS:
         a, b, c, d = st.columns(4)
         n = a.number_input(
-            "Rows", min_value=2, max_value=200_000, step=100, key=state.persist("data_blobs_n", 1000)
+            "Rows",
+            min_value=2,
+            max_value=200_000,
+            step=100,
+            key=state.persist("data_blobs_n", 1000, _within(2, 200_000)),
         )
-        dim = b.number_input("Features", min_value=1, max_value=20, key=state.persist("data_blobs_d", 2))
-        centers = c.number_input("Centres", min_value=1, max_value=50, key=state.persist("data_blobs_k", 4))
-        seed = d.number_input("Seed", min_value=0, key=state.persist("data_blobs_seed", 0))
+        dim = b.number_input(
+            "Features", min_value=1, max_value=20, key=state.persist("data_blobs_d", 2, _within(1, 20))
+        )
+        centers = c.number_input(
+            "Centres", min_value=1, max_value=50, key=state.persist("data_blobs_k", 4, _within(1, 50))
+        )
+        seed = d.number_input("Seed", min_value=0, key=state.persist("data_blobs_seed", 0, _within(0, 2**63)))
         if st.button("Generate blobs", key="data_load_blobs"):
             with user_errors("generating the blobs") as outcome:
                 datasets.load_blobs_dataset(n, dim, centers, seed)
@@ -115,6 +123,12 @@ def _source_section() -> None:
                 st.rerun()
     else:
         _upload()
+
+
+def _within(low: int, high: int):
+    """A ``persist`` check: a whole number from ``low`` to ``high`` (a value restored from a session may
+    lie outside the field's range, which Streamlit refuses on every run)."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
 
 
 def _name(ds: state.Dataset) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from dpcore import config
+from dpcore.data import table_name
 from dpcore.errors import DataError, DPCoreError
 from dpcore.policy import policy_from_dict
 from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
@@ -107,16 +108,17 @@ def _raw_table(saved: dict[str, Any]):
 
 
 def _restore_dataset(saved: dict[str, Any]) -> None:
+    name = table_name(saved["name"])  # a name that cannot carry a budget is not restored
     origin = saved.get("origin") or {}
     if "source" in origin:  # a folder file or a database: read again (the same sample rows, if sampled)
         ds = datasets.restore_source_dataset(origin)
     else:
         raw = _raw_table(saved)
-        ds = state.set_dataset(saved["name"], raw, source=saved["source"], origin=saved.get("origin"))
+        ds = state.set_dataset(name, raw, source=saved["source"], origin=saved.get("origin"))
     if ds.fingerprint != saved["fingerprint"]:
         raise DataError(f"'{ds.name}' is not the table this session used; load it again on the Data page.")
-    if ds.name != saved["name"]:  # a source is loaded under its label: the curator's name comes back
-        ds = state.update_dataset(name=saved["name"])
+    if ds.name != name:  # a source is loaded under its label: the curator's name comes back
+        ds = state.update_dataset(name=name)
     state.apply_choices(saved)
 
 

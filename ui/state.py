@@ -17,6 +17,7 @@ import streamlit as st
 
 from dpcore import config
 from dpcore.data import (
+    KINDS,
     PreparedData,
     Schema,
     fingerprint,
@@ -26,6 +27,7 @@ from dpcore.data import (
     load_table,
     make_blobs,
     prepare,
+    table_name,
 )
 from dpcore.errors import DataError, DPCoreError
 from dpcore.ledger import Ledger, dataset_id_for_name
@@ -141,7 +143,9 @@ def set_dataset(
     table_fingerprint: str | None = None,
 ) -> Dataset:
     """Make ``raw`` the current dataset (schema inferred, nothing prepared); forget pending releases.
-    ``table_fingerprint`` names a larger table of which ``raw`` is a sample (default: ``raw``'s own)."""
+    ``table_fingerprint`` names a larger table of which ``raw`` is a sample (default: ``raw``'s own).
+    ``DataError`` for a name that cannot carry a budget (``dpcore.data.table_name``)."""
+    name = table_name(name)
     if raw.empty:
         raise DataError(f"'{name}' has no rows; choose a file with at least one data row.")
     ds = Dataset(
@@ -221,6 +225,9 @@ def apply_choices(saved: Mapping[str, Any]) -> Dataset:
     sch = saved["schema"]
     if list(sch["kinds"]) != [str(c) for c in ds.raw.columns]:
         raise DataError(f"The saved column kinds do not match '{ds.name}'; check them on the Data page.")
+    unknown = sorted({str(k) for k in sch["kinds"].values()} - set(KINDS))
+    if unknown:
+        raise DataError(f"The saved column kinds include {', '.join(unknown)}, not a kind; set them again.")
     schema = Schema(
         kinds=sch["kinds"],
         date_formats=sch["date_formats"],
