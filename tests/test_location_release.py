@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans
+from dpcore.location import prilocation
 from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity, mean_position
 from dpcore.location.geometry import EARTH_RADIUS_M, Region, destination_point, haversine_m, unit_vectors
 from dpcore.location.grids import (
@@ -35,11 +36,11 @@ from dpcore.location.prilocation import (
     _selection_log_weights,
     candidate_offsets,
     distance_error,
+    exact_select,
     exponential_select,
     laplace_distance_error,
     prepare_visits,
     run_prilocation,
-    sample_columns,
     sample_log_weights,
     synthetic_visits,
 )
@@ -373,16 +374,29 @@ def test_sample_log_weights_never_picks_zero_weight_and_matches_probabilities() 
         assert stats.chisquare(counts[[0, 1, 3]], 50_000 * np.array([0.1, 0.3, 0.6])).pvalue > 0.01
 
 
-def test_sample_columns_matches_each_columns_probabilities() -> None:
-    with np.errstate(divide="ignore"):  # zero weights: -inf log-weights, never drawn
-        logits = np.log(np.array([[1.0, 0.0], [3.0, 1.0], [0.0, 1.0], [6.0, 2.0]]))
-    columns = np.repeat([1, 0], [30_000, 50_000])
-    choice = sample_columns(logits, columns, Sampler(seed=8))
-    for j, p in ((0, [0.1, 0.3, 0.0, 0.6]), (1, [0.0, 0.25, 0.25, 0.5])):
+def test_exact_select_matches_the_exponential_mechanism_and_never_picks_a_banned_candidate() -> None:
+    dist = np.array([[0.0, 300.0], [100.0, 0.0], [np.inf, 150.0], [250.0, np.inf]])  # metres; inf: banned
+    columns = np.repeat([0, 1], [30_000, 30_000])
+    choice = exact_select(dist[:, columns], 1000.0, 2.0, Sampler(seed=8))
+    for j in (0, 1):
         counts = np.bincount(choice[columns == j], minlength=4)
-        allowed = np.array(p) > 0
+        allowed = np.isfinite(dist[:, j])
+        p = np.exp(-2.0 * dist[allowed, j] / (2 * 1000.0))  # exp(eps q / (2 HS)), q = -d
         assert counts[~allowed].sum() == 0
-        assert stats.chisquare(counts[allowed], counts.sum() * np.array(p)[allowed]).pvalue > 0.01
+        assert stats.chisquare(counts[allowed], counts.sum() * p / p.sum()).pvalue > 0.01
+
+
+def test_released_selection_uses_no_float_inverse_cdf(visits: pd.DataFrame, monkeypatch) -> None:
+    """Issue 19, finding 5: a release's selection (replaced and added visits) is exact; the float inverse
+    CDF only serves diagnostic runs."""
+
+    def refused(*_args: object) -> None:
+        raise AssertionError("a release drew its selection from a float inverse CDF")
+
+    monkeypatch.setattr(prilocation, "sample_log_weights", refused)
+    m = PriLocation(1.0, US, level="state", n_clusters=20, grid_size=20, rng=Sampler(seed=4))
+    table = m.fit(visits.user, visits.lat, visits.lon).released()
+    assert len(table) > 0 and m.diagnostic_added_.any()
 
 
 def test_float32_selection_scores_keep_sub_metre_precision_at_street_level(visits: pd.DataFrame) -> None:

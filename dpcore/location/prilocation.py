@@ -18,6 +18,8 @@ What we implement, and how it differs from the book (whose privacy analysis is i
 * Cluster assignment and selection use each visit's own location, never a clamped one: the score changes
   by at most d(x, x') <= HS for a move of at most HS anywhere on the sphere (clamping latitude and
   longitude separately can stretch a 38 km move near the pole to 1,000 km).
+* Selection in a release is sampled exactly (``exact_select``: integer scores on a public 2^-16 HS grid,
+  exact Bernoulli acceptance, no correction needed); diagnostic runs keep a float32 inverse CDF.
 * A negative noisy weight deletes uniformly random visits (the book deletes the farthest from the centre,
   a data-dependent choice that breaks the HS bound). A positive one adds visits; each added visit is an
   exponential-mechanism draw for a visit at the cluster's centre (a public point), so it has the
@@ -49,6 +51,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from dpcore.errors import ParameterError
+from dpcore.exact import bernoulli_exp, dyadic_floor
 from dpcore.location.budget import BudgetLog, per_member_epsilon, split_budget
 from dpcore.location.contribution import cap_per_user, check_max_per_user, user_codes
 from dpcore.location.geometry import (
@@ -129,22 +132,32 @@ def sample_log_weights(log_w: np.ndarray, sampler: Sampler) -> np.ndarray:
     return np.minimum(np.count_nonzero(log_w < u, axis=0), log_w.shape[0] - 1)
 
 
-def sample_columns(log_w: np.ndarray, columns: np.ndarray, sampler: Sampler) -> np.ndarray:
-    """One index per entry of ``columns``, Pr[i] proportional to exp(log_w[i, column]) (inverse CDF).
+def exact_select(dist_m: np.ndarray, hs_m: float, epsilon: float, sampler: Sampler) -> np.ndarray:
+    """One exponential-mechanism draw per COLUMN of ``dist_m`` (m, n) (score -d, sensitivity HS; inf: not
+    allowed), sampled exactly: Pr[j] proportional to exp(-c Q_j), Q_j = ceil(d_j / delta) on the public grid
+    delta = 2^(floor(log2 HS) - 16) metres and c = eps / (2 (ceil(HS / delta) + 2)) rounded down to a
+    dyadic, the sensitivity of Q (a move of <= HS changes ceil(d / delta) by < HS / delta + 2).
 
-    Draws that share a column share its cumulative weights: memory O(m k + len(columns)), not
-    O(m len(columns)). Rows of -inf get probability 0 (u in (0, total], first index reaching it).
-    """
-    w = np.exp(log_w - log_w.max(axis=0))
-    cdf = np.cumsum(w, axis=0)
-    out = np.empty(columns.size, dtype=np.intp)
-    u = 1.0 - sampler.rng.random(columns.size)
-    order = np.argsort(columns, kind="stable")
-    bounds = np.searchsorted(columns[order], np.arange(log_w.shape[1] + 1))
-    for j in range(log_w.shape[1]):
-        rows = order[bounds[j] : bounds[j + 1]]
-        out[rows] = np.searchsorted(cdf[:, j], u[rows] * cdf[-1, j], side="left")
-    return np.minimum(out, log_w.shape[0] - 1)
+    A uniform candidate is accepted with an exact Bernoulli(exp(-c (Q_j - min Q))) (``dpcore.exact``):
+    integer draws from ``sampler.rng`` only, so the float inverse CDF's low-order bits (Mironov 2012) are
+    gone; eps-DP (McSherry and Talwar 2007) with no correction."""
+    step = 2.0 ** (math.floor(math.log2(hs_m)) - 16)
+    q = np.ceil(dist_m / step)
+    allowed = np.isfinite(q)
+    q_int = np.where(allowed, q, 0.0).astype(np.int64)
+    q_min = np.where(allowed, q_int, np.iinfo(np.int64).max).min(axis=0)
+    num, bits = dyadic_floor(Fraction(epsilon) / (2 * (math.ceil(hs_m / step) + 2)), 20)
+    if bits > 52:
+        raise ParameterError(f"epsilon {epsilon:g} is too small for the exact selection; raise it.")
+    out = np.empty(dist_m.shape[1], dtype=np.intp)
+    live = np.arange(dist_m.shape[1])
+    while live.size:
+        j = sampler.rng.integers(0, dist_m.shape[0], live.size)
+        ok = allowed[j, live]
+        ok[ok] = bernoulli_exp(num * (q_int[j[ok], live[ok]] - q_min[live[ok]]), bits, sampler.rng)
+        out[live[ok]] = j[ok]
+        live = live[~ok]
+    return out
 
 
 def distance_error(users: ArrayLike, d_m: ArrayLike, hs_m: float) -> float:
@@ -400,21 +413,27 @@ def run_prilocation(
     # of at most HS changes every score by at most HS (cheaper than haversine, same sensitivity).
     bounds = np.searchsorted(cluster[kept], np.arange(k + 1))
     cand_uv = unit_vectors(cand_lat, cand_lon)
-    scale = e_sel * EARTH_RADIUS_M / (2.0 * hs_m)
-    dtype = np.float32 if diagnostic else np.float64
-    log_w = _selection_log_weights(visits.uv[kept], bounds, centre_uv, cand_uv, allowed, scale, dtype)
-    choice = sample_log_weights(log_w, sampler)
-    if diagnostic:
+    if diagnostic:  # float32 inverse CDF: fast, never released
+        scale = e_sel * EARTH_RADIUS_M / (2.0 * hs_m)
+        uv = visits.uv[kept]
+        log_w = _selection_log_weights(uv, bounds, centre_uv, cand_uv, allowed, scale, np.float32)
+        choice = sample_log_weights(log_w, sampler)
         return PriLocationRun(
             grid, c_lat, c_lon, cand_lat, cand_lon, allowed, cluster, kept, choice, None, None
         )
+    chord_m = -_selection_log_weights(
+        visits.uv[kept], bounds, centre_uv, cand_uv, allowed, EARTH_RADIUS_M, np.float64
+    )
+    choice = exact_select(chord_m, hs_m, e_sel, sampler)
     # Added visits: (w_rel - w_true)+ per (user, cluster), each the selection for a visit at the centre.
     extra = np.maximum(w_rel - w_true, 0)
     pairs = np.flatnonzero(extra)
     added_user = np.repeat(pairs // k, extra[pairs])
     added_cluster = np.repeat(pairs % k, extra[pairs])
-    at_centre = _selection_log_weights(centre_uv, np.arange(k + 1), centre_uv, cand_uv, allowed, scale, dtype)
-    added_choice = sample_columns(at_centre, added_cluster, sampler)
+    at_centre = -_selection_log_weights(
+        centre_uv, np.arange(k + 1), centre_uv, cand_uv, allowed, EARTH_RADIUS_M, np.float64
+    )
+    added_choice = exact_select(at_centre[:, added_cluster], hs_m, e_sel, sampler)
     return PriLocationRun(
         grid,
         c_lat,
