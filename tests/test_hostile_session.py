@@ -100,3 +100,16 @@ def test_a_session_plan_with_a_bad_name_or_kind_restores_without_it(
     assert any("Session restored, except the dataset" in n and said in n for n in notices), notices
     assert "dp_dataset" not in again.session_state or again.session_state["dp_dataset"].name == MARKETING
     _open(app_path, token)  # and the next reload works too
+
+
+def test_a_restored_field_value_outside_its_range_is_replaced_by_the_default(app_path: str) -> None:
+    """A kept value Streamlit refuses (above the field's maximum) would fail the Data page on every run."""
+    at = _open(app_path)
+    token = at.query_params["s"]
+    SessionStore(config.ledger_url()).update(
+        token, {"widgets": {"data_source": "Synthetic blobs", "data_blobs_n": 10**9, "data_blobs_k": -3}}
+    )
+    again = _open(app_path, token)
+    _ok(again.switch_page("pages/data.py").run())
+    assert again.number_input(key="data_blobs_n").value == 1000
+    assert again.number_input(key="data_blobs_k").value == 4
