@@ -154,8 +154,8 @@ def accounts_frame(statuses: list[BudgetStatus]) -> pd.DataFrame:
             "δ left": [s.delta_left for s in statuses],
             "δ total": [s.delta_total for s in statuses],
             "releases": [s.n_releases for s in statuses],
-            "charged from related accounts": [s.n_charged for s in statuses],
             "account": [s.account for s in statuses],
+            "charged from related accounts": [s.n_charged for s in statuses],
         }
     )
 
