@@ -222,3 +222,30 @@ def test_the_ledger_page_says_when_accounts_are_not_bounded_together(app_path: s
         "account (one row added or removed), because nothing bounds what they reveal under its "
         "relation; a person's total across these accounts is not bounded."
     )
+
+
+def test_the_sidebar_never_says_no_budget_beside_an_account_that_has_one(
+    app_path: str, small_dataset: Dataset
+):
+    """A local (PDP) release's account has a budget, the DP policy's has none: the sidebar says which account
+    has none and lists the one that has a budget (the panel's), instead of 'No privacy budget set yet'."""
+    from dpcore.policy import make_policy
+
+    local = policy_account(small_dataset.dataset_id, make_policy("local_pdp", epsilon=1.0, delta=1e-6))
+    Ledger(config.ledger_url()).set_budget(local, 1.25, 1e-5)
+    at = _policy_page(app_path, small_dataset)
+    captions = [c.value for c in at.sidebar.caption]
+    assert not any("No privacy budget set yet" in c for c in captions)
+    assert any("No budget yet for this policy's account" in c for c in captions)
+    assert [m.value for m in at.sidebar.metric] == ["1.25"]
+    assert any(c == f"Account: local_pdp: {local.relation}" for c in captions)
+
+
+def test_no_delta_is_asked_for_a_definition_without_one(app_path: str, small_dataset: Dataset):
+    at = _policy_page(app_path, small_dataset)
+    assert any(n.label.startswith("Total δ") for n in at.number_input)  # differential privacy has one
+    at.selectbox(key="pol_definition").set_value("geo_ind").run()
+    assert not at.exception and not any(n.label.startswith("Total δ") for n in at.number_input)
+    assert any(n.label == "Total level l for this dataset" for n in at.number_input)
+    next(b for b in at.button if b.label == "Save budget").click().run()
+    assert any(s.value.startswith("Budget saved: level l = 3") and "δ" not in s.value for s in at.success)

@@ -199,3 +199,25 @@ def test_a_plan_records_an_epsilon_chosen_from_the_data_and_keeps_other_keys() -
     assert "chosen from a non-private comparison on this dataset" in chosen.guarantee
     again = ReleasePlan.from_manifest(chosen.to_manifest())
     assert again.epsilon_source == chosen.epsilon_source and again.key == chosen.key
+
+
+def test_the_guarantee_keeps_its_capitals_and_asks_no_delta_where_the_definition_has_none() -> None:
+    """'.capitalize()' lowercased the rest of the sentence ("analytic gaussian calibration; weaker than pdp");
+    a geo-indistinguishability level or a Blowfish release shows no δ."""
+    local = _plan(
+        mechanism="colored", policy=LocalPDP(1.0, 1e-6), delta=1e-6,
+        params={"n_clusters": 2, "calibration": "analytic"},
+    )
+    assert "analytic Gaussian calibration; weaker than PDP" in local.guarantee
+    assert local.guarantee.startswith("An (ε, δ) indistinguishability bound")
+    geo = _plan(
+        domain="location", mechanism="planar_laplace", policy=GeoIndistinguishability.from_level(1.0, 500.0),
+        params={"radius_m": 500.0},
+    )
+    assert "δ" not in dict(geo.summary_rows()) and not geo.uses_delta
+    graph = PartitionGraph(1.0)
+    blowfish = _plan(
+        mechanism="blowfish", policy=Blowfish(1.0, graph), params={"n_clusters": 2, "graph": graph.to_dict()}
+    )
+    assert "δ" not in dict(blowfish.summary_rows())
+    assert "δ" in dict(_plan().summary_rows())  # differential privacy has one (0 for a pure release)
