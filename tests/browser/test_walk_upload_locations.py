@@ -141,6 +141,8 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     select(page, "Definition", GEO)
     set_number(page, "Privacy level l", 1)
     set_number(page, "within radius r (metres)", 500)
+    choose_radio(page, "one user: all of their rows (Locations page with a user column)")  # its own account
+    set_number(page, "Most locations per user (public; the Locations page's maximum)", MOST)
     set_number(page, "Total level l for this dataset", 3)
     expect(main(page).get_by_label("Total δ for this dataset (0 for pure DP)")).to_have_count(0)  # no δ here
     click(page, "Save budget")
@@ -244,7 +246,8 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     _left_in_sidebar(page, 2)
     ledger = Ledger(server.ledger_url)
     ds_id = newest["dataset id"]
-    status = ledger.budget(policy_account(ds_id, GeoIndistinguishability.from_level(1, 500), "secure"))
+    geo = GeoIndistinguishability.from_level(1, 500)
+    status = ledger.budget(policy_account(ds_id, geo, "secure", MOST))  # the per-user account
     ledger.close()
     assert (status.epsilon_total, status.epsilon_left, status.n_releases) == (3, 2, 1)
     screenshot(page, "upload-la-6-ledger")
