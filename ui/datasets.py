@@ -21,7 +21,8 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
-from dpcore.data import SAMPLES, Schema
+from dpcore import config
+from dpcore.data import SAMPLES, Schema, fingerprint
 from dpcore.data.sources import (
     DatabaseQuery,
     DatabaseTable,
@@ -76,9 +77,17 @@ def load_upload(filename: str, data: bytes) -> state.Dataset:
     table = state.upload_table(data, filename)
     detected = table.attrs.get("dpcore_source", "")
     source = f"upload: {filename}" + (f" ({detected})" if detected else "")
-    ds = state.set_dataset(filename, table, source=source)
-    store_table(table, ds.fingerprint)  # kept by fingerprint: a reload or a restart restores the session
-    return ds
+    digest = fingerprint(table)
+    try:  # kept by fingerprint, so a reload or a restart restores the session; before it is in use
+        store_table(table, digest)
+    except OSError as err:
+        raise DataError(
+            f"'{filename}' was read, but the server's data folder {config.data_dir()} cannot keep it "
+            f"({err.strerror or type(err).__name__}), and a session must be able to restore its table. "
+            "Nothing was loaded. The operator must make the folder writable (or set DPCORE_DATA_DIR to one "
+            "that is)."
+        ) from err
+    return state.set_dataset(filename, table, source=source, table_fingerprint=digest)
 
 
 def source_settings() -> SourceSettings:

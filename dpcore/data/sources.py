@@ -357,9 +357,18 @@ def validate_select(sql: str, dialect: str = "") -> str:
         raise DataError("The query is empty; type one SELECT statement.")
     try:
         statements = [s for s in sqlglot.parse(text, read=_SQLGLOT_DIALECTS.get(dialect)) if s is not None]
-    except sqlglot.errors.ParseError as err:
-        first = str(err).splitlines()[0]
-        raise DataError(f"The query could not be parsed ({first}); type one SELECT statement.") from err
+    except sqlglot.errors.TokenError as err:  # its text quotes the query, which may hold data
+        raise DataError(
+            "The query has a quote, a quoted name or a comment that is not closed (a ' or \" without its "
+            "pair); close it and type one SELECT statement."
+        ) from err
+    except sqlglot.errors.ParseError as err:  # its text quotes the query: only where, in words
+        where = next(iter(err.errors), {})
+        at = f" near line {where.get('line')}, column {where.get('col')}" if where.get("line") else ""
+        raise DataError(
+            f"The query could not be parsed{at} (a word, comma or bracket out of place); type one SELECT "
+            "statement."
+        ) from err
     if len(statements) != 1:
         raise DataError(
             f"The query holds {len(statements)} statements; type exactly one SELECT (no ';' between "
@@ -607,10 +616,21 @@ def _validated(kept: list[pd.DataFrame], name: str) -> pd.DataFrame:
     try:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buffer)
     except (pa.ArrowException, TypeError, ValueError) as err:
+        mixed = ", ".join(f"'{c}'" for c in frame.columns if not _one_type(frame[c])) or "?"
         raise DataError(
-            f"'{name}' has a column mixing types ({_first_line(err)}); cast it to one type and load it again."
+            f"'{name}' has a column mixing types ({mixed}: numbers and text, say, which one column cannot "
+            "hold); cast it to one type and load it again."
         ) from err
     return load_table(buffer.getvalue(), filename=f"{name}.parquet", max_bytes=MAX_TEXT_MB * 2**20)
+
+
+def _one_type(values: pd.Series) -> bool:
+    """Whether Arrow can hold ``values`` as one column (one type)."""
+    try:
+        pa.array(values, from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError):
+        return False
+    return True
 
 
 def _result(
@@ -631,7 +651,10 @@ def _load_folder_file(spec: FolderFile, folders: Sequence[str], max_rows: int, s
         total = sum(pq.read_metadata(p).num_rows for p in paths)
         names = pq.read_schema(paths[0]).names
     except (pa.ArrowException, OSError) as err:
-        raise DataError(f"'{spec.label}' is not readable Parquet ({_first_line(err)}); export it.") from err
+        raise DataError(
+            f"'{spec.label}' is not readable Parquet (damaged, or written in a way pyarrow cannot read: "
+            f"{type(err).__name__}); export it again."
+        ) from err
     if total == 0:
         raise _no_rows(spec.label, 0)
     _check_names(spec.label, names, _FILE_COLUMNS)
@@ -699,7 +722,10 @@ def parquet_frames(paths: Sequence[Path], label: str, batch_rows: int = BATCH_RO
                     )
                 yield frame
     except (pa.ArrowException, OSError) as err:
-        raise DataError(f"'{label}' could not be read ({_first_line(err)}); export it again.") from err
+        raise DataError(
+            f"'{label}' could not be read (damaged, or changed while it was read: {type(err).__name__}); "
+            "export it again."
+        ) from err
 
 
 def read_text_file(path: Path, label: str) -> pd.DataFrame:

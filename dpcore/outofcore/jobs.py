@@ -28,6 +28,7 @@ The child reads one JSON object on its standard input: ``{"folder": jobs folder,
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -60,6 +61,7 @@ LOCK_WAIT_S = 0.5
 END_WAIT_S = 5.0
 #: How long :func:`stop_job` waits for a stopped job's process to end.
 STOP_WAIT_S = 10.0
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
@@ -126,11 +128,19 @@ def _lock_file(path: Path, wait_s: float) -> Iterator[int | None]:
 
 
 def _write_status(path: Path, status: JobStatus, pid: int | None) -> None:
-    """Replace the status file atomically (a reader sees the old or the new one, never a part)."""
+    """Replace the status file atomically (a reader sees the old or the new one, never a part); on a full
+    disk, where no new file fits, rewrite it in place (its blocks hold the few hundred bytes)."""
+    text = json.dumps({**asdict(status), "pid": pid})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump({**asdict(status), "pid": pid}, out)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.errno not in _DISK_FULL:
+            raise
+        path.write_text(text, encoding="utf-8")
 
 
 def _read_status(path: Path, request_id: str) -> JobStatus | None:
@@ -307,6 +317,12 @@ def _run(spec: JobSpec, log_name: str, progress: Callable[[str], None]) -> tuple
     except DPCoreError as err:
         return "failed", redact(" ".join(str(err).split()))
     except Exception as err:  # the user gets one line, the operator the traceback in the log
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:  # no room for a traceback in the log
+            return "failed", (
+                "The batch job stopped: the server's disk is full (no space left for its artifacts, status "
+                "or log). Nothing was released unless the Ledger page lists this request; free some space "
+                "(or ask the operator to) and start it again, which is safe: a request is debited once."
+            )
         print(redact(traceback.format_exc()), flush=True)
         return "failed", (
             f"The batch job stopped on an unexpected error ({type(err).__name__}); the operator can read its "
