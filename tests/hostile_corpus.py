@@ -370,12 +370,213 @@ def _xlsx_cases() -> Iterator[Case]:
         yield Case(f"xlsx {case}", "t.xlsx", book(build))
 
 
+# -- issue 25's shapes, drawn from a seed ------------------------------------------------------------------
+
+MAIN_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_RELS = "http://schemas.openxmlformats.org/package/2006/relationships"
+_DOC = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_TYPES = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+SHEET_PART = "xl/worksheets/sheet1.xml"
+TWO_ROWS = (
+    '<row r="1"><c r="A1" t="inlineStr"><is><t>a</t></is></c><c r="B1" t="inlineStr"><is><t>b</t></is></c>'
+    '</row><row r="2"><c r="A2"><v>1</v></c><c r="B2"><v>2</v></c></row>'
+)
+
+
+def workbook(sheet_data: str, shared: tuple[str, ...] = (), encoding: str = "utf-8") -> bytes:
+    """A minimal .xlsx whose one sheet holds ``sheet_data`` (the XML inside ``<sheetData>``), written in
+    ``encoding``, with the shared texts ``shared``."""
+    sheet = (
+        f'<?xml version="1.0" encoding="{encoding.upper()}"?><worksheet xmlns="{MAIN_NS}"><sheetData>'
+        f"{sheet_data}</sheetData></worksheet>"
+    )
+    parts = {
+        "[Content_Types].xml": (
+            '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/'
+            '2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-'
+            'package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+            f'<Override PartName="/xl/workbook.xml" ContentType="{_TYPES}.sheet.main+xml"/>'
+            f'<Override PartName="/{SHEET_PART}" ContentType="{_TYPES}.worksheet+xml"/>'
+            f'<Override PartName="/xl/sharedStrings.xml" ContentType="{_TYPES}.sharedStrings+xml"/></Types>'
+        ).encode(),
+        "_rels/.rels": (
+            f'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="{_RELS}"><Relationship Id="rId1" '
+            f'Type="{_DOC}/officeDocument" Target="xl/workbook.xml"/></Relationships>'
+        ).encode(),
+        "xl/workbook.xml": (
+            f'<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="{MAIN_NS}" xmlns:r="{_DOC}"><sheets>'
+            '<sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>'
+        ).encode(),
+        "xl/_rels/workbook.xml.rels": (
+            f'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="{_RELS}"><Relationship Id="rId1" '
+            f'Type="{_DOC}/worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" '
+            f'Type="{_DOC}/sharedStrings" Target="sharedStrings.xml"/></Relationships>'
+        ).encode(),
+        "xl/sharedStrings.xml": (
+            f'<?xml version="1.0" encoding="UTF-8"?><sst xmlns="{MAIN_NS}">'
+            + "".join(f"<si><t>{text}</t></si>" for text in shared)
+            + "</sst>"
+        ).encode(),
+        SHEET_PART: sheet.encode(encoding),
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in parts.items():
+            archive.writestr(name, body)
+    return out.getvalue()
+
+
+def _letters(column: int) -> str:
+    out = ""
+    while column:
+        column, rest = divmod(column - 1, 26)
+        out = chr(ord("A") + rest) + out
+    return out
+
+
+_SPELLINGS = ("r='{}'", 'r = "{}"', 'r="{}"', "r\t=\t'{}'", 'r="{}" ')
+
+
+def _far_cells(rng: np.random.Generator) -> Iterator[Case]:
+    """A stray cell far right and down (over the span limit) or near (under it), its references in
+    any spelling, case and encoding openpyxl reads; sometimes the row placed by count, not by r."""
+    for i in range(8):
+        near = i % 4 == 3
+        rows = int(rng.integers(3, 1_000)) if near else int(rng.integers(2_000, 1_048_577))
+        cols = int(rng.integers(3, 600)) if near else int(rng.integers(2_000, 16_385))
+        spell = str(rng.choice(_SPELLINGS))
+        ref = _letters(cols) + str(rows)
+        ref = ref.lower() if rng.random() < 0.3 else ref
+        encoding = "utf-16" if rng.random() < 0.3 else "utf-8"
+        if rng.random() < 0.3 and rows < 3_000:  # rows counted: empty rows, then the cell's
+            data = TWO_ROWS + "<row/>" * (rows - 3) + f"<row><c {spell.format(ref)}><v>1</v></c></row>"
+        else:
+            data = f"{TWO_ROWS}<row {spell.format(rows)}><c {spell.format(ref)}><v>1</v></c></row>"
+        yield Case(
+            f"seeded xlsx cell {ref} ({spell.format('')}, {encoding})", "t.xlsx", workbook(data, (), encoding)
+        )
+
+
+def _shared_text(rng: np.random.Generator) -> Iterator[Case]:
+    """One long shared text shown in many cells (stored once, copied into each when read)."""
+    for _ in range(3):
+        size, cells = int(rng.integers(100_000, 1_000_000)), int(rng.integers(60, 1_500))
+        rows = "".join(f'<row r="{i}"><c r="A{i}" t="s"><v>1</v></c></row>' for i in range(2, cells + 2))
+        data = workbook(f'<row r="1"><c r="A1" t="s"><v>0</v></c></row>{rows}', ("a", "x" * size))
+        yield Case(f"seeded xlsx shared text {size:,} B x {cells:,}", "t.xlsx", data)
+
+
+def _repeated_text(rng: np.random.Generator) -> Iterator[Case]:
+    """Parquet files of one text repeated (dictionary-encoded, a few kB), or written plain and compressed
+    in row groups of 8 MB (built without holding the whole column)."""
+    for i in range(4):
+        size, rows = int(rng.integers(2**18, 2**21)), int(rng.integers(20, 2_000))
+        buf = io.BytesIO()
+        if i % 2 == 0:
+            one = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["x" * size]))
+            pq.write_table(pa.table({"s": one, "n": pa.array(range(rows))}), buf, store_schema=False)
+        else:
+            group = max(1, 8 * 2**20 // size)
+            part = pa.table({"s": ["y" * size] * group})
+            with pq.ParquetWriter(buf, part.schema, use_dictionary=False, compression="zstd") as writer:
+                for _ in range(max(1, rows // group)):
+                    writer.write_table(part)
+        kind = "dictionary" if i % 2 == 0 else "plain zstd"
+        yield Case(f"seeded parquet text {size:,} B x {rows:,} ({kind})", "t.parquet", buf.getvalue())
+
+
+def _gzip_members(rng: np.random.Generator) -> Iterator[Case]:
+    """gzip files of many members: empty ones after the table, the table split across members, padding."""
+    empty = gzip.compress(b"", mtime=0)
+    for _ in range(3):
+        count = int(rng.integers(10_001, 300_000))
+        data = gzip.compress(BASE.encode(), mtime=0) + empty * count + b"\x00" * int(rng.integers(0, 64))
+        yield Case(f"seeded gzip of {count:,} members", "t.csv.gz", data)
+    count = int(rng.integers(50, 5_000))
+    lines = [gzip.compress(f"{i},{i % 7},x\n".encode(), mtime=0) for i in range(count)]
+    yield Case(
+        f"seeded gzip of {count + 1:,} one-line members",
+        "t.csv.gz",
+        gzip.compress(b"id,score,group\n") + b"".join(lines),
+    )
+
+
+def _blank_lines(rng: np.random.Generator) -> Iterator[Case]:
+    """gzip CSV files of millions of blank lines (mixed white space), with a header or a quoted one."""
+    for quoted in (False, True, False):
+        megabytes = int(rng.integers(4, 49))
+        filler = bytes(rng.choice([b"\n", b" \n", b"\r\n", b"\t\n"]))
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        head = b'"a",b\n' if quoted else b"a,b\n"
+        block = filler * (2**20 // len(filler))
+        body = [packer.compress(head), *(packer.compress(block) for _ in range(megabytes))]
+        data = b"".join([*body, packer.compress(b"1,2\n"), packer.flush()])
+        yield Case(
+            f"seeded gzip of {megabytes} MB of {filler!r} lines{' (quoted)' * quoted}", "t.csv.gz", data
+        )
+
+
+def _line_endings(rng: np.random.Generator) -> Iterator[Case]:
+    """CSV files whose lines end with LF, CRLF or a lone CR at random, with or without quoted values."""
+    for i in range(4):
+        rows = [
+            ["id", "score", "group"],
+            *([k, round(float(rng.normal()), 3), "xyz"[k % 3]] for k in range(30)),
+        ]
+        quote = i % 2 == 1
+        ends = rng.choice(["\n", "\r\n", "\r"], size=len(rows), p=[0.5, 0.3, 0.2])
+        text = "".join(
+            ",".join(f'"{v}"' if quote else str(v) for v in row) + end
+            for row, end in zip(rows, ends, strict=True)
+        )
+        yield Case(f"seeded csv with lone CRs {i}{' (quoted)' * quote}", "t.csv", text.encode())
+
+
+def _invalid_utf8(rng: np.random.Generator) -> Iterator[Case]:
+    """Parquet text columns (string or large string, dictionary or plain) holding bytes that are not UTF-8."""
+    for kind, dictionary in ((pa.string(), True), (pa.large_string(), False), (pa.string(), False)):
+        values = [f"v{k}".encode() for k in range(50)]
+        for k in rng.choice(50, size=int(rng.integers(1, 5)), replace=False):
+            values[k] = bytes(rng.integers(0x80, 0x100, size=3, dtype=np.uint8))
+        raw = pa.array(values, pa.binary() if kind == pa.string() else pa.large_binary())
+        text = pa.Array.from_buffers(kind, len(raw), raw.buffers())
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"s": text, "n": range(50)}), buf, use_dictionary=dictionary)
+        yield Case(
+            f"seeded parquet invalid utf-8 ({kind}, dictionary {dictionary})", "t.parquet", buf.getvalue()
+        )
+
+
+def _mutations(rng: np.random.Generator) -> Iterator[Case]:
+    """Ordinary files of every format with a few random bytes changed."""
+    header, rows = TABLES["ordinary"]
+    for fmt, (name, write) in WRITERS.items():
+        data = write(header, rows)
+        for k in range(4):
+            mutated = bytearray(data)
+            for at in rng.integers(0, len(data), size=int(rng.integers(1, 9))):
+                mutated[at] = int(rng.integers(0, 256))
+            yield Case(f"seeded {fmt} with bytes changed {k}", name, bytes(mutated))
+
+
+def seeded_cases(seed: int) -> Iterator[Case]:
+    """Issue 25's hostile shapes with sizes, positions and spellings drawn from ``seed``: far workbook
+    cells, shared texts, repeated Parquet text, many gzip members, blank lines, lone CRs, text that is not
+    UTF-8, and ordinary files with random bytes changed."""
+    rng = np.random.default_rng(seed)
+    for shape in (_far_cells, _shared_text, _repeated_text, _gzip_members, _blank_lines, _line_endings):
+        yield from shape(rng)
+    yield from _invalid_utf8(rng)
+    yield from _mutations(rng)
+
+
 @functools.cache
-def corpus() -> tuple[Case, ...]:
-    """Every generated case, then ``BAD_FILES`` of the engine tests (built once per process)."""
+def corpus(seed: int = 0) -> tuple[Case, ...]:
+    """Every generated case (issue 25's drawn from ``seed``), then ``BAD_FILES`` of the engine tests (built
+    once per process and seed)."""
     from tests.test_hostile_engine import BAD_FILES
 
-    cases = [*_table_cases(), *_byte_cases(), *_parquet_cases(), *_xlsx_cases()]
+    cases = [*_table_cases(), *_byte_cases(), *_parquet_cases(), *_xlsx_cases(), *seeded_cases(seed)]
     cases += [Case(f"bad file: {case}", name, data) for case, data, name, _ in BAD_FILES]
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"

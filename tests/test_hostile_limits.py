@@ -19,69 +19,15 @@ import pytest
 from dpcore.data import MAX_NAME_CHARS, infer_schema, load_table
 from dpcore.data.io import MAX_GZIP_MEMBERS, MAX_LINES
 from dpcore.errors import DataError
+from tests.hostile_corpus import MAIN_NS, SHEET_PART, TWO_ROWS, workbook
 
 MB = 2**20
-MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-RELS = "http://schemas.openxmlformats.org/package/2006/relationships"
-DOC = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-SHEET = "xl/worksheets/sheet1.xml"
-
-
-def workbook(sheet_data: str, shared: tuple[str, ...] = (), encoding: str = "utf-8") -> bytes:
-    """A minimal .xlsx whose one sheet holds ``sheet_data`` (the XML inside ``<sheetData>``), written in
-    ``encoding``, with the shared texts ``shared``."""
-    sheet = (
-        f'<?xml version="1.0" encoding="{encoding.upper()}"?><worksheet xmlns="{MAIN}"><sheetData>'
-        f"{sheet_data}</sheetData></worksheet>"
-    )
-    parts = {
-        "[Content_Types].xml": (
-            b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/'
-            b'2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-'
-            b'package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
-            b'<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
-            b'officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" '
-            b'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
-            b'<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-'
-            b'officedocument.spreadsheetml.sharedStrings+xml"/></Types>'
-        ),
-        "_rels/.rels": (
-            f'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="{RELS}"><Relationship Id="rId1" '
-            f'Type="{DOC}/officeDocument" Target="xl/workbook.xml"/></Relationships>'
-        ).encode(),
-        "xl/workbook.xml": (
-            f'<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="{MAIN}" xmlns:r="{DOC}"><sheets>'
-            '<sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>'
-        ).encode(),
-        "xl/_rels/workbook.xml.rels": (
-            f'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="{RELS}"><Relationship Id="rId1" '
-            f'Type="{DOC}/worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" '
-            f'Type="{DOC}/sharedStrings" Target="sharedStrings.xml"/></Relationships>'
-        ).encode(),
-        "xl/sharedStrings.xml": (
-            f'<?xml version="1.0" encoding="UTF-8"?><sst xmlns="{MAIN}">'
-            + "".join(f"<si><t>{text}</t></si>" for text in shared)
-            + "</sst>"
-        ).encode(),
-        SHEET: sheet.encode(encoding),
-    }
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, body in parts.items():
-            archive.writestr(name, body)
-    return out.getvalue()
-
-
-TABLE = (
-    '<row r="1"><c r="A1" t="inlineStr"><is><t>a</t></is></c><c r="B1" t="inlineStr"><is><t>b</t></is></c>'
-    '</row><row r="2"><c r="A2"><v>1</v></c><c r="B2"><v>2</v></c></row>'
-)
 
 
 def far_cell(row: str, cell: str, encoding: str = "utf-8") -> bytes:
     """The two-row table and one more value, its row and cell references written as ``row`` and ``cell``
     (the attribute text, e.g. ``r='XFD1048576'``)."""
-    return workbook(f"{TABLE}<row {row}><c {cell}><v>1</v></c></row>", encoding=encoding)
+    return workbook(f"{TWO_ROWS}<row {row}><c {cell}><v>1</v></c></row>", encoding=encoding)
 
 
 def _refused(data: bytes, name: str) -> tuple[str, float, float]:
@@ -100,7 +46,7 @@ def _refused(data: bytes, name: str) -> tuple[str, float, float]:
 
 
 def test_an_ordinary_minimal_workbook_loads() -> None:
-    assert load_table(workbook(TABLE), filename="t.xlsx").to_dict("list") == {"a": [1], "b": [2]}
+    assert load_table(workbook(TWO_ROWS), filename="t.xlsx").to_dict("list") == {"a": [1], "b": [2]}
 
 
 @pytest.mark.parametrize(
@@ -128,7 +74,7 @@ def test_a_far_cell_in_any_spelling_is_refused_at_once(row: str, cell: str, enco
 def test_cells_without_references_are_placed_as_the_reader_places_them() -> None:
     """No ``r``: a row follows the previous one and a cell the previous cell's column, as openpyxl reads
     them (the byte pattern saw no reference at all)."""
-    rows = f"{TABLE}{'<row/>' * 996}<row>{'<c><v>1</v></c>' * 3_000}</row>"
+    rows = f"{TWO_ROWS}{'<row/>' * 996}<row>{'<c><v>1</v></c>' * 3_000}</row>"
     message, _, _ = _refused(workbook(rows), "t.xlsx")
     assert "spans 999 rows × 3,000 columns" in message, message
 
@@ -154,12 +100,14 @@ def test_damaged_workbook_parts_are_refused_in_the_project_words() -> None:
     assert "is not well-formed XML (line 1" in message and "Save it again from Excel" in message
     # a DTD in a UTF-16 part, which a search for the bytes "<!DOCTYPE" misses
     sheet = (
-        f'<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE w [<!ENTITY e "x">]><worksheet xmlns="{MAIN}"/>'
+        f'<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE w [<!ENTITY e "x">]><worksheet xmlns="{MAIN_NS}"/>'
     )
     out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(workbook(TABLE))) as src, zipfile.ZipFile(out, "w") as dst:
+    with zipfile.ZipFile(io.BytesIO(workbook(TWO_ROWS))) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
-            dst.writestr(info.filename, sheet.encode("utf-16") if info.filename == SHEET else src.read(info))
+            dst.writestr(
+                info.filename, sheet.encode("utf-16") if info.filename == SHEET_PART else src.read(info)
+            )
     message, _, _ = _refused(out.getvalue(), "t.xlsx")
     assert "sheet1.xml declares a DTD, which Excel never writes" in message
 

@@ -1051,7 +1051,7 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
         NotImplementedError,
     ) as err:
         raise DataError(
-            f"'{name}' is a damaged zip/Excel file ({type(err).__name__}: the archive cannot be unpacked). "
+            f"'{name}' is a damaged zip/Excel file (the archive cannot be unpacked). "
             "Save the workbook again from Excel, or export the sheet as CSV, and upload that."
         ) from err
 
