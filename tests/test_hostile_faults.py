@@ -17,7 +17,8 @@ import pytest
 import sqlalchemy as sa
 from streamlit.testing.v1 import AppTest
 
-from dpcore.data.sources import DatabaseQuery, FolderFile, load_source, validate_select
+from dpcore.data import DateEncoding
+from dpcore.data.sources import DatabaseQuery, FolderFile, load_source, source_from_dict, validate_select
 from dpcore.errors import DataError
 from dpcore.outofcore import jobs
 from dpcore.outofcore.jobs import JobStatus
@@ -144,3 +145,25 @@ def test_the_release_message_shows_the_user_name_literally() -> None:
     assert not at.exception, [e.value for e in at.exception]
     (success,) = at.success
     assert md("**boss** [click](http://evil.test) <img src=x>") in success.value
+
+
+@pytest.mark.parametrize(
+    ("call", "said", "library"),
+    [
+        (
+            lambda: DateEncoding("when", "%Q-%d").to_datetime(["2021-01-02", "2021-01-03"]),
+            "which is not a date format pandas can use",
+            "bad directive",
+        ),
+        (
+            lambda: source_from_dict({"kind": "folder_file", "folder": "f", "path": "p", "extra": "x"}),
+            "its fields are not those of a FolderFile",
+            "unexpected keyword",
+        ),
+    ],
+    ids=["date format", "saved source"],
+)
+def test_refusals_are_in_the_project_words(call, said: str, library: str) -> None:
+    with pytest.raises(DataError) as refused:
+        call()
+    assert said in str(refused.value) and library not in str(refused.value)

@@ -51,6 +51,14 @@ def user_errors(action: str = "running this step") -> Iterator[Outcome]:
         st.error(md(outcome.message))
 
 
+def in_words(err: BaseException) -> str:
+    """Why ``err`` happened, for the page: a ``DPCoreError``'s own message; for another exception (a saved
+    plan missing a key, of the wrong type) a sentence of ours, never the library's text."""
+    if isinstance(err, DPCoreError):
+        return str(err)
+    return f"it is incomplete or was saved by another version ({type(err).__name__})"
+
+
 def log_unexpected(err: BaseException, action: str) -> None:
     """Log ``err``'s type and the stack of each exception in its chain, without any message."""
     stack: list[str] = []

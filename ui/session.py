@@ -26,7 +26,7 @@ from dpcore.errors import DataError, DPCoreError
 from dpcore.policy import policy_from_dict
 from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
 from ui import datasets, state
-from ui.errors import user_errors
+from ui.errors import in_words, user_errors
 from ui.text import md
 
 __all__ = ["QUERY_PARAM", "plan", "sync_session", "token"]
@@ -130,12 +130,12 @@ def _restore(saved: dict[str, Any]) -> list[str]:
     try:
         state.set_policy(policy_from_dict(saved["policy"]))
     except (DPCoreError, KeyError, TypeError) as err:
-        problems.append(f"the privacy policy ({err})")
+        problems.append(f"the privacy policy ({in_words(err)})")
     if saved.get("dataset"):
         try:
             _restore_dataset(saved["dataset"])
         except (DPCoreError, KeyError, TypeError, ValueError) as err:
-            problems.append(f"the dataset ({err})")
+            problems.append(f"the dataset ({in_words(err)})")
             if state.dataset() is None:  # not saved over: a later reload reads the source again
                 saved["dataset"] = None
     return problems

@@ -106,9 +106,11 @@ class DateEncoding:
         text = text.map(lambda v: v.strip() if isinstance(v, str) else v)
         try:
             parsed = pd.to_datetime(text, format=self.format, errors="coerce")
-        except (ValueError, TypeError) as err:
+        except (ValueError, TypeError) as err:  # a bad directive; pandas' text quotes the values
             raise DataError(
-                f"Column '{self.column}' could not be parsed with format '{self.format}': {err}"
+                f"Column '{self.column}' could not be parsed with format '{self.format}', which is not a "
+                "date format pandas can use; give one made of strptime directives, such as %d/%m/%Y or "
+                "%Y-%m-%d %H:%M."
             ) from err
         if isinstance(parsed.dtype, pd.DatetimeTZDtype):
             parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)

@@ -179,7 +179,10 @@ def source_from_dict(data: Mapping[str, Any]) -> SourceSpec:
     try:
         return kind(**fields)
     except TypeError as err:
-        raise DataError(f"Not a saved source ({err}); choose the source again on the Data page.") from err
+        raise DataError(
+            f"Not a saved source (its fields are not those of a {kind.__name__}); choose the source again on "
+            "the Data page."
+        ) from err
 
 
 @dataclass(frozen=True)
