@@ -241,3 +241,14 @@ def test_lone_carriage_returns_end_lines_or_are_named() -> None:
 def test_a_file_name_that_cannot_name_a_dataset_is_refused(name: str, pattern: str) -> None:
     with pytest.raises(DataError, match=pattern):
         load_table(b"a,b\n1,2\n", filename=name)
+
+
+def test_a_vml_part_that_is_not_well_formed_does_not_refuse_the_workbook() -> None:
+    """Legacy drawings (comments' boxes) are VML, which Excel may write as HTML-like text; the reader skips
+    them, so only the parts it reads must be well-formed XML."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(workbook(TWO_ROWS))) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+        dst.writestr("xl/drawings/vmlDrawing1.vml", b"<xml><o:shapelayout v:ext='edit'><br></xml>")
+    assert load_table(out.getvalue(), filename="t.xlsx").to_dict("list") == {"a": [1], "b": [2]}

@@ -1087,6 +1087,8 @@ class _Workbook:
         try:
             parser.Parse(xml, True)
         except expat.ExpatError as err:
+            if part.lower().endswith(".vml") or part.startswith("customXml/"):  # parts the reader skips
+                return
             raise DataError(
                 f"'{self.name}': the part {part} is not well-formed XML (line {err.lineno}, column "
                 f"{err.offset}), so the workbook cannot be read. Save it again from Excel, or export the "
