@@ -1,23 +1,29 @@
 """Server-side store of dashboard sessions: one JSON plan per URL token, uploaded tables by fingerprint.
 
-A session is named by a random 128-bit token (32 hex digits) that the app keeps in its URL. Its plan (which
-table, schema, cleaning steps, preparation choices, policy, sampling mode, widget values) is a JSON object
-in the table ``sessions(token PK, state, updated)`` of the ledger's database (:func:`config.ledger_url`),
-so a reload, a deep link, a server restart or a second tab finds it again. Uploaded tables are kept as
-``<data dir>/uploads/<fingerprint>.parquet`` (:func:`store_table`, :func:`load_stored_table`); a stored
-table must hash to its file name, so a restored session works on exactly the table it was built on.
+A session is named by a random 128-bit token (32 hex digits) that the server issues and the app keeps in
+its URL. Its plan (which table, schema, cleaning steps, preparation choices, policy, sampling mode, widget
+values) is a JSON object in the table ``sessions(token PK, state, updated)`` of the ledger's database
+(:func:`config.ledger_url`), so a reload, a deep link, a server restart or a second tab finds it again. The
+table holds the token's SHA-256 (first 32 hex digits), never the token: a copy of the database, its
+write-ahead log or a backup gives no session URL. Uploaded tables are kept as
+``<data dir>/uploads/<fingerprint>.parquet`` (:func:`store_table`, :func:`load_stored_table`), readable by
+the app's user only; a stored table must hash to its file name, so a restored session works on exactly the
+table it was built on. :func:`prune` removes sessions and uploads unused for longer than the retention.
 
-Nothing secret belongs in a plan: anyone holding the token (the URL) can open it.
+Nothing secret belongs in a plan; the token is a bearer credential for the session (its plan and its
+uploaded table's rows) for whoever may sign in as its owner (anyone who reaches the app, without sign-in).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import re
 import secrets
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,8 @@ __all__ = [
     "is_token",
     "load_stored_table",
     "new_token",
+    "prune",
+    "retention_days",
     "store_table",
     "stored_table_path",
 ]
@@ -64,9 +72,10 @@ def is_token(text: object) -> bool:
 
 
 def _check_token(token: object) -> str:
+    """The database key of a well-formed ``token``: its SHA-256, first 32 hex digits (never the token)."""
     if not is_token(token):
-        raise ParameterError(f"A session token is 32 lowercase hex digits (got {token!r}); use new_token().")
-    return token  # type: ignore[return-value]
+        raise ParameterError("A session token is 32 lowercase hex digits; use new_token().")
+    return hashlib.sha256(str(token).encode()).hexdigest()[:32]
 
 
 def _encode(value: Any, where: str) -> Any:
@@ -167,6 +176,17 @@ class SessionStore:
             raise _database_fault(err, self.url) from None
         return None if text is None else _decode(json.loads(text))
 
+    def prune(self, older_than: datetime) -> list[dict[str, Any]]:
+        """Delete the sessions last saved before ``older_than``; return the plans of those kept."""
+        cutoff = older_than.astimezone(UTC).isoformat(timespec="milliseconds")
+        try:
+            with self._writer.begin() as conn:
+                conn.execute(sa.delete(_sessions).where(_sessions.c.updated < cutoff))
+                kept = conn.execute(sa.select(_sessions.c.state)).scalars().all()
+        except sa.exc.DBAPIError as err:
+            raise _database_fault(err, self.url) from None
+        return [_decode(json.loads(text)) for text in kept]
+
 
 def stored_table_path(fingerprint: str) -> Path:
     """``<data dir>/uploads/<fingerprint>.parquet`` (the fingerprint is checked: 64 hex digits)."""
@@ -201,11 +221,44 @@ def store_table(table: pd.DataFrame | bytes, fingerprint: str) -> Path:
             f"The table does not match fingerprint {fingerprint[:12]}...: store the table the fingerprint "
             "was computed from."
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)  # the app's user only, whatever the umask or an older folder's mode
     partial = path.with_suffix(f".{secrets.token_hex(4)}.part")
-    partial.write_bytes(data)
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+        out.write(data)
     partial.replace(path)  # atomic: a concurrent reader sees the whole file or none
     return path
+
+
+def retention_days() -> float:
+    """How long an unused session and its uploads are kept: ``DPCORE_SESSION_RETENTION_DAYS`` (default 30)."""
+    text = os.environ.get("DPCORE_SESSION_RETENTION_DAYS") or "30"
+    try:
+        days = float(text)
+    except ValueError:
+        days = float("nan")
+    if not days > 0:
+        raise ParameterError(
+            f"DPCORE_SESSION_RETENTION_DAYS must be a positive number of days (got {text!r}); e.g. 30."
+        )
+    return days
+
+
+def prune(store: SessionStore, days: float | None = None) -> tuple[int, int]:
+    """Remove the sessions unused for ``days`` (default :func:`retention_days`) and the uploaded tables no
+    kept session refers to that are as old; returns (sessions kept, uploads removed)."""
+    age = timedelta(days=retention_days() if days is None else days)
+    cutoff = datetime.now(UTC) - age
+    kept = store.prune(cutoff)
+    used = {str((plan.get("dataset") or {}).get("fingerprint")) for plan in kept}
+    folder = config.data_dir() / "uploads"
+    removed = 0
+    for file in folder.glob("*.parquet") if folder.is_dir() else ():
+        old = datetime.fromtimestamp(file.stat().st_mtime, UTC) < cutoff
+        if old and file.stem not in used:
+            file.unlink(missing_ok=True)
+            removed += 1
+    return len(kept), removed
 
 
 def load_stored_table(fingerprint: str) -> pd.DataFrame:

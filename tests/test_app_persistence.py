@@ -82,8 +82,11 @@ def test_a_token_is_created_once_and_kept_in_the_url():
         at.switch_page(page).run()
         assert _ok(at).query_params["s"] == token
     assert _open("not-a-token").query_params["s"] != "not-a-token"  # replaced, never trusted
-    unknown = "0123456789abcdef" * 2
-    assert _open(unknown).query_params["s"] == unknown  # a fresh token of the right form is kept
+    unknown = "0123456789abcdef" * 2  # a token the attacker chose, of the right form: never adopted
+    fresh = _open(unknown)
+    assert fresh.query_params["s"] != unknown and len(fresh.query_params["s"]) == 32
+    assert any("unknown or has expired" in t.value for t in fresh.toast)
+    assert _open(token).query_params["s"] == token  # a token this server issued opens its session
 
 
 def test_dataset_cleaning_preparation_policy_and_widgets_restore_from_the_token():

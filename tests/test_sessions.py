@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from dpcore.sessions import (
     is_token,
     load_stored_table,
     new_token,
+    prune,
     store_table,
     stored_table_path,
 )
@@ -164,3 +167,50 @@ def test_stored_table_from_file_bytes_and_mixed_text_columns(isolated_data_dir: 
     fp = fingerprint(mixed)
     store_table(mixed, fp)  # pyarrow cannot write ints and strings in one column: written as text
     assert fingerprint(load_stored_table(fp)) == fp
+
+
+def test_the_database_holds_no_token_and_uploads_are_the_apps_users_only(
+    database: str, isolated_data_dir: Path
+):
+    """A copy of the sessions table (or its WAL, or a backup) gives no session URL; uploaded rows are not
+    readable by other local users."""
+    store = SessionStore(database)
+    token = new_token()
+    store.update(token, {"version": 1})
+    engine = sa.create_engine(database)
+    with engine.connect() as conn:
+        keys = conn.execute(sa.text("SELECT token, state FROM sessions")).all()
+    engine.dispose()
+    assert len(keys) == 1 and token not in keys[0][0] and token not in keys[0][1]
+    assert store.load(token) == {"version": 1}
+    df = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
+    path = store_table(df, fingerprint(df))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    store.close()
+
+
+def test_unused_sessions_and_their_uploads_are_removed_after_the_retention(
+    database: str, isolated_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    store = SessionStore(database)
+    old_df, kept_df = pd.DataFrame({"x": [1.0, 2.0]}), pd.DataFrame({"x": [5.0, 6.0]})
+    old_fp, kept_fp = fingerprint(old_df), fingerprint(kept_df)
+    stale, live = new_token(), new_token()
+    store.update(stale, {"dataset": {"fingerprint": old_fp}})
+    store.update(live, {"dataset": {"fingerprint": kept_fp}})
+    for df, fp in ((old_df, old_fp), (kept_df, kept_fp)):
+        path = store_table(df, fp)
+        os.utime(path, (time.time() - 40 * 86400,) * 2)  # both uploaded 40 days ago
+    engine = sa.create_engine(database)
+    with engine.begin() as conn:  # the stale session was last saved long ago
+        aged = "UPDATE sessions SET updated = '2000-01-01T00:00:00.000+00:00' WHERE state LIKE :s"
+        conn.execute(sa.text(aged), {"s": f"%{old_fp}%"})
+    engine.dispose()
+    monkeypatch.setenv("DPCORE_SESSION_RETENTION_DAYS", "30")
+    assert prune(store) == (1, 1)
+    assert store.load(stale) is None and store.load(live) is not None
+    assert not stored_table_path(old_fp).exists() and stored_table_path(kept_fp).exists()
+    monkeypatch.setenv("DPCORE_SESSION_RETENTION_DAYS", "-1")
+    with pytest.raises(ParameterError, match="positive number of days"):
+        prune(store)
+    store.close()

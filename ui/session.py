@@ -1,6 +1,7 @@
 """The session plan kept server-side, so a reload, a deep link, a server restart or a second tab restore it.
 
-The URL carries a session token (``?s=<32 hex digits>``, 128 random bits, created on the first visit).
+The URL carries a session token (``?s=<32 hex digits>``, 128 random bits, issued by the server on the first
+visit; a token the server does not know starts a new session, it is never adopted).
 At the start of every run :func:`sync_session` restores the plan saved under the URL's token (first run
 of a browser session only), puts the token back in the URL if a navigation dropped it, and saves what
 changed (widget by widget, so two tabs of one session do not undo each other's changes).
@@ -16,6 +17,7 @@ loading, cleaning and preparation from those choices; a step that no longer appl
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
 import streamlit as st
@@ -24,7 +26,7 @@ from dpcore import config
 from dpcore.data import table_name
 from dpcore.errors import DataError, DPCoreError
 from dpcore.policy import policy_from_dict
-from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, store_table
+from dpcore.sessions import SessionStore, is_token, load_stored_table, new_token, prune, store_table
 from ui import datasets, state
 from ui.errors import in_words, user_errors
 from ui.text import md
@@ -41,7 +43,14 @@ _PLAIN = (bool, int, float, str, type(None))
 
 @st.cache_resource(show_spinner=False)
 def _store(url: str) -> SessionStore:
-    return SessionStore(url)
+    """The session store, once per server process; sessions and uploads unused for longer than the
+    retention (``DPCORE_SESSION_RETENTION_DAYS``) are removed when it opens."""
+    store = SessionStore(url)
+    try:
+        prune(store)
+    except DPCoreError:  # the retention setting or the database: the pages say what is wrong elsewhere
+        logging.getLogger(__name__).warning("sessions were not pruned", exc_info=True)
+    return store
 
 
 def _owner() -> str:
@@ -146,8 +155,9 @@ def _start(given: str | None) -> str:
     if not is_token(given):
         return new_token()
     saved = _store(config.ledger_url()).load(given)  # type: ignore[arg-type]
-    if saved is None:
-        return given  # type: ignore[return-value]
+    if saved is None:  # never adopted: a token is issued by this server, not chosen by a browser
+        st.toast("This session link is unknown or has expired: a new session starts.")
+        return new_token()
     if saved.get("owner") != _owner():
         st.toast("This link belongs to another user's session: a new session starts.")
         return new_token()
