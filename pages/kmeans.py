@@ -108,6 +108,8 @@ def _choose_k(key: str, prep: PreparedData) -> int:
             wcss = view.elbow(key, prep.X, ks)
             elbow = view.figure("elbow", f"{key}|{ks}|{k}", lambda: plots.elbow(ks, wcss, chosen_k=k))
             st.plotly_chart(elbow, key="km_elbow")
+            if note := view.elbow_note(prep.n_samples):
+                st.caption(note)
     if k < 2:
         st.error("K = 1 puts every row in one cluster: there is nothing to compare. Choose K ≥ 2.")
         st.stop()

@@ -252,3 +252,23 @@ def test_blowfish_gain_is_between_one_and_the_public_ceiling(data: tuple) -> Non
     assert gains.ndim == 1 and gains.size >= 2
     assert np.all(gains >= 1.0 - 1e-12) and np.all(gains <= ceiling + 1e-9)
     np.testing.assert_allclose(blowfish_gain(X, 3, 1.0, bounds, FullDomainGraph(), seed=0), 1.0)
+
+
+def test_a_large_true_clustering_is_seeded_on_a_sample_and_converged_on_every_row() -> None:
+    """Above seed_rows rows the k-means++ starts read a sample, then one Lloyd run uses every row: the
+    result is a Lloyd fixed point of the whole table (each row at its nearest centre, each centre the mean
+    of its rows) and as good as the full n_init = 10 fit."""
+    from sklearn.cluster import KMeans
+
+    from dpcore.kmeans.sweep import true_clustering
+
+    rng = np.random.default_rng(4)
+    centres = rng.uniform(-1, 1, (5, 3))
+    X = np.clip(centres[rng.integers(0, 5, 6000)] + rng.normal(0, 0.15, (6000, 3)), -1, 1)
+    labels, means = true_clustering(X, 5, seed_rows=800)
+    nearest = ((X[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == labels).all()
+    np.testing.assert_allclose(means, [X[labels == j].mean(0) for j in range(5)])
+    wcss = ((X - means[labels]) ** 2).sum()
+    full = KMeans(n_clusters=5, n_init=10, random_state=0).fit(X).inertia_
+    assert wcss <= full * 1.01
