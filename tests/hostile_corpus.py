@@ -547,6 +547,21 @@ def _invalid_utf8(rng: np.random.Generator) -> Iterator[Case]:
         )
 
 
+def _long_values(rng: np.random.Generator) -> Iterator[Case]:
+    """One long value (around the per-cell limit) in a CSV file, quoted or not, and in a Parquet file;
+    Parquet text columns sharing a name."""
+    for quote in (b"", b'"'):
+        size = int(rng.integers(2**19, 3 * 2**20))
+        data = b"a,b\n1," + quote + b"x" * size + quote + b"\n2,y\n"
+        yield Case(f"seeded csv value of {size:,} B{' (quoted)' * bool(quote)}", "t.csv", data)
+    size = int(rng.integers(2**19, 3 * 2**20))
+    yield Case(
+        f"seeded parquet value of {size:,} B", "t.parquet", parquet_bytes(pa.table({"s": ["y" * size, "z"]}))
+    )
+    twins = pa.Table.from_arrays([pa.array(["x", "y"]), pa.array(["z", "w"])], names=["a", "a"])
+    yield Case("seeded parquet text columns sharing a name", "t.parquet", parquet_bytes(twins))
+
+
 def _mutations(rng: np.random.Generator) -> Iterator[Case]:
     """Ordinary files of every format with a few random bytes changed."""
     header, rows = TABLES["ordinary"]
@@ -562,11 +577,12 @@ def _mutations(rng: np.random.Generator) -> Iterator[Case]:
 def seeded_cases(seed: int) -> Iterator[Case]:
     """Issue 25's hostile shapes with sizes, positions and spellings drawn from ``seed``: far workbook
     cells, shared texts, repeated Parquet text, many gzip members, blank lines, lone CRs, text that is not
-    UTF-8, and ordinary files with random bytes changed."""
+    UTF-8, long values, and ordinary files with random bytes changed."""
     rng = np.random.default_rng(seed)
     for shape in (_far_cells, _shared_text, _repeated_text, _gzip_members, _blank_lines, _line_endings):
         yield from shape(rng)
     yield from _invalid_utf8(rng)
+    yield from _long_values(rng)
     yield from _mutations(rng)
 
 

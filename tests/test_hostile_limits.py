@@ -252,3 +252,34 @@ def test_a_vml_part_that_is_not_well_formed_does_not_refuse_the_workbook() -> No
             dst.writestr(info.filename, src.read(info))
         dst.writestr("xl/drawings/vmlDrawing1.vml", b"<xml><o:shapelayout v:ext='edit'><br></xml>")
     assert load_table(out.getvalue(), filename="t.xlsx").to_dict("list") == {"a": [1], "b": [2]}
+
+
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        (b"a,b\n1," + b"x" * (2 * MB) + b"\n2,y\n", "t.csv"),
+        (b"x" * (2 * MB) + b"\tb\n1\t2\n", "t.tsv"),
+        (gzip.compress(b"a,b\n1,2\n3," + b"x" * (2 * MB)), "t.csv.gz"),
+    ],
+    ids=["a field", "the header", "the last field, gzip"],
+)
+def test_a_csv_value_longer_than_a_cell_limit_is_refused(data: bytes, name: str) -> None:
+    message, seconds, _ = _refused(data, name)
+    assert "holds a value of 2 MB; at most 1 MB per cell" in message and seconds < 2, message
+
+
+def test_a_parquet_value_longer_than_a_cell_limit_is_refused_from_its_dictionary() -> None:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"s": ["y" * (2 * MB), "z"], "n": [1, 2]}), buf)
+    message, _, peak = _refused(buf.getvalue(), "t.parquet")
+    assert "holds a value of 2 MB; at most 1 MB per cell" in message and peak < 20, (message, peak)
+    assert load_table(_repeated_text(3, MB - 1), filename="t.parquet").shape == (3, 2)
+
+
+def test_parquet_text_columns_sharing_a_name_are_refused_as_duplicates() -> None:
+    """Before: Arrow's "Invalid column index to set field" (the columns were looked up by name)."""
+    names = ["a", "a"]
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_arrays([pa.array(["x", "y"]), pa.array(["z", "w"])], names=names), buf)
+    with pytest.raises(DataError, match=r"duplicate column names: 'a'"):
+        load_table(buf.getvalue(), filename="t.parquet")

@@ -5,21 +5,21 @@ The format is decided by the file's magic bytes (gzip ``1f 8b``, Parquet ``PAR1`
 serves as a hint for error messages. Every failure raises :class:`~dpcore.errors.DataError` whose message
 names the problem and the fix; the readers' own exceptions never escape.
 
-Limits, so that a small hostile file cannot exhaust the server, each checked before the values are
-expanded and on the structure the reader uses: a gzip stream is inflated in steps and refused once it
-exceeds ``max_bytes`` (default :data:`MAX_TABLE_BYTES`, 50 MB, the app's upload limit) or holds more than
-:data:`MAX_GZIP_MEMBERS` members; a CSV file with more than :data:`MAX_LINES` lines (blank ones included) is
-refused; a workbook is refused when its parts' uncompressed sizes add up to more than ``max_bytes``, when
-one of its XML parts holds more than :data:`MAX_XML_RUN` bytes between two elements (a huge comment or
-attribute: the XML parser's cost grows with the square of such a run; Excel writes at most 32,767
-characters in a cell) or more than :data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed
-element by element, about 100,000 a second), when a sheet spans more than :data:`MAX_XLSX_CELLS` cells
-from A1 to its farthest cell (the reader fills that rectangle: one stray cell at XFD1048576 means 17
-billion), or when its shared texts, copied into every cell that shows them, add up to more than
-``max_bytes`` (parts are parsed with an XML parser, as the reader parses them); a Parquet file is refused
-when its cells or pages (from its metadata) or its values once read exceed :func:`decoded_limit`, or its
-text, once every cell has its copy, exceeds ``max_bytes``; a table with more than ``max_columns`` columns
-(default :data:`MAX_COLUMNS`) is refused before it is parsed.
+Limits, so that a small hostile file cannot exhaust the server, each checked before the values are expanded
+and on the structure the reader uses: a gzip stream is inflated in steps and refused once it exceeds
+``max_bytes`` (default :data:`MAX_TABLE_BYTES`, 50 MB, the app's upload limit) or holds more than
+:data:`MAX_GZIP_MEMBERS` members; a CSV file with more than :data:`MAX_LINES` lines (blank ones included), or
+a CSV or Parquet value longer than :data:`MAX_CELL_BYTES`, is refused; a workbook is refused when its parts'
+uncompressed sizes add up to more than ``max_bytes``, when one of its XML parts holds more than
+:data:`MAX_XML_RUN` bytes between two elements (a huge comment or attribute: the XML parser's cost grows with
+the square of such a run; Excel writes at most 32,767 characters in a cell) or more than
+:data:`MAX_XLSX_ELEMENTS` XML elements in all (workbooks are parsed element by element, about 100,000 a
+second), when a sheet spans more than :data:`MAX_XLSX_CELLS` cells from A1 to its farthest cell (the reader
+fills that rectangle: one stray cell at XFD1048576 means 17 billion), or when its shared texts, copied into
+every cell that shows them, add up to more than ``max_bytes`` (parts are parsed with an XML parser, as the
+reader parses them); a Parquet file is refused when its cells or pages (from its metadata) or its values once
+read exceed :func:`decoded_limit`, or its text, once every cell has its copy, exceeds ``max_bytes``; a table
+with more than ``max_columns`` columns (default :data:`MAX_COLUMNS`) is refused before it is parsed.
 
 Nothing is changed silently: what loading had to interpret is said in ``df.attrs["dpcore_notes"]`` (shown
 on the Data page) - gzip members read one after the other, lines repeating the header (files joined end to
@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 from dpcore.errors import DataError
 
 __all__ = [
+    "MAX_CELL_BYTES",
     "MAX_COLUMNS",
     "MAX_GZIP_MEMBERS",
     "MAX_LINES",
@@ -73,6 +74,7 @@ MAX_XLSX_ELEMENTS = 1_000_000
 MAX_XLSX_CELLS = 2_000_000
 MAX_GZIP_MEMBERS = 10_000
 MAX_LINES = 10_000_000
+MAX_CELL_BYTES = 2**20  # one value's text (Excel writes at most 32,767 characters in a cell)
 MAX_NAME_CHARS = 255  # a file system's limit on a file name; the ledger's on a dataset name
 MAX_BATCH_BYTES = 2**28  # one streamed batch of a large Parquet file, once decoded
 NOTES_ATTR = "dpcore_notes"
@@ -489,7 +491,7 @@ def _csv_problem(err: csv.Error) -> str:
     if "expected after" in text:
         return "a quoted value is followed by more characters before the next delimiter"
     if "field limit" in text:
-        return f"a quoted value longer than {csv.field_size_limit():,} characters"
+        return f"a value longer than {csv.field_size_limit():,} characters, the most a line is checked with"
     if "NUL" in text:
         return "a NUL byte (binary data)"
     return "an unbalanced quote"
@@ -510,9 +512,32 @@ def _first_filled(text: str) -> int:
     return text.rfind("\n", 0, first) + 1 if first < len(text) else len(text)
 
 
+def _longest_field(raw: bytes, delim: str) -> int:
+    """The bytes of the longest field of a file without quotes: the largest gap between two delimiters or
+    line breaks (numpy, in slices)."""
+    longest, last = 0, -1
+    for offset in range(0, len(raw), _SCAN_SLICE):
+        part = np.frombuffer(raw, dtype=np.uint8, count=min(_SCAN_SLICE, len(raw) - offset), offset=offset)
+        ends = np.flatnonzero((part == ord(delim)) | (part == ord("\n"))) + offset
+        if ends.size:
+            longest = max(longest, int(ends[0]) - last - 1, int(np.diff(ends).max(initial=1)) - 1)
+            last = int(ends[-1])
+    return max(longest, len(raw) - last - 1)
+
+
+def _too_long_cell(name: str, size: int) -> DataError:
+    return DataError(
+        f"'{name}' holds a value of {_megabytes(size)}; at most {_megabytes(MAX_CELL_BYTES)} per cell is "
+        "read (Excel writes at most 32,767 characters in a cell; a longer text is neither a number nor a "
+        "category a release can use). Shorten it or leave its column out, and upload the file again."
+    )
+
+
 def _check_rows(text: str, raw: bytes, delim: str, name: str) -> list[str]:
     """Return the header fields; raise naming the first line whose field count differs from the header's."""
     records = _records(text, raw, delim, name)
+    if b'"' not in raw and (longest := _longest_field(raw, delim)) > MAX_CELL_BYTES:
+        raise _too_long_cell(name, longest)  # a quoted field is bounded by csv.field_size_limit()
     if records.count == 0:
         raise DataError(
             f"'{name}' contains no rows. Upload a file with a header row and at least one data row."
@@ -831,15 +856,18 @@ def _arrow_table(data: bytes, name: str, limits: _Limits, notes: list[str]) -> p
         table = pq.ParquetFile(io.BytesIO(data), read_dictionary=text).read() if text else file.read()
     except Exception as err:
         raise DataError(f"{unreadable}. Export it again.") from err
+    texts = [table.column(i) for i, f in enumerate(schema) if f.name in text]
+    longest = max(map(_longest_value, texts), default=0)
+    if longest > MAX_CELL_BYTES:
+        raise _too_long_cell(name, longest)
     sizes = [decoded_bytes(col) for col in table.columns]
     chars = sum(sizes[i] - 8 * table.num_rows for i, f in enumerate(schema) if f.name in text)  # 8 a cell
     if chars > limits.max_bytes:
         raise _too_much_text(name, chars, limits.max_bytes)
     if sum(sizes) > limit:
         raise _too_large_decoded(name, len(data), sum(sizes), limit)
-    for field in schema:
+    for i, field in enumerate(schema):  # by position: two columns may share a name
         if field.name in text:  # back to the file's own type, as a plain read gives it
-            i = table.schema.get_field_index(field.name)
             check_utf8(table.column(i), field, f"'{name}'")
             table = table.set_column(i, field, table.column(i).cast(field.type))
     for i, field in enumerate(table.schema):
@@ -859,6 +887,15 @@ def text_type(t: pa.DataType) -> bool:
     """True for Arrow string and binary types (the ones dictionary encoding can inflate)."""
     kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     return any(kind(t) for kind in kinds)
+
+
+def _longest_value(col: pa.ChunkedArray) -> int:
+    """The bytes of the longest value of a text column (of its dictionaries, if read as such)."""
+    longest = 0
+    for chunk in col.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        longest = max(longest, int(pc.max(pc.binary_length(values)).as_py() or 0))
+    return longest
 
 
 def decoded_bytes(col: pa.Array | pa.ChunkedArray) -> int:
