@@ -562,6 +562,21 @@ def _long_values(rng: np.random.Generator) -> Iterator[Case]:
     yield Case("seeded parquet text columns sharing a name", "t.parquet", parquet_bytes(twins))
 
 
+def _many_sheets(rng: np.random.Generator) -> Iterator[Case]:
+    """A small table on the first sheet, then sheets that each span nearly the cell limit."""
+    book = openpyxl.Workbook()
+    for row in TABLES["ordinary"][1][:3]:
+        book.active.append(row)
+    sheets, rows = int(rng.integers(3, 9)), int(rng.integers(1_000, 2_000))
+    for k in range(sheets):
+        sheet = book.create_sheet(f"s{k}")
+        for row in range(1, rows):
+            sheet.cell(row=row, column=2_000_000 // rows, value=1)
+    buf = io.BytesIO()
+    book.save(buf)
+    yield Case(f"seeded xlsx with {sheets} more sheets of {rows:,} full rows", "t.xlsx", buf.getvalue())
+
+
 def _mutations(rng: np.random.Generator) -> Iterator[Case]:
     """Ordinary files of every format with a few random bytes changed."""
     header, rows = TABLES["ordinary"]
@@ -583,6 +598,7 @@ def seeded_cases(seed: int) -> Iterator[Case]:
         yield from shape(rng)
     yield from _invalid_utf8(rng)
     yield from _long_values(rng)
+    yield from _many_sheets(rng)
     yield from _mutations(rng)
 
 

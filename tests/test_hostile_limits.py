@@ -12,6 +12,7 @@ import tracemalloc
 import zipfile
 import zlib
 
+import openpyxl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -283,3 +284,21 @@ def test_parquet_text_columns_sharing_a_name_are_refused_as_duplicates() -> None
     pq.write_table(pa.Table.from_arrays([pa.array(["x", "y"]), pa.array(["z", "w"])], names=names), buf)
     with pytest.raises(DataError, match=r"duplicate column names: 'a'"):
         load_table(buf.getvalue(), filename="t.parquet")
+
+
+def test_only_the_first_sheet_is_read() -> None:
+    """Each sheet may span up to the cell limit; all of them were read (six such sheets: 10 s or more)
+    though only the first is used."""
+    book = openpyxl.Workbook()
+    book.active.append(["a", "b"])
+    book.active.append([1, 2])
+    for k in range(6):  # 1,999 rows x 1,000 columns, under the limit, each row filled by the reader
+        sheet = book.create_sheet(f"s{k}")
+        for row in range(1, 2_000):
+            sheet.cell(row=row, column=1_000, value=1)
+    buf = io.BytesIO()
+    book.save(buf)
+    start = time.perf_counter()
+    table = load_table(buf.getvalue(), filename="t.xlsx")
+    assert table.to_dict("list") == {"a": [1], "b": [2]} and time.perf_counter() - start < 3
+    assert table.attrs["dpcore_source"] == "Excel .xlsx (first sheet 'Sheet' of 7)"

@@ -107,7 +107,7 @@ _NOT_ELEMENT = np.frombuffer(b"/!?", dtype=np.uint8)  # after "<": end tag, comm
 _TOKENS = ((b"<!--", b"-->"), (b"<?", b"?>"), (b"<![CDATA[", b"]]>"))
 _MAIN_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"  # the only one openpyxl reads
 _ROW_TAG, _CELL_TAG, _VALUE_TAG = f"{_MAIN_NS} row", f"{_MAIN_NS} c", f"{_MAIN_NS} v"
-_SHARED_TAG, _TEXT_TAG = f"{_MAIN_NS} si", f"{_MAIN_NS} t"
+_SHARED_TAG, _TEXT_TAG, _SHEET_TAG = f"{_MAIN_NS} si", f"{_MAIN_NS} t", f"{_MAIN_NS} sheet"
 
 Source = str | PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 
@@ -1034,13 +1034,13 @@ def _scan_xml(xml: bytes) -> tuple[int, int]:
     return longest, elements
 
 
-def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
+def _check_workbook(data: bytes, name: str, max_bytes: int) -> list[str]:
     """Refuse a zip that is not a workbook, that unzips to more than ``max_bytes``, whose XML parts are
     damaged, declare a DTD or hold a run of more than ``MAX_XML_RUN`` bytes between two elements, that
     holds more than ``MAX_XLSX_ELEMENTS`` XML elements in all, or a part whose cells span more than
     ``MAX_XLSX_CELLS``, or more shared text than ``max_bytes`` once copied into its cells. Each part is
     parsed with an XML parser (:class:`_Workbook`: expat, in the encoding the part declares), as the reader
-    parses it, once the byte scan has bounded its size."""
+    parses it, once the byte scan has bounded its size. Returns the names of its sheets, in order."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             infos = archive.infolist()
@@ -1075,6 +1075,7 @@ def _check_workbook(data: bytes, name: str, max_bytes: int) -> None:
                     )
                 book.parse(xml, info.filename)
             book.check_text(max_bytes)
+            return book.sheets
     except DataError:
         raise
     # damaged archive, encrypted or unknown compression, CRC/size mismatch
@@ -1111,6 +1112,7 @@ class _Workbook:
         self.used: Counter[str] = Counter()  # shared-text numbers the cells refer to
         self.text: list[str] | None = None  # the character data being collected
         self.in_shared = self.shared_cell = False  # inside a shared text (si), a cell showing one
+        self.sheets: list[str] = []  # the workbook's sheet names, in order
 
     def parse(self, xml: bytes, part: str) -> None:
         """Parse one part; refuse it as above (the shared texts are counted by :meth:`check_text`)."""
@@ -1175,6 +1177,8 @@ class _Workbook:
             self.row = self.row + 1 if ref is None else self._place(_row_number, ref, "row number")
             self.column = 0
             self.rows = max(self.rows, self.row)
+        elif tag == _SHEET_TAG:
+            self.sheets.append(attrs.get("name", ""))
         elif tag == _SHARED_TAG:
             self.shared.append(0)
             self.in_shared = True
@@ -1226,9 +1230,11 @@ def _row_number(ref: str) -> int:
 
 
 def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.DataFrame:
-    _check_workbook(data, name, limits.max_bytes)
-    try:
-        sheets = pd.read_excel(io.BytesIO(data), sheet_name=None, header=None, engine="openpyxl")
+    sheets = _check_workbook(data, name, limits.max_bytes)
+    if not sheets:
+        raise DataError(f"'{name}' has no worksheets. Put the table on the first sheet.")
+    try:  # the first sheet only: the others are not used (each may span the cell limit)
+        raw = pd.read_excel(io.BytesIO(data), sheet_name=0, header=None, engine="openpyxl")
     # openpyxl raises KeyError, InvalidFileException, ValueError, ... on bad workbooks
     except Exception as err:
         raise DataError(
@@ -1236,9 +1242,7 @@ def _read_xlsx(data: bytes, name: str, limits: _Limits, notes: list[str]) -> pd.
             f"does not write (the reader stopped with {type(err).__name__}). Save it again from Excel as "
             ".xlsx, or export the sheet as CSV, and upload that."
         ) from err
-    if not sheets:
-        raise DataError(f"'{name}' has no worksheets. Put the table on the first sheet.")
-    sheet, raw = next(iter(sheets.items()))
+    sheet = sheets[0]
     raw = raw.dropna(how="all").dropna(axis=1, how="all")
     if raw.empty:
         raise DataError(
