@@ -94,7 +94,7 @@ def test_the_batch_job_fingerprints_a_select_as_the_data_page(warehouse: str) ->
 
 def test_a_plan_made_on_a_sample_of_a_select_releases_on_all_rows(warehouse: str, tmp_path: Path) -> None:
     plan, whole = sampled_plan(warehouse)
-    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'releases.db'}")
     ledger.set_budget(plan.account, epsilon=5.0)
     kw = {"ledger": ledger, "artifacts_dir": tmp_path / "batch", "user": "batch"}
     release = run_plan(plan.to_manifest(), warehouse, query=QUERY, **kw)

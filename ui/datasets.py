@@ -33,6 +33,7 @@ from dpcore.data.sources import (
     list_folder_files,
     list_tables,
     load_source,
+    refuse_ledger_database,
     resolve_folder_file,
     source_from_dict,
 )
@@ -100,7 +101,8 @@ def source_settings() -> SourceSettings:
 
 def database_engine(name: str) -> sa.Engine:
     """The SQLAlchemy engine of an allow-listed connection (``[connections.<name>]`` in the secrets),
-    through ``st.connection``; ``DataError`` when it is not configured or cannot be opened."""
+    through ``st.connection``; ``DataError`` when it is not configured, cannot be opened or leads to the
+    ledger's own database (:func:`~dpcore.data.sources.refuse_ledger_database`)."""
     if name not in source_settings().databases:
         raise DataError(f"'{name}' is not a database listed in [dpcore] databases; choose one from the list.")
     connections = st.secrets.get("connections") if st.secrets.load_if_toml_exists() else None
@@ -111,12 +113,14 @@ def database_engine(name: str) -> sa.Engine:
             "operator must add its SQLAlchemy URL there."
         )
     try:  # the section passed explicitly: the same settings whichever secrets object the run uses
-        return st.connection(name, type="sql", **_connection_kwargs(section)).engine
+        engine = st.connection(name, type="sql", **_connection_kwargs(section)).engine
     except Exception as err:  # Streamlit's secret errors, SQLAlchemy's URL and driver errors
         raise DataError(
             f"The database connection '{name}' could not be opened ({type(err).__name__}); check its "
             f"[connections.{name}] section in .streamlit/secrets.toml."
         ) from err
+    refuse_ledger_database(engine.url, config.ledger_url(), name)  # budgets, releases, session tokens
+    return engine
 
 
 def folder_files(folders: tuple[str, ...]) -> dict[str, FolderFile]:

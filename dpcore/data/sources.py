@@ -23,9 +23,13 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import ipaddress
 import math
 import os
 import secrets
+import socket
+import sqlite3
+import threading
 import time
 import uuid
 from collections import Counter
@@ -34,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pandas as pd
@@ -41,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 import sqlglot
+from pandas.io.sql import _wrap_result  # pandas' own rows-to-frame step (read_sql's)
 from sqlglot import exp
 
 from dpcore.data.fingerprint import FingerprintStream, fingerprint
@@ -61,6 +67,7 @@ __all__ = [
     "DEFAULT_MAX_ROWS",
     "DEFAULT_QUERY_TIMEOUT_S",
     "DEFAULT_SOURCE_CACHE_TTL_S",
+    "LEDGER_TABLES",
     "DatabaseQuery",
     "DatabaseTable",
     "FolderFile",
@@ -73,7 +80,9 @@ __all__ = [
     "parquet_frames",
     "parquet_parts",
     "read_text_file",
+    "refuse_ledger_database",
     "resolve_folder_file",
+    "same_database",
     "source_from_dict",
     "sql_chunks",
     "validate_select",
@@ -91,6 +100,13 @@ QUERY_TIMEOUT_ENV = "DPCORE_QUERY_TIMEOUT_S"
 DEFAULT_SOURCE_CACHE_TTL_S = 600.0  # a database read is kept per server this long (0: read every time)
 SOURCE_CACHE_TTL_ENV = "DPCORE_SOURCE_CACHE_TTL_S"
 SQLITE_STEPS = 10_000  # SQLite virtual-machine instructions between two looks at the clock (well under 1 ms)
+MAX_SQL_ROW_BYTES = 2**18  # one row of a database read: its values' bytes (Data page and batch job alike)
+SQL_CHUNK_BYTES = 2**24  # a chunk of a database read ends at this many bytes of values (or at its rows)
+MAX_SQL_BYTES = MAX_TEXT_MB * 2**20  # bytes of values the Data page keeps from one database read
+#: The ledger's tables (dpcore.ledger, and dpcore.sessions' ``sessions``): never listed as a data source.
+LEDGER_TABLES = frozenset({"ledger_instance", "datasets", "accounts", "account_releases", "sessions"})
+_TOO_BIG = "dpcore_row_too_big"  # the text PostgreSQL's row check fails to cast, naming the refusal
+_SIZED = (str, bytes, bytearray, memoryview)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
 _SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "sqlite": "sqlite", "mysql": "mysql"}
@@ -351,6 +367,114 @@ def list_folder_files(folders: Sequence[str]) -> list[FolderFile]:
 # -- databases --------------------------------------------------------------------------------------
 
 
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+
+
+def _query_value(url: sa.URL, key: str) -> str | None:
+    value = url.query.get(key)
+    return (value[0] if value else None) if isinstance(value, tuple) else value
+
+
+def _sqlite_path(url: sa.URL) -> Path | None:
+    """The file a SQLite URL opens (a ``file:`` URI's path too), symbolic links resolved; None in memory."""
+    database = url.database or ""
+    if database.startswith("file:"):
+        parts = urlsplit(database)
+        if "mode=memory" in parts.query:
+            return None
+        database = unquote(parts.path)
+    if not database or database == ":memory:" or _query_value(url, "mode") == "memory":
+        return None
+    return Path(database).expanduser().resolve()
+
+
+def _addresses(host: str) -> set[str]:
+    """Where ``host`` leads: "local" for this machine (a unix socket folder, a loopback name or address),
+    else its lowercase name and the addresses it resolves to (none when it does not resolve)."""
+    host = host.strip().strip("[]").rstrip(".").lower()
+    if not host or host.startswith("/") or host in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return {"local"}
+    found = {host}
+    try:
+        found |= {str(info[4][0]).split("%")[0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError, ValueError):
+        pass
+    local = set()
+    for text in found:
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            continue
+        if address.is_loopback or address.is_unspecified:
+            local.add("local")
+    return found | local
+
+
+def _server_database(url: sa.URL) -> tuple[str, str, int, str]:
+    """(kind, host, port, database) of a server URL, with the defaults a driver fills in (PostgreSQL: libpq's
+    PGHOST, PGPORT, PGDATABASE, the user name)."""
+    kind = url.get_backend_name()
+    kind = "postgresql" if kind == "postgres" else kind
+    pg = kind == "postgresql"
+    env = os.environ if pg else {}
+    host = url.host or _query_value(url, "host") or env.get("PGHOST") or ""
+    port = url.port or _query_value(url, "port") or env.get("PGPORT") or _DEFAULT_PORTS.get(kind, 0)
+    user = url.username or _query_value(url, "user") or env.get("PGUSER") or ""
+    database = url.database or _query_value(url, "dbname") or env.get("PGDATABASE") or (user if pg else "")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    return kind, host, number, database
+
+
+def same_database(url: str | sa.URL, other: str | sa.URL) -> bool:
+    """Whether two SQLAlchemy URLs lead to the same database, however they are spelled: SQLite, the same
+    file (symbolic and hard links followed, ``file:`` URIs read); a server, the same kind, host (by name or
+    address, this machine's loopback names, addresses and unix sockets alike), port (its default when
+    absent) and database, whatever the driver, user, password and other options."""
+    a, b = sa.make_url(url), sa.make_url(other)
+    if a.get_backend_name() == "sqlite" or b.get_backend_name() == "sqlite":
+        if a.get_backend_name() != b.get_backend_name():
+            return False
+        files = _sqlite_path(a), _sqlite_path(b)
+        if files[0] is None or files[1] is None:
+            return False
+        if files[0] == files[1]:
+            return True
+        try:
+            return os.path.samefile(*files)
+        except OSError:
+            return False
+    kind_a, host_a, port_a, db_a = _server_database(a)
+    kind_b, host_b, port_b, db_b = _server_database(b)
+    if (kind_a, port_a, db_a) != (kind_b, port_b, db_b):
+        return False
+    return host_a.lower() == host_b.lower() or bool(_addresses(host_a) & _addresses(host_b))
+
+
+def refuse_ledger_database(url: str | sa.URL, ledger_url: str | sa.URL, connection: str) -> None:
+    """``DataError`` when the configured database ``connection`` at ``url`` is the ledger's own database
+    (:func:`same_database`), which holds every curator's budgets, releases and session tokens."""
+    if same_database(url, ledger_url):
+        raise DataError(
+            f"The database connection '{connection}' leads to the ledger's own database (the same server "
+            "and database as DPCORE_LEDGER_URL), which holds every curator's budgets, releases and session "
+            f"tokens, so it cannot be a data source. Point [connections.{connection}] in "
+            ".streamlit/secrets.toml at the database that holds the data, with a read-only role (no "
+            "superuser, no pg_signal_backend)."
+        )
+
+
+def _ledger_error() -> DataError:
+    return DataError(
+        "This database holds a dpcore ledger (its table ledger_instance), with every curator's budgets, "
+        "releases and session tokens, so it cannot be a data source. Point the connection in "
+        ".streamlit/secrets.toml at the database that holds the data, with a read-only role (no superuser, "
+        "no pg_signal_backend)."
+    )
+
+
 def validate_select(sql: str, dialect: str = "") -> str:
     """``sql`` without a trailing semicolon, if it is exactly one SELECT (UNION, CTEs allowed) with no
     data-modifying or locking part (INSERT/UPDATE/DELETE/MERGE in a CTE, SELECT INTO, FOR UPDATE, DDL,
@@ -390,13 +514,18 @@ def validate_select(sql: str, dialect: str = "") -> str:
 
 
 def list_tables(bind: sa.Engine | sa.Connection, timeout_s: float | None = None) -> list[str]:
-    """Tables and views of the database's default schema, by name. With ``timeout_s`` (an engine's
-    listing, as the Data page lists them) the listing runs in a transaction rolled back after it and is
-    stopped that many seconds after it starts (:class:`_Deadline`), with a ``DataError`` naming the fix."""
+    """Tables and views of the database's default schema, by name, never the ledger's
+    (:data:`LEDGER_TABLES`); a database holding a ledger (its table ``ledger_instance``) is refused with a
+    ``DataError``. With ``timeout_s`` (an engine's listing, as the Data page lists them) the listing runs in
+    a transaction rolled back after it and is stopped that many seconds after it starts (:class:`_Deadline`),
+    with a ``DataError`` naming the fix."""
 
     def names(conn: sa.Engine | sa.Connection) -> list[str]:
         found = sa.inspect(conn)
-        return sorted({*found.get_table_names(), *found.get_view_names()})
+        listed = {*found.get_table_names(), *found.get_view_names()}
+        if "ledger_instance" in listed:
+            raise _ledger_error()
+        return sorted(listed - LEDGER_TABLES)
 
     deadline = _Deadline(timeout_s, "the table list")
     try:
@@ -440,15 +569,18 @@ class _Deadline:
     statement_timeout`` to the time left, set again before the count, the rows and each chunk; local to
     the read's transaction, so the pooled connection keeps no limit). SQLite's progress handler, on the DBAPI
     connection, interrupts it (the clock is read every ``SQLITE_STEPS`` instructions; the handler is
-    removed when the read ends). Every dialect is also checked between chunks, so elsewhere (MySQL, SQL
-    Server, ...) the read stops at the first chunk after the end, but a statement the database does not
-    return from is waited for."""
+    removed when the read ends), and a timer calls its ``interrupt()`` at the end, for a step that runs long
+    between two looks (a sort of large rows, a function on a large value). Every dialect is also checked
+    before each fetch, so elsewhere (MySQL, SQL Server, ...) the read stops at the first fetch after the end,
+    but a statement the database does not return from is waited for."""
 
     def __init__(self, limit_s: float | None, label: str) -> None:
         self.limit_s, self.label = limit_s, label
         self.end = math.inf if limit_s is None else time.monotonic() + limit_s
         self.fired = False  # the limit stopped the read (SQLite's interrupt or the check between chunks)
         self._handler: Any = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()  # the timer interrupts only a connection the read still holds
 
     def left_ms(self) -> int:
         """Milliseconds left; the time-limit ``DataError`` once none are."""
@@ -477,33 +609,33 @@ class _Deadline:
         elif self._handler is None and conn.dialect.name == "sqlite":
             self._handler = conn.connection.driver_connection
             self._handler.set_progress_handler(self._interrupt, SQLITE_STEPS)
+            self._timer = threading.Timer(left / 1000, self._interrupt_now)  # a long step: a sort, hex()
+            self._timer.daemon = True
+            self._timer.start()
 
     def _interrupt(self) -> int:
         self.fired = self.fired or time.monotonic() >= self.end
         return int(self.fired)
 
+    def _interrupt_now(self) -> None:
+        with self._lock:
+            if self._handler is not None:
+                self.fired = True
+                self._handler.interrupt()
+
     def disarm(self) -> None:
-        if self._handler is not None:
-            self._handler.set_progress_handler(None, 0)
-            self._handler = None
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            if self._handler is not None:
+                self._handler.set_progress_handler(None, 0)
+                self._handler = None
 
     def stopped(self, err: BaseException) -> bool:
         """Whether the limit stopped the read that raised ``err`` (PostgreSQL: query_canceled, 57014)."""
         orig = getattr(err, "orig", err)
         code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
         return self.fired or (code == "57014" and time.monotonic() >= self.end - 0.1)
-
-    def chunks(self, conn: sa.Connection, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        """``chunks``, each fetched within the time left."""
-        if self.limit_s is None:
-            yield from chunks
-            return
-        while True:
-            self.arm(conn)
-            chunk = next(chunks, None)
-            if chunk is None:
-                return
-            yield chunk
 
 
 _SQL_COLUMNS = "Load only the columns you need (features, the user column) with SELECT a, b, ... FROM ..."
@@ -525,20 +657,40 @@ def _check_names(label: str, names: Sequence[object], fix: str) -> None:
         )
 
 
+def _row_check(conn: sa.Connection, name: str) -> str:
+    """A condition true for every row of ``name`` (a table or the query's alias) that PostgreSQL fails
+    on, before the row leaves the server, when the row is larger than ``MAX_SQL_ROW_BYTES`` (an invalid
+    cast naming ``_TOO_BIG``); empty elsewhere (SQLite's length limit refuses such a row itself)."""
+    if conn.dialect.name != "postgresql":
+        return ""
+    size = f"pg_column_size({name}.*)"  # the failing cast depends on the row: not folded when planned
+    too_big = f"CAST('{_TOO_BIG}' || {size} AS integer)"
+    return f"CASE WHEN {size} > {int(MAX_SQL_ROW_BYTES):d} THEN {too_big} ELSE 1 END = 1"
+
+
 def _sql_selects(spec: DatabaseTable | DatabaseQuery, conn: sa.Connection) -> tuple[Any, Any]:
-    """(count query, ordered rows query) of the spec, as SQLAlchemy selectables."""
+    """(count query, ordered rows query) of the spec, as SQLAlchemy selectables; on PostgreSQL the rows
+    query fails on a row above ``MAX_SQL_ROW_BYTES`` (:func:`_row_check`). A database holding a ledger is
+    refused (:data:`LEDGER_TABLES`)."""
     if isinstance(spec, DatabaseTable):
         if spec.table not in list_tables(conn):
             raise DataError(f"The database has no table '{spec.table}'; choose one from the list.")
         table = sa.Table(spec.table, sa.MetaData(), autoload_with=conn)
         _check_names(spec.label, [c.name for c in table.columns], _SQL_COLUMNS)
-        return sa.select(sa.func.count()).select_from(table), sa.select(table).order_by(*table.columns)
+        rows = sa.select(table).order_by(*table.columns)
+        check = _row_check(conn, conn.dialect.identifier_preparer.quote(spec.table))
+        rows = rows.where(sa.text(check)) if check else rows
+        return sa.select(sa.func.count()).select_from(table), rows
+    if sa.inspect(conn).has_table("ledger_instance"):
+        raise _ledger_error()
     sql = validate_select(spec.sql, conn.dialect.name)
     inner = f"({sql}\n) AS dpcore_q"  # a line break: a trailing -- comment ends before the parenthesis
     names = list(conn.execute(sa.text(f"SELECT * FROM {inner} WHERE 1 = 0")).keys())
     _check_names(spec.label, names, _SQL_COLUMNS)
     order = ", ".join(str(i + 1) for i in range(len(names)))
-    return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner} ORDER BY {order}")
+    check = _row_check(conn, "dpcore_q")
+    where = f" WHERE {check}" if check else ""
+    return sa.text(f"SELECT COUNT(*) FROM {inner}"), sa.text(f"SELECT * FROM {inner}{where} ORDER BY {order}")
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -570,7 +722,8 @@ def load_source(
     """Read ``spec`` (a folder file needs the allow-listed ``folders``, a database spec its ``engine``);
     above ``max_rows`` rows keep a uniform sample drawn with ``sample_seed`` (new from the OS entropy
     source when None: the sample is for diagnostics, its seed is recorded to load the same rows again).
-    A database read is stopped after ``timeout_s`` seconds (None: no limit), see :func:`sql_chunks`."""
+    A database read is stopped after ``timeout_s`` seconds (None: no limit), see :func:`sql_chunks`, and
+    refused once the rows it keeps take more than ``MAX_SQL_BYTES`` in memory."""
     if max_rows < 1:
         raise DataError(f"max_rows must be at least 1 (got {max_rows}).")
     seed = secrets.randbits(63) if sample_seed is None else int(sample_seed)
@@ -582,15 +735,21 @@ def load_source(
 
 
 def _pass(
-    name: str, chunks: Iterator[pd.DataFrame], total: int, max_rows: int, seed: int
+    name: str,
+    chunks: Iterator[pd.DataFrame],
+    total: int,
+    max_rows: int,
+    seed: int,
+    max_bytes: int | None = None,
 ) -> tuple[str, int, list[pd.DataFrame], bool]:
     """One pass over ``chunks`` (``total`` rows in all): the fingerprint of the rows with a value (as
     ``load_table`` keeps them), their number, and the rows kept (all, or a uniform sample of ``max_rows``
-    of the ``total`` rows, indices without replacement)."""
+    of the ``total`` rows, indices without replacement), refused once they take more than ``max_bytes`` in
+    memory (None: no limit)."""
     sampled = total > max_rows
     picks = np.sort(np.random.default_rng(seed).choice(total, max_rows, replace=False)) if sampled else None
     kept: list[pd.DataFrame] = []
-    start = 0
+    start = held = 0
     with FingerprintStream() as stream:
         for chunk in chunks:
             if picks is None:
@@ -598,6 +757,10 @@ def _pass(
             else:
                 lo, hi = np.searchsorted(picks, [start, start + len(chunk)])
                 kept.append(chunk.iloc[picks[lo:hi] - start])
+            if max_bytes is not None:
+                held += int(kept[-1].memory_usage(index=False, deep=True).sum())
+                if held > max_bytes:
+                    raise _kept_error(name, max_bytes)
             start += len(chunk)
             stream.update(chunk.dropna(how="all"))
         if start != total:
@@ -605,6 +768,15 @@ def _pass(
         if stream.n_rows == 0:
             raise _no_rows(name, total)
         return stream.hexdigest(), stream.n_rows, kept, sampled
+
+
+def _kept_error(name: str, max_bytes: int) -> DataError:
+    return DataError(
+        f"'{name}' takes more than {max_bytes / 2**20:,.0f} MB in memory, the most the Data page keeps from "
+        "one database read. Select only the columns you need and shorten long texts (e.g. substr(note, 1, "
+        "1000)), or ask the operator to lower [dpcore] max_rows (a smaller sample); the batch job (python -m "
+        "dpcore run-plan) reads the whole table without this limit."
+    )
 
 
 def _no_rows(name: str, total: int) -> DataError:
@@ -763,36 +935,49 @@ def sql_chunks(
 ) -> Iterator[tuple[int, Iterator[pd.DataFrame]]]:
     """(number of rows, the rows in chunks) of a database table or SELECT, in the order of all their
     columns (named as ``load_table`` names them), read in one read-only transaction (rolled back on leaving
-    the ``with`` block). Database errors raise ``DataError``. The chunks' types vary as
-    ``pandas.read_sql`` infers them per chunk; :class:`~dpcore.data.fingerprint.FingerprintStream`
-    resolves them as a whole read would.
+    the ``with`` block). Database errors raise ``DataError``. The chunks' types vary as pandas infers them
+    per chunk; :class:`~dpcore.data.fingerprint.FingerprintStream` resolves them as a whole read would.
+
+    Rows are fetched a few at a time and measured as they arrive, before pandas sees them: a chunk ends at
+    ``chunk_rows`` rows or ``SQL_CHUNK_BYTES`` bytes of values, and a row above ``MAX_SQL_ROW_BYTES`` is
+    refused, by the database itself on SQLite (its length limit) and PostgreSQL (:func:`_row_check`), and
+    here on every database, with a ``DataError`` naming the limit and the fix.
 
     With ``timeout_s`` the whole read (table check, count, rows) is stopped that many seconds after it
-    starts, by the database itself on PostgreSQL and SQLite, between chunks elsewhere (:class:`_Deadline`),
+    starts, by the database itself on PostgreSQL and SQLite, between fetches elsewhere (:class:`_Deadline`),
     with a ``DataError`` naming the limit and the fix. None (the batch job's reads): no limit."""
     deadline = _Deadline(timeout_s, spec.label)
     try:
         with engine.connect() as conn:
             conn.begin()
+            length = None
             try:
                 _read_only(conn)
+                if conn.dialect.name == "sqlite":  # no value or sorted row longer than a row may be
+                    length = conn.connection.driver_connection
+                    length_was = length.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, int(MAX_SQL_ROW_BYTES))
                 deadline.arm(conn)
                 count, rows = _sql_selects(spec, conn)
                 deadline.arm(conn)
                 total = int(conn.execute(count).scalar_one())
                 deadline.arm(conn)
-                streamed = conn.execution_options(stream_results=True)
-                chunks = deadline.chunks(conn, pd.read_sql(rows, streamed, chunksize=chunk_rows))
+                result = conn.execution_options(stream_results=True).execute(rows)
+                chunks = _fetched(result, spec.label, chunk_rows, deadline, conn)
                 yield total, (_plain(chunk.rename(columns=column_name), spec.label) for chunk in chunks)
             finally:
                 deadline.disarm()
                 conn.rollback()
+                if length is not None:
+                    length.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was)
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = OFF")
     except (sa.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:  # pandas wraps the SQLAlchemy error
-        if deadline.stopped(err.__cause__ or err):
+        cause = err.__cause__ or err
+        if deadline.stopped(cause):
             raise deadline.error() from err
-        why = url_redactor(engine.url)(_first_line(err.__cause__ or err))  # a driver may quote its values
+        if _too_big(cause):
+            raise _row_error(spec.label) from err
+        why = url_redactor(engine.url)(_first_line(cause))  # a driver may quote its values
         query = isinstance(spec, DatabaseQuery)
         fix = "correct the SELECT" if query else "check the connection's access to it"
         if "operator" in why:  # rows are read in the order of all their columns: json cannot be sorted
@@ -800,6 +985,63 @@ def sql_chunks(
         raise DataError(
             f"The database refused the read of '{spec.label}' ({why}); {fix} and load it again."
         ) from err
+
+
+def _too_big(err: BaseException) -> bool:
+    """Whether the database refused a row above ``MAX_SQL_ROW_BYTES`` (SQLite: SQLITE_TOOBIG; PostgreSQL:
+    :func:`_row_check`'s cast)."""
+    orig = getattr(err, "orig", err)
+    return getattr(orig, "sqlite_errorname", None) == "SQLITE_TOOBIG" or _TOO_BIG in str(orig)
+
+
+def _row_error(label: str) -> DataError:
+    return DataError(
+        f"'{label}' has a row of more than {MAX_SQL_ROW_BYTES / 1024:,.0f} KB (its values' bytes), the most "
+        "one row of a database read may hold. Select only the columns you need and shorten long texts (e.g. "
+        "substr(note, 1, 1000)) and load it again."
+    )
+
+
+def _fetched(
+    result: sa.CursorResult, label: str, chunk_rows: int, deadline: _Deadline, conn: sa.Connection
+) -> Iterator[pd.DataFrame]:
+    """The rows of ``result`` as frames of at most ``chunk_rows`` rows and about ``SQL_CHUNK_BYTES`` bytes
+    (one empty frame when there are none), fetched within the time left as many rows at a time as fit in
+    the chunk's bytes left if each were as large as a row may be (``MAX_SQL_ROW_BYTES``, at least one), each
+    row measured (:func:`_measured`) before pandas sees it."""
+    columns = list(result.keys())
+    rows: list[Any] = []
+    size, yielded = 0, False
+    while True:
+        deadline.arm(conn)
+        fits = int((SQL_CHUNK_BYTES - size) // MAX_SQL_ROW_BYTES)  # rows of the largest size still fitting
+        batch = result.fetchmany(max(1, min(fits, chunk_rows - len(rows))))
+        if batch:
+            size += _measured(batch, label)
+            rows += batch
+        if rows and (not batch or len(rows) >= chunk_rows or size >= SQL_CHUNK_BYTES):
+            frame, rows, size, yielded = _wrap_result(rows, columns), [], 0, True
+            yield frame
+        if not batch:
+            break
+    if not yielded:
+        yield _wrap_result([], columns)
+
+
+def _measured(batch: Sequence[Any], label: str) -> int:
+    """The bytes of the values in ``batch`` (a text's or bytes' length, 8 for any other value); a row
+    above ``MAX_SQL_ROW_BYTES`` raises the row's ``DataError``."""
+    widths = np.zeros(len(batch), dtype=np.int64)
+    for column in zip(*batch, strict=True):
+        if any(issubclass(t, _SIZED) for t in set(map(type, column))):
+            widths += np.fromiter(
+                (len(v) if isinstance(v, _SIZED) else 8 for v in column), dtype=np.int64, count=len(batch)
+            )
+        else:
+            widths += 8
+    if len(batch) and int(widths.max()) > MAX_SQL_ROW_BYTES:
+        raise _row_error(label)
+    return int(widths.sum())
 
 
 _PLAIN = (str, int, float, bool, np.generic, decimal.Decimal, dt.date, dt.time, dt.timedelta, uuid.UUID)
@@ -827,6 +1069,6 @@ def _load_sql(
     spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, seed: int, timeout_s: float | None
 ) -> LoadedSource:
     with sql_chunks(spec, engine, timeout_s=timeout_s) as (total, chunks):
-        result = _pass(spec.label, chunks, total, max_rows, seed)
+        result = _pass(spec.label, chunks, total, max_rows, seed, int(MAX_SQL_BYTES))
     what = f"database '{spec.connection}', read in a read-only transaction"
     return _result(spec.label, *result, seed, what)
