@@ -147,7 +147,8 @@ def test_release_debits_once_across_reruns(downloads):
     assert manifest["definition"] == "geo_ind" and manifest["sampling_mode"] == "secure"
     assert manifest["scope"] == PER_LOCATION and manifest["details"]["scope"] == PER_LOCATION
     assert manifest["parameters"]["radius_m"] == 2000.0
-    assert manifest["details"]["epsilon_per_metre"] == pytest.approx(0.0005)
+    u = manifest["details"]["grid_step_m"]  # exact sampling on a public grid: level 1 within r + 1.5 u
+    assert u == 1.0 and manifest["details"]["epsilon_per_metre"] == pytest.approx(1 / (2000.0 + 1.5 * u))
     report = downloads[f"{stem}-report.html"].decode()
     assert "Planar Laplace (per location): released locations" in report
     assert "True locations (raw data)" not in report and "Diagnostic:" not in report
