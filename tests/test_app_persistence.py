@@ -278,3 +278,19 @@ def test_every_page_starts_with_the_entry_point():
         first = next(n for n in body if not isinstance(n, ast.Import | ast.ImportFrom | ast.Expr | ast.Assign)
                      or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)))
         assert ast.unparse(first) == "ensure_entrypoint()", path
+
+
+def test_a_session_url_opened_by_another_user_is_not_restored(monkeypatch: pytest.MonkeyPatch):
+    """The plan keeps a hash of its owner's name; another identity opening the URL gets a new, empty
+    session (with sign-in, the verified identity; here the local user name stands for it)."""
+    monkeypatch.setenv("DPCORE_USER", "alice")
+    at = _open()
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Sample: US airports").run()
+    at.button(key="data_load_sample").click().run()
+    token = at.query_params["s"]
+    assert _open(token).session_state["dp_dataset"] is not None  # alice again: restored
+    monkeypatch.setenv("DPCORE_USER", "bob")
+    other = _open(token)
+    assert other.query_params["s"] != token and "dp_dataset" not in other.session_state
+    assert any("belongs to another user's session" in t.value for t in other.toast)
