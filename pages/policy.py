@@ -1,5 +1,7 @@
 """Privacy policy: definition, parameters, their plain-language meaning, and the dataset's total budget."""
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +35,7 @@ GRAPHS = {
     "distance_threshold": "Distance threshold: values within θ",
     "attribute": "Attribute: records differing in at most c attributes",
 }
+BUDGET_CONFIRMED_KEY = "dp_budget_confirmed"  # set by Save budget's callback for the run of its click
 BUDGET_ACCOUNT_KEY = "dp_budget_fields_account"  # the account whose totals the budget fields show
 FLASH_KEY = "dp_policy_flash"
 UNITS = {
@@ -177,7 +180,13 @@ def _per_user() -> int | None:
     return int(most)
 
 
+def _confirm_budget(digest: str) -> None:
+    """Save budget's callback: the digest of the account and totals drawn on the button that was clicked."""
+    st.session_state[BUDGET_CONFIRMED_KEY] = digest
+
+
 def _budget() -> None:
+    confirmed = st.session_state.pop(BUDGET_CONFIRMED_KEY, None)
     st.header("Total budget for this dataset and policy")
     ds = state.dataset()
     if ds is None:
@@ -236,7 +245,22 @@ def _budget() -> None:
         "Every release debits this budget (sequential releases add up their ε and δ); a release that would "
         "exceed it is refused. The budget can be raised, never lowered below what is spent."
     )
-    if st.button("Save budget", type="primary"):
+    shown = hashlib.sha256(json.dumps([account.key, float(eps_total), float(delta_total)]).encode())
+    digest = shown.hexdigest()[:16]  # the budget on screen: a click saves this one or nothing
+    clicked = st.button(
+        "Save budget",
+        type="primary",
+        key=f"pol_save_{digest}",
+        on_click=_confirm_budget,
+        args=(digest,),
+        help=f"Sets {unit} = {float(eps_total):.4g}" + (f", δ = {delta_total:.3g}" if uses_delta else ""),
+    )
+    if confirmed is not None and confirmed != digest:
+        st.warning(
+            "The budget fields changed since you clicked (a value typed without Enter is committed by the "
+            "click): nothing was saved. Check the totals above and click Save budget again."
+        )
+    if clicked and confirmed == digest:
         with user_errors("saving the budget") as outcome:
             ledger.register_dataset(ds.dataset_id, ds.name, ds.fingerprint)
             saved = ledger.set_budget(account, eps_total, delta_total)

@@ -249,3 +249,18 @@ def test_no_delta_is_asked_for_a_definition_without_one(app_path: str, small_dat
     assert any(n.label == "Total level l for this dataset" for n in at.number_input)
     next(b for b in at.button if b.label == "Save budget").click().run()
     assert any(s.value.startswith("Budget saved: level l = 3") and "δ" not in s.value for s in at.success)
+
+
+def test_a_budget_typed_and_committed_by_the_click_is_not_saved(app_path: str, small_dataset: Dataset):
+    """The Save budget button saves the totals that were on screen when it was clicked, or nothing: a value
+    typed without Enter and committed by the click itself is not granted under a button drawn for another."""
+    at = _policy_page(app_path, small_dataset)
+    at.number_input(key="pol_budget_eps").set_value(2.0).run()
+    save = next(b for b in at.button if b.label == "Save budget")
+    at.number_input(key="pol_budget_eps").set_value(20.0)
+    save.click().run()  # one run: the field's new value and the click on the button drawn for 2
+    account = policy_account(small_dataset.dataset_id, DEFAULT_POLICY)
+    assert Ledger(config.ledger_url()).budget(account) is None
+    assert any("nothing was saved" in w.value for w in at.warning)
+    next(b for b in at.button if b.label == "Save budget").click().run()  # now drawn for 20: confirmed
+    assert Ledger(config.ledger_url()).budget(account).epsilon_total == 20.0

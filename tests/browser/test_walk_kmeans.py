@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -159,6 +160,9 @@ def test_curator_walk_kmeans(page: Page, server: Server) -> None:
     body.get_by_text("Release this plan again (a new request").click()
     wait_for_app(page)
     click(page, f"Release this plan again (spends {COST} more)")
+    # wait on page state: the second request's confirmation (its files replace the first's)
+    second_request = re.compile(r"recorded in the ledger as request plan-[0-9a-f]{8}-2 by")
+    expect(body.get_by_text(second_request).first).to_be_visible()
     second = _check_release(_release_files(page), demo=True, k=3)
     pd.testing.assert_frame_equal(first, second)  # same seed, same noise
     choose_radio(page, RELEASE_MODE, scope=sidebar)
