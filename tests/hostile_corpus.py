@@ -22,6 +22,7 @@ import json
 import math
 import signal
 import time
+import tracemalloc
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
 from dpcore.data import fingerprint, handle_missing, infer_schema, load_table, prepare
-from dpcore.errors import DPCoreError
+from dpcore.errors import DataError, DPCoreError
 
 FEATURE_KINDS = ("numeric", "categorical", "date", "latitude", "longitude")
 MAX_FEATURES = 8
@@ -678,3 +679,18 @@ def run_case(case: Case, limit: float) -> Outcome:
     if seconds > limit:
         status = "hung"
     return Outcome(case, status, stage, seconds, error)
+
+
+def refusal(data: bytes, name: str) -> tuple[str, float, float]:
+    """Load ``data`` as the file ``name``, which must be refused: the DataError's message, the seconds
+    taken and the peak traced memory (MB)."""
+    import pytest
+
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(DataError) as refused:
+            load_table(data, filename=name)
+        return str(refused.value), time.perf_counter() - start, tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()

@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -143,8 +144,14 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
         return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    name = f"t_{uuid.uuid4().hex}"
+    with scratch_database(request.getfixturevalue("postgres_server"), "t") as url:
+        yield url
+
+
+@contextmanager
+def scratch_database(server: PostgresServer, prefix: str) -> Iterator[str]:
+    """The URL of a new, empty database ``<prefix>_<32 hex>`` on ``server``, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex}"
     server.admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
     try:
         yield server.url(name)

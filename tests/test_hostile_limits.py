@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import io
 import time
-import tracemalloc
 import zipfile
 import zlib
 
@@ -20,7 +19,7 @@ import pytest
 from dpcore.data import MAX_NAME_CHARS, infer_schema, load_table
 from dpcore.data.io import MAX_GZIP_MEMBERS, MAX_LINES
 from dpcore.errors import DataError
-from tests.hostile_corpus import MAIN_NS, SHEET_PART, TWO_ROWS, workbook
+from tests.hostile_corpus import MAIN_NS, SHEET_PART, TWO_ROWS, refusal, workbook
 
 MB = 2**20
 
@@ -29,18 +28,6 @@ def far_cell(row: str, cell: str, encoding: str = "utf-8") -> bytes:
     """The two-row table and one more value, its row and cell references written as ``row`` and ``cell``
     (the attribute text, e.g. ``r='XFD1048576'``)."""
     return workbook(f"{TWO_ROWS}<row {row}><c {cell}><v>1</v></c></row>", encoding=encoding)
-
-
-def _refused(data: bytes, name: str) -> tuple[str, float, float]:
-    """The refusal of ``data``: its message, the seconds it took and the peak traced memory (MB)."""
-    tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        with pytest.raises(DataError) as refused:
-            load_table(data, filename=name)
-        return str(refused.value), time.perf_counter() - start, tracemalloc.get_traced_memory()[1] / MB
-    finally:
-        tracemalloc.stop()
 
 
 # -- 1. a workbook's span, read as the reader reads it ------------------------------------------------
@@ -65,7 +52,7 @@ def test_a_far_cell_in_any_spelling_is_refused_at_once(row: str, cell: str, enco
     """Before: the byte pattern matched only r="..." in UTF-8, and the reader filled 17 billion cells
     (153 s to the 8 GB cap for a 4.8 KB file)."""
     data = far_cell(row, cell, encoding)
-    message, seconds, _ = _refused(data, "t.xlsx")
+    message, seconds, _ = refusal(data, "t.xlsx")
     assert len(data) < 5_000
     assert "spans 1,048,576 rows × 16,384 columns" in message and "at most 2,000,000" in message, message
     assert "Delete the cells outside the table" in message
@@ -76,7 +63,7 @@ def test_cells_without_references_are_placed_as_the_reader_places_them() -> None
     """No ``r``: a row follows the previous one and a cell the previous cell's column, as openpyxl reads
     them (the byte pattern saw no reference at all)."""
     rows = f"{TWO_ROWS}{'<row/>' * 996}<row>{'<c><v>1</v></c>' * 3_000}</row>"
-    message, _, _ = _refused(workbook(rows), "t.xlsx")
+    message, _, _ = refusal(workbook(rows), "t.xlsx")
     assert "spans 999 rows × 3,000 columns" in message, message
 
 
@@ -85,7 +72,7 @@ def test_a_shared_text_repeated_in_many_cells_is_refused_before_it_is_copied() -
     copies it into an Arrow string column), from a file of a few kB. Before: 2,000 such cells took 7 s."""
     cells = "".join(f'<row r="{i}"><c r="A{i}" t="s"><v>1</v></c></row>' for i in range(2, 402))
     data = workbook(f'<row r="1"><c r="A1" t="s"><v>0</v></c></row>{cells}', ("a", "x" * (MB // 2)))
-    message, seconds, peak = _refused(data, "t.xlsx")
+    message, seconds, peak = refusal(data, "t.xlsx")
     assert len(data) < 20_000
     assert "holds 200 MB of text once read" in message and "at most 50 MB" in message, message
     assert seconds < 2 and peak < 100, (seconds, peak)
@@ -94,10 +81,10 @@ def test_a_shared_text_repeated_in_many_cells_is_refused_before_it_is_copied() -
 def test_damaged_workbook_parts_are_refused_in_the_project_words() -> None:
     """Before: "could not be read as an Excel workbook (list index out of range)" and "... ()"."""
     missing = workbook('<row r="1"><c r="A1" t="s"><v>7</v></c></row>', ("a",))
-    message, _, _ = _refused(missing, "t.xlsx")
+    message, _, _ = refusal(missing, "t.xlsx")
     assert "refers to the shared text number '7', which the workbook does not hold" in message
     broken = workbook('<row r="1"><c r="A1"><v>1</v></row>')
-    message, _, _ = _refused(broken, "t.xlsx")
+    message, _, _ = refusal(broken, "t.xlsx")
     assert "is not well-formed XML (line 1" in message and "Save it again from Excel" in message
     # a DTD in a UTF-16 part, which a search for the bytes "<!DOCTYPE" misses
     sheet = (
@@ -109,7 +96,7 @@ def test_damaged_workbook_parts_are_refused_in_the_project_words() -> None:
             dst.writestr(
                 info.filename, sheet.encode("utf-16") if info.filename == SHEET_PART else src.read(info)
             )
-    message, _, _ = _refused(out.getvalue(), "t.xlsx")
+    message, _, _ = refusal(out.getvalue(), "t.xlsx")
     assert "sheet1.xml declares a DTD, which Excel never writes" in message
 
 
@@ -127,7 +114,7 @@ def _repeated_text(rows: int, size: int, **write) -> bytes:
 def test_a_parquet_file_of_900_mb_of_one_text_is_refused_at_once() -> None:
     """Before: under the 1 GB decoded limit, it loaded in 78 s and 5.2 GB (issue 25)."""
     data = _repeated_text(900, MB)
-    message, seconds, peak = _refused(data, "t.parquet")
+    message, seconds, peak = refusal(data, "t.parquet")
     assert len(data) < 100_000
     assert "holds 900 MB of text once read" in message and "at most 50 MB" in message, message
     assert seconds < 2 and peak < 50, (seconds, peak)
@@ -141,7 +128,7 @@ def test_parquet_values_are_bounded_from_the_metadata_before_reading() -> None:
     plain = io.BytesIO()
     pq.write_table(pa.table({"s": ["y" * MB] * 250}), plain, use_dictionary=False, compression="zstd")
     for data, size in ((zeros.getvalue(), "213.6 MB"), (plain.getvalue(), "250 MB")):
-        message, seconds, peak = _refused(data, "t.parquet")
+        message, seconds, peak = refusal(data, "t.parquet")
         assert f"holds {size} of values once read" in message and "at most 200 MB" in message, message
         assert seconds < 2 and peak < 50, (seconds, peak)
 
@@ -170,7 +157,7 @@ def test_many_gzip_members_are_refused_in_linear_time() -> None:
     """Before: quadratic (160k empty members 45 s; 2.4 million, 46 MB, past 240 s)."""
     empty = gzip.compress(b"", mtime=0)
     data = gzip.compress(b"a,b\n1,2\n", mtime=0) + empty * 400_000
-    message, seconds, _ = _refused(data, "t.csv.gz")
+    message, seconds, _ = refusal(data, "t.csv.gz")
     assert f"more than {MAX_GZIP_MEMBERS:,} gzip members" in message and "gunzip -c" in message
     assert seconds < 2, seconds
 
@@ -198,7 +185,7 @@ def _newlines(megabytes: int, head: bytes = b"a,b\n", tail: bytes = b"1,2\n") ->
 def test_a_gzip_of_newlines_is_refused_in_seconds() -> None:
     """Before: blank lines were checked one by one in Python, about 3 s per MB (170 s for 49 KB)."""
     data = _newlines(49)
-    message, seconds, _ = _refused(data, "t.csv.gz")
+    message, seconds, _ = refusal(data, "t.csv.gz")
     assert len(data) < 60_000
     assert f"at most {MAX_LINES:,} are read from a CSV file (blank lines included" in message, message
     assert seconds < 2, seconds
@@ -265,14 +252,14 @@ def test_a_vml_part_that_is_not_well_formed_does_not_refuse_the_workbook() -> No
     ids=["a field", "the header", "the last field, gzip"],
 )
 def test_a_csv_value_longer_than_a_cell_limit_is_refused(data: bytes, name: str) -> None:
-    message, seconds, _ = _refused(data, name)
+    message, seconds, _ = refusal(data, name)
     assert "holds a value of 2 MB; at most 1 MB per cell" in message and seconds < 2, message
 
 
 def test_a_parquet_value_longer_than_a_cell_limit_is_refused_from_its_dictionary() -> None:
     buf = io.BytesIO()
     pq.write_table(pa.table({"s": ["y" * (2 * MB), "z"], "n": [1, 2]}), buf)
-    message, _, peak = _refused(buf.getvalue(), "t.parquet")
+    message, _, peak = refusal(buf.getvalue(), "t.parquet")
     assert "holds a value of 2 MB; at most 1 MB per cell" in message and peak < 20, (message, peak)
     assert load_table(_repeated_text(3, MB - 1), filename="t.parquet").shape == (3, 2)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from dpcore.errors import DataError
 from dpcore.ledger import Ledger
 from dpcore.outofcore.source import open_source
 from dpcore.sessions import SessionStore
-from tests.postgres_server import PostgresServer
+from tests.postgres_server import scratch_database
 
 LEDGER_NAMES = {"ledger_instance", "datasets", "accounts", "account_releases", "sessions"}
 REFUSED = r"leads to the ledger's own database.*cannot be a data source.*\[connections\.w\].*read-only role"
@@ -131,13 +130,8 @@ def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[st
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'w.db'}"
         return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    name = f"w_{uuid.uuid4().hex}"
-    server.admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
-        yield server.url(name)
-    finally:
-        server.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(request.getfixturevalue("postgres_server"), "w") as url:
+        yield url
 
 
 BOTH = pytest.mark.parametrize("warehouse_url", ["sqlite", "postgresql"], indirect=True)
