@@ -35,6 +35,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("pages/kmeans.py", "K-means", ":material/scatter_plot:"),
     ("pages/locations.py", "Locations", ":material/map:"),
     ("pages/ledger.py", "Ledger", ":material/receipt_long:"),
+    ("pages/present.py", "Present", ":material/slideshow:"),
 )
 PAGE_CONFIG = {
     "page_title": "DP release dashboard",

@@ -31,6 +31,7 @@ ENGINE_MODULES = (
     "plotly.graph_objects",
     "dpcore.kmeans",
     "dpcore.plots",
+    "dpcore.plots.story",
     "dpcore.location",
     "streamlit.emojis",  # Streamlit's emoji table, read by the first st.info / st.warning (0.4 s)
 )

@@ -9,6 +9,7 @@ A legend must say what each curve guarantees: ε-DP (solid line), Blowfish and g
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -127,3 +128,32 @@ def line_trace(
         customdata=customdata,
         hovertemplate=hovertemplate,
     )
+
+
+TITLE_CHARS = 48  # characters per title line: a chart about 450 px wide (an 800 px window) shows them all
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
+    """``text`` broken into lines of at most ``width`` characters (Plotly never wraps a title itself);
+    a title that already holds line breaks is kept as it is."""
+    if "<br>" in text or len(text) <= width:
+        return text
+    return "<br>".join(textwrap.wrap(text, width, break_long_words=False))
+
+
+def narrow_layout(fig: go.Figure, title: str) -> go.Figure:
+    """Readable down to an 800 px window: the title wrapped and left-aligned, the legend in rows under the
+    plot (never beside it, where it took half the width), small side margins."""
+    fig.update_layout(
+        title={"text": wrap_title(title), "x": 0.0, "xanchor": "left", "font": {"size": 15}},
+        legend={
+            "orientation": "h",
+            "yref": "container",
+            "y": 0.0,
+            "yanchor": "bottom",
+            "x": 0.0,
+            "xanchor": "left",
+        },
+        margin={"l": 10, "r": 10, "t": 30 + 22 * (wrap_title(title).count("<br>") + 1), "b": 10},
+    )
+    return fig
