@@ -222,15 +222,16 @@ def show_release(
     )
     if result.manifest.get("demo"):
         st.warning(f"{DEMO_NOTICE}: made with a fixed seed; do not share it as a private release.")
-    st.dataframe(result.table.head(PANEL_ROWS), hide_index=True)
+    charts, values = st.columns([3, 2]) if result.figures else (st.container(), st.container())
+    values.dataframe(result.table.head(PANEL_ROWS), hide_index=True)  # the released values, beside the chart
     n_rows = len(result.table) if stored is None else stored.n_rows
     if n_rows > PANEL_ROWS:
-        st.caption(
+        values.caption(
             f"The first {PANEL_ROWS:,} of {n_rows:,} released rows; the CSV and JSON files below hold them "
             "all."
         )
     for i, fig in enumerate(result.figures):
-        st.plotly_chart(fig, key=f"{key}_release_fig_{i}")
+        charts.plotly_chart(fig, key=f"{key}_release_fig_{i}")
     if stored is not None:
         st.caption("Its charts are in the HTML report below.")
     names = sorted(result.files) if stored is None else sorted(stored.names)

@@ -36,7 +36,7 @@ def _layers() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def auto_scale(lon_range: tuple[float, float], lat_range: tuple[float, float]) -> str:
-    """"110m" for a box wider than ``COARSE_SPAN_DEG`` degrees either way, else "50m"."""
+    """ "110m" for a box wider than ``COARSE_SPAN_DEG`` degrees either way, else "50m"."""
     span = max(abs(lon_range[1] - lon_range[0]), abs(lat_range[1] - lat_range[0]))
     return "110m" if span > COARSE_SPAN_DEG else "50m"
 

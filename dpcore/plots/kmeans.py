@@ -10,8 +10,9 @@ they are curator diagnostics: ``diagnostic=True`` (the default) stamps them "Dia
 - :func:`population_table_figure`: true vs noisy cluster populations.
 - :func:`violins`: per-cluster distributions of a column, true vs noisy labels.
 - :func:`elbow`: non-private WCSS against K.
-- :func:`released_centers_figure`: the released centroids, each as its place within its clip bounds,
-  with the released table (release values only, no stamp).
+- :func:`released_centers_figure`: the released centroids, each as its place within its clip bounds, the
+  released value in the hover (release values only, no stamp); pages and reports show the released table
+  beside it as a real table.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
-from plotly.subplots import make_subplots
 from scipy.stats import chi2
 
 from dpcore.errors import ParameterError
@@ -36,6 +36,7 @@ from dpcore.plots.style import (
     class_order,
     eps_axis,
     line_trace,
+    narrow_layout,
     plain_numbers,
     value_axis,
 )
@@ -109,7 +110,9 @@ def privacy_class(key: str) -> PrivacyClass:
 
 
 def _finish(fig: go.Figure, title: str, diagnostic: bool) -> go.Figure:
-    fig.update_layout(title={"text": title}, template="plotly_white", margin={"t": 80})
+    """Title, template and plain numbers; readable down to an 800 px window (``narrow_layout``)."""
+    fig.update_layout(template="plotly_white")
+    narrow_layout(fig, title, extra_top=20 if diagnostic else 0)
     plain_numbers(fig)
     return diagnostic_annotation(fig) if diagnostic else fig
 
@@ -198,7 +201,7 @@ def loss_vs_eps(
         yaxis = value_axis(values.ravel(), log=log)
     fig.update_xaxes(**eps_axis(stats["epsilon"]))
     fig.update_yaxes(**yaxis, title={"text": y_title})
-    fig.update_layout(legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE}})
+    fig.update_layout(legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE, "side": "top"}})
     band_text = f"median, shaded {band_name} over trials"
     return _finish(fig, title or f"{y_title} vs ε ({band_text})", diagnostic)
 
@@ -517,14 +520,15 @@ def elbow(
 def released_centers_figure(
     table: pd.DataFrame, features: Sequence[str], mechanism: str, positions: np.ndarray | None = None
 ) -> go.Figure:
-    """Released centroids: grouped bars per feature, and the released values when they differ from the bars.
+    """Released centroids: grouped bars per feature, each bar's released value (with its units) on hover.
 
     ``table`` is a release's centroid table (``dpcore.kmeans.registry.centroid_table``): 'cluster', then
     one column per feature in the units that release publishes. ``positions`` (K, d) are the centres'
     places within their clip bounds (0 = lower, 1 = upper; ``box_position``), drawn as the bars so that
-    features of any units share one axis; without bounds the bars are the table's values. The figure
-    reads released values and public bounds only, so it carries no diagnostic stamp and may leave with
-    the release.
+    features of any units share one axis; without bounds the bars are the table's values. The released
+    values themselves are a table, shown beside the chart (``st.dataframe`` in the release panel, an HTML
+    table in the report): a Plotly table clipped them. The figure reads released values and public bounds
+    only, so it carries no diagnostic stamp and may leave with the release.
     """
     columns = [c for c in table.columns if c != "cluster"]
     if len(columns) != len(features) or not all(
@@ -542,29 +546,21 @@ def released_centers_figure(
         values, axis = published.to_numpy(dtype=float), "released value"
     else:
         values, axis = np.asarray(positions, dtype=float), "place within its bounds (0 = lower, 1 = upper)"
-    show_table = not (numeric and np.array_equal(published.to_numpy(dtype=float), values))
-    rows = 2 if show_table else 1
-    fig = make_subplots(
-        rows=rows,
-        cols=1,
-        specs=[[{"type": "xy"}]] + ([[{"type": "table"}]] if show_table else []),
-        row_heights=[0.6, 0.4] if show_table else None,
-        vertical_spacing=0.25 if show_table else None,
-        subplot_titles=("Place of each centre within its bounds", "Released values") if show_table else None,
-    )
+    fig = go.Figure()
     for i, row in enumerate(values):
-        fig.add_trace(go.Bar(x=[plot_text(f) for f in features], y=row, name=f"centre {i}"), row=1, col=1)
-    if show_table:
-        cells = [[str(i) for i in range(len(table))]]
-        cells += [[plot_text(_plain(v)) for v in published[c]] for c in columns]
+        shown = [plot_text(_plain(v)) for v in published.iloc[i]]
         fig.add_trace(
-            go.Table(header={"values": ["centre", *map(plot_text, columns)]}, cells={"values": cells}),
-            row=2,
-            col=1,
+            go.Bar(
+                x=[plot_text(f) for f in features],
+                y=row,
+                name=f"centre {i}",
+                customdata=shown,
+                hovertemplate=f"centre {i}, %{{x}}: released value %{{customdata}}<extra></extra>",
+            )
         )
-    fig.update_layout(barmode="group", height=420 + 45 * len(values) if show_table else 450)
-    fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
-    fig.update_yaxes(title={"text": axis}, automargin=True, row=1, col=1)
+    fig.update_layout(barmode="group", height=450)
+    fig.update_xaxes(tickangle=-30, automargin=True)
+    fig.update_yaxes(title={"text": axis}, automargin=True)
     return _finish(fig, f"Released centroids ({plot_text(mechanism)})", diagnostic=False)
 
 

@@ -40,6 +40,7 @@ from dpcore.plots.style import (
     class_order,
     eps_axis,
     line_trace,
+    narrow_layout,
     plain_numbers,
     value_axis,
 )
@@ -123,7 +124,8 @@ def true_vs_released(
             xaxis2={"matches": "x"},
             yaxis2={"matches": "y"},
         )
-    fig.update_layout(title=title, legend_title_text="Points", margin={"t": 110})
+    fig.update_layout(legend_title_text="Points")
+    narrow_layout(fig, title, extra_top=50)
     plain_numbers(fig)
     if diagnostic:
         diagnostic_annotation(fig).layout.annotations[-1].yshift = 30  # above the panel titles
@@ -192,7 +194,7 @@ def released_map(
             ]
         )
         _map_axes(fig, lat_range, lon_range)
-    fig.update_layout(title=title)
+    narrow_layout(fig, title)
     return plain_numbers(fig)
 
 
@@ -242,7 +244,8 @@ def hotspot_map(
         fig.update_maps(style="open-street-map", center=centre, zoom=3)
     else:
         _map_axes(fig, lat_range, lon_range)
-    fig.update_layout(title=title, legend_title_text="Hotspots")
+    fig.update_layout(legend_title_text="Hotspots")
+    narrow_layout(fig, title, extra_top=20)
     plain_numbers(fig)
     diagnostic = true_centres is not None or points is not None
     return diagnostic_annotation(fig) if diagnostic else fig
@@ -284,7 +287,7 @@ def density_heatmap(
     what = f"Private density ({grid.kind} grid, ε = {grid.epsilon_spent:.3g}, {grid.sampling_mode})"
     if nonnegative is not None:
         what += f": counts made non-negative by post-processing ({nonnegative}; costs no privacy)"
-    fig.update_layout(title=title or what)
+    narrow_layout(fig, title or what)
     return plain_numbers(fig)
 
 
@@ -306,7 +309,7 @@ def displacement_histogram(
     )
     fig.update_xaxes(title_text="Great-circle displacement (m)")
     fig.update_yaxes(title_text="Density (1/m)")
-    fig.update_layout(title=f"Planar Laplace displacement, ε = {epsilon:.3g} per metre")
+    narrow_layout(fig, f"Planar Laplace displacement, ε = {epsilon:.3g} per metre", extra_top=20)
     plain_numbers(fig)
     return diagnostic_annotation(fig) if diagnostic else fig
 
@@ -406,9 +409,7 @@ def error_vs_eps(
     fig.update_xaxes(**{k: v for k, v in x_axis.items() if k != "title"})
     fig.update_xaxes(title=x_axis["title"], row=len(metrics), col=1)
     what = METRIC_TITLES.get(metrics[0], "Error") if len(metrics) == 1 else "Error of every mechanism"
-    fig.update_layout(
-        title=f"{what} vs ε (median over trials, band {band_name})",
-        legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE}},
-        height=max(450, 300 * len(metrics)),
-    )
+    fig.update_layout(height=max(450, 300 * len(metrics)))
+    narrow_layout(fig, f"{what} vs ε (median over trials, band {band_name})", extra_top=20)
+    fig.update_layout(legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE, "side": "top"}})
     return diagnostic_annotation(plain_numbers(fig))

@@ -138,12 +138,13 @@ def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
     a title that already holds line breaks is kept as it is."""
     if "<br>" in text or len(text) <= width:
         return text
-    return "<br>".join(textwrap.wrap(text, width, break_long_words=False))
+    return "<br>".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
 
 
-def narrow_layout(fig: go.Figure, title: str) -> go.Figure:
+def narrow_layout(fig: go.Figure, title: str, *, extra_top: int = 0) -> go.Figure:
     """Readable down to an 800 px window: the title wrapped and left-aligned, the legend in rows under the
-    plot (never beside it, where it took half the width), small side margins."""
+    plot (never beside it, where it took half the width), small side margins; ``extra_top`` pixels above
+    the plot for a stamp between title and plot."""
     fig.update_layout(
         title={"text": wrap_title(title), "x": 0.0, "xanchor": "left", "font": {"size": 15}},
         legend={
@@ -154,6 +155,6 @@ def narrow_layout(fig: go.Figure, title: str) -> go.Figure:
             "x": 0.0,
             "xanchor": "left",
         },
-        margin={"l": 10, "r": 10, "t": 30 + 22 * (wrap_title(title).count("<br>") + 1), "b": 10},
+        margin={"l": 10, "r": 10, "t": 30 + 22 * (wrap_title(title).count("<br>") + 1) + extra_top, "b": 10},
     )
     return fig
