@@ -63,10 +63,10 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.cells import PlanarCells, cluster_statistics
+from dpcore.kmeans.cells import PlanarCells
 from dpcore.kmeans.schedule import SIZE_SHARE, plan_rounds, su_count_share
 from dpcore.mechanisms import Sampler, laplace_scale
-from dpcore.metrics import assign, nearest_sets
+from dpcore.metrics import assign
 from dpcore.policy import PureDP
 from dpcore.validation import check_fitted, check_rows
 
@@ -202,7 +202,7 @@ def noisy_lloyd(
     the counts and the sums; ``sensitivities(centres (B, K, d)) -> (Delta_N (B,), Delta_S (B,))``;
     ``noise(values (B, ...), scales (B,))`` adds Laplace noise of scale_b to run b; ``rng`` draws the
     offsets of :func:`reseed_centres` (between rounds, never after the last); ``statistics(centres)`` ->
-    true (counts, sums), default :func:`nearest_sets` + :func:`cluster_statistics` (diagnostic batches of
+    true (counts, sums), default :func:`dpcore.outofcore.kernel.lloyd_statistics` (diagnostic batches of
     2-D rows pass :meth:`PlanarCells.statistics`; out-of-core engines pass their own pass over the table
     and ``Xc = None``).
     """
@@ -211,10 +211,12 @@ def noisy_lloyd(
     if statistics is None:
         if Xc is None:
             raise TypeError("noisy_lloyd needs the centred rows Xc or a statistics function.")
+        from dpcore.outofcore.kernel import lloyd_statistics  # the out-of-core passes' kernel (no cycle)
+
         rows = Xc
 
         def statistics(c: NDArray) -> tuple[NDArray, NDArray]:
-            return cluster_statistics(rows, nearest_sets(rows, c)[0], k)
+            return lloyd_statistics(rows, c)
 
     centres = init.copy()
     history = np.empty((b, T + 1, k, d))

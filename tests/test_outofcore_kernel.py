@@ -1,0 +1,63 @@
+"""The out-of-core kernel: one function per pass on blocks of rows, partials added in the blocks' order,
+the same result whether the blocks come from memory or from a stream of Arrow batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dpcore.errors import ParameterError
+from dpcore.kmeans.cells import cluster_statistics
+from dpcore.metrics import nearest_sets
+from dpcore.outofcore import kernel
+
+
+def test_lloyd_kernel_is_the_in_memory_statistics_and_ties_go_to_the_lowest_index() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (3000, 3))
+    centres = rng.uniform(-0.8, 0.8, (2, 4, 3))
+    centres[1, 2] = centres[1, 0]  # a duplicate centre: every row it could win goes to index 0
+    counts, sums = kernel.lloyd_statistics(X, centres)
+    want_n, want_s = cluster_statistics(X, nearest_sets(X, centres)[0], 4)
+    assert np.array_equal(counts, want_n) and counts[1, 2] == 0
+    assert np.array_equal(sums, want_s)  # one block: bincount's sums, bit for bit
+
+
+def test_memory_and_streamed_blocks_give_the_same_partials_bit_for_bit(monkeypatch) -> None:
+    monkeypatch.setattr(kernel, "BLOCK_ROWS", 256)
+    rng = np.random.default_rng(1)
+    X = rng.normal(0, 0.4, (1000, 3))
+    centres = rng.uniform(-0.5, 0.5, (1, 3, 3))
+    sizes = [100, 37, 300, 1, 562]  # an engine's batches: not the canonical blocks
+
+    def batches():
+        start = 0
+        for m in sizes:
+            part = X[start : start + m]
+            yield pa.RecordBatch.from_arrays([pa.array(part[:, j]) for j in range(3)], names=list("abc"))
+            start += m
+
+    stream = kernel.StreamFeed(batches, len(X))
+    memory = kernel.MemoryFeed(X)
+    pass_ = kernel.LloydPass(lambda raw: np.asarray(raw, dtype=np.float64), -np.ones(3), np.ones(3), centres)
+    a, b = memory.reduce(pass_), stream.reduce(pass_)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert [len(blk) for blk in memory.blocks()] == [256, 256, 256, 232]
+    c = kernel.lloyd_statistics(np.clip(X, -1, 1), centres)
+    assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
+    assert a[0].sum() == 1000
+    assert kernel.MemoryFeed(X[:0]).reduce(pass_) is None
+
+
+def test_combines_and_the_memory_budget(monkeypatch) -> None:
+    a, b = (np.array([1.0, 5.0]),), (np.array([3.0, 2.0]),)
+    assert np.array_equal(kernel.maximum(a, b)[0], [3.0, 5.0])
+    assert np.array_equal(kernel.concatenate(a, b)[0], [1.0, 5.0, 3.0, 2.0])
+    monkeypatch.delenv("DPCORE_MEMORY_BUDGET", raising=False)
+    assert kernel.memory_budget() == 2 * 10**9
+    monkeypatch.setenv("DPCORE_MEMORY_BUDGET", "1.5GiB")
+    assert kernel.memory_budget() == int(1.5 * 2**30)
+    monkeypatch.setenv("DPCORE_MEMORY_BUDGET", "lots")
+    with pytest.raises(ParameterError, match="DPCORE_MEMORY_BUDGET"):
+        kernel.memory_budget()
