@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 PLAN_VERSION = 1
-DOMAINS = ("kmeans", "location")
+DOMAINS = ("kmeans", "location", "trajectory")
 Mode = Literal["secure", "demo"]
 _ACCOUNT_FAMILY = {
     "pure_dp": "dp",
@@ -79,6 +79,7 @@ _CLEAN_FIX = {
     "public bounds",
     "location": "drop the rows missing a coordinate or user instead of imputing them (imputing other columns "
     "does not affect a location release)",
+    "trajectory": "drop the rows missing a person, time or coordinate instead of imputing them",
 }
 _DATA_DERIVED_NOTE = (
     "Preparation read values from the data ({steps}); one person can move every affected row, so the "
@@ -87,7 +88,7 @@ _DATA_DERIVED_NOTE = (
 
 
 def registry(domain: str) -> Registry:
-    """The mechanism registry of ``domain`` ("kmeans" or "location")."""
+    """The mechanism registry of ``domain`` ("kmeans", "location" or "trajectory")."""
     if domain == "kmeans":
         from dpcore.kmeans.registry import KMEANS
 
@@ -96,6 +97,10 @@ def registry(domain: str) -> Registry:
         from dpcore.location.registry import LOCATIONS
 
         return LOCATIONS
+    if domain == "trajectory":
+        from dpcore.trajectory.registry import TRAJECTORIES
+
+        return TRAJECTORIES
     raise ParameterError(f"Unknown release domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
 
 
@@ -250,7 +255,10 @@ class ReleasePlan:
 
     @property
     def relation(self) -> str:
-        """The neighbour relation of one row in words (the guarantee adds :attr:`scope`)."""
+        """The neighbour relation of one row in words (the guarantee adds :attr:`scope`); for trajectories,
+        of one person's trips (the account counts their at most m x L fixes as one user's rows)."""
+        if self.domain == "trajectory":
+            return "one person's trips added or removed"
         return self._relation().text
 
     def _relation(self) -> Relation:
@@ -258,7 +266,10 @@ class ReleasePlan:
 
     @property
     def per_user(self) -> int | None:
-        """m when the release protects all rows of one user (scope "per user (at most m locations each)")."""
+        """m when the release protects all rows of one user (scope "per user (at most m locations each)");
+        for trajectories, m x L fixes of one person (at most m trips of at most L fixes)."""
+        if self.domain == "trajectory":
+            return int(self.params["max_trips"]) * int(self.params["max_fixes"])
         m = self.params.get("max_per_user")
         return m if m is not None and self.scope == scope_sentence(True, m) else None
 

@@ -87,6 +87,8 @@ class MechanismOutput:
     ``details`` are JSON-able facts about the run that may be published (budget split, caveats);
     ``diagnostics`` are data-dependent values for the curator's eyes only, never written to a file.
     ``scope`` overrides the unit of protection for this run (e.g. "per user, at most 5 locations each").
+    ``files`` adds released files by name suffix (e.g. ".geojson"), each built from the table as written
+    (with the demo notice column in demo mode).
     """
 
     table: pd.DataFrame
@@ -94,6 +96,7 @@ class MechanismOutput:
     details: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
     scope: str | None = None
+    files: Mapping[str, Callable[[pd.DataFrame], bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -157,9 +157,15 @@ def file_stem(manifest: Mapping[str, Any], name: str = "release") -> str:
 
 
 def release_files(
-    table: pd.DataFrame, manifest: Mapping[str, Any], *, name: str = "release", html_text: str | None = None
+    table: pd.DataFrame,
+    manifest: Mapping[str, Any],
+    *,
+    name: str = "release",
+    html_text: str | None = None,
+    extra: Mapping[str, Callable[[pd.DataFrame], bytes]] | None = None,
 ) -> dict[str, bytes]:
-    """File name -> content: CSV of ``table``, JSON ``{"manifest", "data"}``, manifest, HTML report."""
+    """File name -> content: CSV of ``table``, JSON ``{"manifest", "data"}``, manifest, HTML report, and
+    ``extra`` files (name suffix -> builder from the table as written, e.g. GeoJSON)."""
     stem = file_stem(manifest, name)
     if manifest.get("demo"):  # the mark travels inside every file, not only in its name
         table = table.copy()
@@ -175,6 +181,8 @@ def release_files(
     }
     if html_text is not None:
         files[f"{stem}-report.html"] = html_text.encode()
+    for suffix, build in (extra or {}).items():
+        files[f"{stem}{suffix}"] = build(table)
     return files
 
 
@@ -679,7 +687,7 @@ def make_release(
         manifest["earlier_fingerprints"] = sorted(earlier - {plan.fingerprint, None})
     title = f"{plan.spec.label}: released output"
     report = html_report(title, manifest, list(out.figures), [("Released table", out.table)])
-    files = release_files(out.table, manifest, name=name, html_text=report)
+    files = release_files(out.table, manifest, name=name, html_text=report, extra=out.files)
     try:
         staged, digest = save_artifacts(folder / STAGING, request_id, files)
     except OSError as err:

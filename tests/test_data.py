@@ -631,11 +631,11 @@ def test_fingerprint_same_in_another_process() -> None:
 
 
 def test_samples_load() -> None:
-    assert set(SAMPLES) == {"marketing_campaign", "us_airports"}
+    assert set(SAMPLES) == {"marketing_campaign", "us_airports", "road_trips"}
     for name, (filename, description, provenance) in SAMPLES.items():
         df = load_sample(name)
         assert filename.endswith(".csv") and description and provenance
-        assert len(df) in (2240, 3376)
+        assert len(df) in (2240, 3376, 9685)
     with pytest.raises(DataError, match="Unknown sample 'iris'"):
         load_sample("iris")
 

@@ -46,6 +46,16 @@ def test_the_generator_is_deterministic_and_states_its_time_zone(fixes: pd.DataF
     assert not road_trips(50, seed=4).equals(road_trips(50, seed=5))
 
 
+def test_the_shipped_sample_is_the_generator_s_output() -> None:
+    from dpcore.data import load_sample
+
+    shipped = load_sample("road_trips")
+    made = road_trips(100, seed=11)
+    assert len(shipped) == len(made)
+    assert (pd.to_datetime(shipped.time, utc=True) == made.time).all()
+    np.testing.assert_array_equal(shipped[["lat", "lon"]].to_numpy(), made[["lat", "lon"]].to_numpy())
+
+
 def test_preparation_applies_every_public_limit(fixes: pd.DataFrame) -> None:
     limits = TripLimits(DEFAULT_REGION, max_trips=1, max_fixes=10, gap_s=1200, max_speed_mps=40)
     out = prepare_trips(fixes.person, fixes.time, fixes.lat, fixes.lon, limits, Sampler.diagnostic(1))

@@ -45,6 +45,7 @@ from ui import state
 SAMPLE_CHOICES: dict[str, str] = {
     "Sample: Marketing Campaign": "marketing_campaign",
     "Sample: US airports": "us_airports",
+    "Sample: Road trips (synthetic GPS)": "road_trips",
 }
 BOUND_COLUMNS = ("feature", "kind", "lower", "upper")
 

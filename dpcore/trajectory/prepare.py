@@ -68,7 +68,7 @@ class TripLimits:
     def scope(self) -> str:
         """What a release under these limits protects, in words."""
         m, n = self.max_trips, self.max_fixes
-        return f"per person (at most {m} trip{'s' * (m != 1)} of at most {n} fixes each)"
+        return f"at most {m} trip{'s' * (m != 1)} of at most {n} fixes per person"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""Baseline: one uniform grid and an order-1 Markov model, eps-DP for one person's at most m trips of at
+most L fixes added or removed (DPT with one reference system, order 1, no direction weights)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpcore.mechanisms import Sampler
+from dpcore.registry import MechanismOutput, MechanismSpec, Param
+from dpcore.trajectory.mechanisms._shared import synthetic_release
+from dpcore.trajectory.registry import MAX_FIXES, MAX_TRIPS, NEIGHBOURS, TRAJECTORIES, TrajectoryInputs
+
+LABEL = "Uniform grid Markov trips (baseline)"
+
+
+def release(
+    inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+) -> MechanismOutput:
+    model = {"finest": params["grid_cells"], "levels": 1, "order": 1, "window": 0}
+    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, sampler)
+
+
+SPEC = TRAJECTORIES.register(
+    MechanismSpec(
+        domain="trajectory",
+        key="markov_grid",
+        label=LABEL,
+        definition="pure_dp",
+        summary=(
+            "Counts moves between neighbouring cells of one grid with blurred counts and draws made-up trips "
+            "from them (what DPT's several grid sizes improve on)."
+        ),
+        formula=(
+            "One grid of n cells a side; trips as neighbouring anchor cells, at most min(L, 2n); trip count, "
+            "start cells and cell and move counts + Laplace noise (eps/10, eps/10, 4 eps/10 each); "
+            "synthesis by an order-1 Markov walk."
+        ),
+        citation="He, Cormode, Machanavajjhala, Procopiuc and Srivastava 2015 (their baseline)",
+        release=release,
+        params=(
+            MAX_TRIPS,
+            MAX_FIXES,
+            Param(
+                "grid_cells",
+                "Grid (cells a side)",
+                int,
+                32,
+                low=2,
+                high=256,
+                help="Cells a side of the grid.",
+            ),
+            NEIGHBOURS,
+        ),
+    )
+)
