@@ -34,6 +34,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("pages/policy.py", "Privacy policy", ":material/shield:"),
     ("pages/kmeans.py", "K-means", ":material/scatter_plot:"),
     ("pages/locations.py", "Locations", ":material/map:"),
+    ("pages/trajectories.py", "Trajectories", ":material/route:"),
     ("pages/ledger.py", "Ledger", ":material/receipt_long:"),
     ("pages/present.py", "Present", ":material/slideshow:"),
 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ from dpcore.location.contribution import canonical_order, draw_kept_ranks
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.mechanisms import Sampler
 
-__all__ = ["TripLimits", "TripSet", "plane_box", "prepare_trips"]
+__all__ = ["TripLimits", "TripSet", "parse_times", "plane_box", "prepare_trips"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,46 @@ class Prepared:
 
     trips: TripSet
     counts: dict[str, int]
+
+
+def parse_times(time: ArrayLike, tz: str = "UTC") -> pd.Series:
+    """Timestamps as UTC: values with a zone or offset are converted, naive ones read in ``tz`` (an IANA
+    name, e.g. "Europe/Paris"); unreadable values become NaT."""
+    raw = time if isinstance(time, pd.Series) else pd.Series(np.asarray(time))
+    raw = raw.reset_index(drop=True)
+    try:
+        zone = ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ParameterError(
+            f"Unknown time zone {tz!r}; give an IANA name such as UTC or Europe/Paris."
+        ) from None
+    if pd.api.types.is_numeric_dtype(raw.dtype) or pd.api.types.is_bool_dtype(raw.dtype):
+        raise DataError(
+            "the time column holds numbers, not timestamps; choose the column of dates and times."
+        )
+    try:
+        return _utc(raw, zone)
+    except (ValueError, OverflowError, TypeError):  # incl. pandas' OutOfBoundsDatetime
+        raise DataError(
+            "the time column holds values that are not timestamps (e.g. 2026-03-02T08:00:00Z); choose the "
+            "column of dates and times."
+        ) from None
+
+
+def _utc(raw: pd.Series, zone: ZoneInfo) -> pd.Series:
+    if isinstance(raw.dtype, pd.DatetimeTZDtype):
+        return raw.dt.tz_convert("UTC")
+    if pd.api.types.is_datetime64_dtype(raw.dtype):
+        return raw.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+    text = raw.astype(str)
+    aware = text.str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True)
+    out = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns, UTC]")
+    if aware.any():
+        out[aware] = pd.to_datetime(text[aware], utc=True, errors="coerce", format="ISO8601")
+    if (~aware).any():
+        naive = pd.to_datetime(text[~aware], errors="coerce", format="ISO8601")
+        out[~aware] = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+    return out
 
 
 def _seconds(time: ArrayLike) -> np.ndarray:
