@@ -11,6 +11,9 @@ status 2 (130 on Ctrl-C).
 ``adopt-dataset ID NAME [--ledger URL]``: give the budget and releases of a dataset whose id is its
 table's fingerprint (ledgers written before dataset names carried budgets) the name NAME.
 
+``ledger-history [--ledger URL] [--dataset ID]``: print every budget change (time, dataset, account, who,
+why, totals before and after; oldest first) as CSV (:func:`dpcore.approvals.history_frame`).
+
 ``init-ledger [URL]``: create the ledger at URL (default ``DPCORE_LEDGER_URL`` or the data folder's SQLite
 file) explicitly (:meth:`dpcore.ledger.Ledger.initialise`); on an existing ledger it changes nothing.
 """
@@ -108,6 +111,27 @@ def adopt_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def ledger_history(args: argparse.Namespace) -> int:
+    """Print the budget history as CSV (cells that a spreadsheet would run as formulas are neutralised)."""
+    from dpcore.approvals import history_frame
+    from dpcore.ledger import Ledger
+    from dpcore.safe_text import csv_bytes
+
+    ledger = Ledger(args.ledger or config.ledger_url())
+    try:
+        sys.stdout.write(csv_bytes(history_frame(ledger, args.dataset)).decode("utf-8"))
+    finally:
+        ledger.close()
+    return 0
+
+
+def _add_ledger_history(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("ledger-history", help="print every budget change (who, when, why) as CSV")
+    p.add_argument("--ledger", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's SQLite)")
+    p.add_argument("--dataset", help="only this dataset id (as shown on the Ledger page)")
+    p.set_defaults(command=ledger_history)
+
+
 def _add_adopt_dataset(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "adopt-dataset", help="give a budget keyed by a table's fingerprint (older ledgers) a dataset name"
@@ -131,6 +155,7 @@ def parser() -> argparse.ArgumentParser:
     _add_run_plan(commands)
     _add_adopt_dataset(commands)
     _add_init_ledger(commands)
+    _add_ledger_history(commands)
     return top
 
 

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Account",
+    "BudgetEvent",
     "BudgetExceeded",
     "BudgetNotSet",
     "BudgetStatus",
@@ -153,6 +154,94 @@ _releases = sa.Table(
     sa.CheckConstraint("composition IN ('sequential', 'parallel')", name="ck_releases_composition"),
     sa.UniqueConstraint("account", "parallel_group", "partition_key", name="uq_releases_partition"),
 )
+#: Append-only (triggers refuse UPDATE and DELETE): every budget change, who made it, when and why.
+_budget_events = sa.Table(
+    "budget_events",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("account", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("dataset_id", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("time", sa.String(40), nullable=False),
+    sa.Column("user", sa.String(_MAX_ID), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("epsilon_before", sa.Double),
+    sa.Column("delta_before", sa.Double),
+    sa.Column("epsilon_after", sa.Double, nullable=False),
+    sa.Column("delta_after", sa.Double, nullable=False),
+)
+#: Append-only: an account's approval rule is its latest row (``dpcore.approvals``).
+_approval_rules = sa.Table(
+    "approval_rules",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("account", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("rule", sa.String(16), nullable=False),
+    sa.Column("threshold", sa.Double),
+    sa.Column("time", sa.String(40), nullable=False),
+    sa.Column("user", sa.String(_MAX_ID), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.CheckConstraint("rule IN ('none', 'above', 'all')", name="ck_approval_rule"),
+)
+#: Append-only: a release request exactly as the curator made it (``dpcore.approvals``); ``request_id`` is
+#: the release's (the plan's), ``ticket`` this request's (a denied plan may be requested again).
+_release_requests = sa.Table(
+    "release_requests",
+    _metadata,
+    sa.Column("ticket", sa.String(64), primary_key=True),
+    sa.Column("request_id", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("account", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("dataset_id", sa.String(_MAX_ID), nullable=False, index=True),
+    sa.Column("requester", sa.String(_MAX_ID), nullable=False),
+    sa.Column("created", sa.String(40), nullable=False),
+    sa.Column("expires", sa.String(40), nullable=False),
+    sa.Column("epsilon", sa.Double, nullable=False),
+    sa.Column("delta", sa.Double, nullable=False),
+    sa.Column("plan", sa.Text, nullable=False),
+    sa.Column("guarantee", sa.Text, nullable=False),
+    sa.Column("expected_error", sa.Text, nullable=False),
+    sa.Column("chart", sa.Text),
+    sa.Column("inputs_path", sa.Text),
+    sa.Column("inputs_hash", sa.String(_MAX_ID)),
+    sa.Column("origin", sa.Text),
+)
+#: Append-only: each request's decisions and outcome, one row per state (so two approvals cannot both land).
+_request_events = sa.Table(
+    "request_events",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("ticket", sa.String(64), nullable=False, index=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("time", sa.String(40), nullable=False),
+    sa.Column("user", sa.String(_MAX_ID), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.UniqueConstraint("ticket", "state", name="uq_request_state"),
+)
+#: The tables added after the first ledgers were made: an initialised ledger without them gets them (and
+#: their append-only triggers) when opened (:meth:`Ledger._upgrade`).
+ADDED_TABLES = (_budget_events, _approval_rules, _release_requests, _request_events)
+_APPEND_ONLY_FUNCTION = sa.DDL(
+    "CREATE OR REPLACE FUNCTION dpcore_append_only() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION "
+    "'dpcore: ledger events are append-only (never updated or deleted)'; END $$ LANGUAGE plpgsql"
+)
+for _table in ADDED_TABLES:  # a past event is never rewritten or deleted, whoever connects
+    for _verb in ("UPDATE", "DELETE"):
+        sa.event.listen(
+            _table,
+            "after_create",
+            sa.DDL(
+                f"CREATE TRIGGER {_table.name}_no_{_verb.lower()} BEFORE {_verb} ON {_table.name} "
+                f"BEGIN SELECT RAISE(ABORT, 'dpcore: {_table.name} rows are append-only'); END"
+            ).execute_if(dialect="sqlite"),
+        )
+    sa.event.listen(_table, "after_create", _APPEND_ONLY_FUNCTION.execute_if(dialect="postgresql"))
+    sa.event.listen(
+        _table,
+        "after_create",
+        sa.DDL(
+            f"CREATE TRIGGER {_table.name}_append_only BEFORE UPDATE OR DELETE ON {_table.name} "
+            "FOR EACH ROW EXECUTE FUNCTION dpcore_append_only()"
+        ).execute_if(dialect="postgresql"),
+    )
 _COST_COLS = (_releases.c.epsilon, _releases.c.delta, _releases.c.parallel_group)
 
 
@@ -283,6 +372,23 @@ _STORED = tuple(f.name for f in fields(ReleaseRecord) if f.name != "inserted")
 
 
 @dataclass(frozen=True)
+class BudgetEvent:
+    """One budget change as stored (append-only): the account, its totals before (None when the change
+    created the budget) and after, who made it, when (UTC, ISO 8601) and why."""
+
+    id: int
+    account: str
+    dataset_id: str
+    time: str
+    user: str
+    reason: str
+    epsilon_before: float | None
+    delta_before: float | None
+    epsilon_after: float
+    delta_after: float
+
+
+@dataclass(frozen=True)
 class BudgetStatus:
     """An account's total budget, what its releases cost under composition, and what is left."""
 
@@ -344,6 +450,8 @@ class Ledger:
         self._identity = None
         try:
             self.instance_id = self._create() if create else self._read_instance()
+            if not create:
+                self._upgrade()
             if marker is not None and create:
                 marker.write_text(self.instance_id + "\n")
             elif marker is not None and marker.read_text().strip() != self.instance_id:
@@ -373,6 +481,21 @@ class Ledger:
                 if attempt == 2 or _is_busy(err):
                     raise _database_fault(err, self.url) from None
         raise AssertionError("unreachable")
+
+    def _upgrade(self) -> None:
+        """Add :data:`ADDED_TABLES` (with their triggers) to an initialised ledger made before them."""
+        for attempt in (1, 2):
+            with self._tx(check=False) as conn:
+                present = set(sa.inspect(conn).get_table_names())
+            if all(t.name in present for t in ADDED_TABLES):
+                return
+            try:
+                with self._writer.begin() as conn:
+                    _metadata.create_all(conn, tables=list(ADDED_TABLES))
+                return
+            except sa.exc.DBAPIError as err:  # another process added them at the same time: look again
+                if attempt == 2 or _is_busy(err):
+                    raise _database_fault(err, self.url) from None
 
     def _read_instance(self) -> str:
         with self._tx(check=False) as conn:
@@ -470,6 +593,20 @@ class Ledger:
                 }
                 for table in (_budgets, _releases):
                     conn.execute(table.update().where(table.c.account == old_key).values(**moved))
+                budget = _budget_row(conn, moved["account"])
+                if budget is not None:  # the old account's events stay as written; the new one starts here
+                    conn.execute(
+                        _budget_events.insert().values(
+                            **moved,
+                            time=_now(),
+                            user=config.local_user(),
+                            reason=f"moved from dataset {old_id} to the name {str(name)[:_MAX_ID]!r}",
+                            epsilon_before=None,
+                            delta_before=None,
+                            epsilon_after=budget["epsilon_total"],
+                            delta_after=budget["delta_total"],
+                        )
+                    )
             record = (
                 conn.execute(sa.select(_datasets).where(_datasets.c.dataset_id == old_id)).mappings().first()
             )
@@ -484,17 +621,34 @@ class Ledger:
             )
         return new_id
 
-    def set_budget(self, account: Account | str, epsilon: float, delta: float = 0.0) -> BudgetStatus:
-        """Set (create, raise or lower) the account's total budget; never below what is already spent."""
+    def set_budget(
+        self,
+        account: Account | str,
+        epsilon: float,
+        delta: float = 0.0,
+        *,
+        user: str | None = None,
+        reason: str = "",
+    ) -> BudgetStatus:
+        """Set (create, raise or lower) the account's total budget; never below what is already spent.
+
+        The change and its :class:`BudgetEvent` (old and new totals, ``user``, default
+        :func:`config.local_user`, the time and ``reason``) are written in one transaction."""
         acc = Account.parse(account)
         eps_total = _epsilon(epsilon, "The budget's epsilon")
         delta_total = _delta(delta, "The budget's delta")
+        event = {
+            "user": _text(config.local_user() if user is None else user, "user"),
+            "reason": _reason(reason),
+        }
         try:
-            return self._set_budget_once(acc, eps_total, delta_total)
+            return self._set_budget_once(acc, eps_total, delta_total, event)
         except sa.exc.IntegrityError:  # another transaction created this budget row first; rerun updates it
-            return self._set_budget_once(acc, eps_total, delta_total)
+            return self._set_budget_once(acc, eps_total, delta_total, event)
 
-    def _set_budget_once(self, acc: Account, eps_total: float, delta_total: float) -> BudgetStatus:
+    def _set_budget_once(
+        self, acc: Account, eps_total: float, delta_total: float, event: Mapping[str, str]
+    ) -> BudgetStatus:
         now, key = _now(), acc.key
         with self._tx(write=True) as conn:
             row = _lock_accounts(conn, acc).get(key)
@@ -519,6 +673,18 @@ class Ledger:
                 conn.execute(_budgets.insert().values(**values))
             else:
                 conn.execute(_budgets.update().where(_budgets.c.account == key).values(**values))
+            conn.execute(
+                _budget_events.insert().values(
+                    account=key,
+                    dataset_id=acc.dataset_id,
+                    time=now,
+                    epsilon_before=None if row is None else row["epsilon_total"],
+                    delta_before=None if row is None else row["delta_total"],
+                    epsilon_after=eps_total,
+                    delta_after=delta_total,
+                    **event,
+                )
+            )
             return _status(_budget_row(conn, key), charged)
 
     def spend(
@@ -665,6 +831,18 @@ class Ledger:
             _status(row, _charges(Account.parse(row["account"]), spends.get(row["dataset_id"], [])))
             for row in rows
         ]
+
+    def budget_history(
+        self, account: Account | str | None = None, *, dataset_id: str | None = None
+    ) -> list[BudgetEvent]:
+        """Budget changes of one account, or of every account of one dataset, or all; oldest first."""
+        query = sa.select(_budget_events).order_by(_budget_events.c.id)
+        if account is not None:
+            query = query.where(_budget_events.c.account == Account.parse(account).key)
+        if dataset_id is not None:
+            query = query.where(_budget_events.c.dataset_id == dataset_id)
+        with self._tx() as conn:
+            return [_event(row) for row in conn.execute(query).mappings()]
 
     def dataset_names(self) -> dict[str, str]:
         """Dataset id -> the name it was last registered under."""
@@ -1149,6 +1327,21 @@ def _record(row: Mapping[str, Any], *, inserted: bool = False) -> ReleaseRecord:
     except (TypeError, ValueError):
         raise _invalid(f"release #{row['id']} has parameters that are not JSON") from None
     return ReleaseRecord(**values, inserted=inserted)
+
+
+def _event(row: Mapping[str, Any]) -> BudgetEvent:
+    values = {f.name: row[f.name] for f in fields(BudgetEvent)}
+    for name in ("epsilon_before", "delta_before", "epsilon_after", "delta_after"):
+        if values[name] is not None:
+            values[name] = _checked_number(values[name], f"budget event #{row['id']}'s {name}")
+    return BudgetEvent(**values)
+
+
+def _reason(value: Any) -> str:
+    """A reason as stored: free text, at most 2000 characters."""
+    if not isinstance(value, str) or len(value) > 2000:
+        raise ParameterError("A reason must be text of at most 2000 characters; shorten it.")
+    return value.strip()
 
 
 def _now() -> str:

@@ -1,5 +1,7 @@
 """Data: load a table; check schema and encodings; handle missing values; features, bounds, scaling."""
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
@@ -14,7 +16,7 @@ from dpcore.data import (
 )
 from dpcore.data.io import NOTES_ATTR
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
-from ui import datasets, state
+from ui import datasets, roles, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.text import md
@@ -69,7 +71,13 @@ def _settings() -> SourceSettings:
     """The operator's data folders and databases (none, with the reason shown, if the config is wrong)."""
     with user_errors("reading the data source settings") as outcome:
         settings = datasets.source_settings()
-    return SourceSettings() if outcome.failed else settings
+    if outcome.failed:
+        return SourceSettings()
+    return replace(  # only the folders and databases this user may load (ui.roles, [dpcore.access])
+        settings,
+        folders=tuple(f for f in settings.folders if roles.may_load(f)),
+        databases=tuple(d for d in settings.databases if roles.may_load(d)),
+    )
 
 
 def _source_section() -> None:
@@ -77,6 +85,9 @@ def _source_section() -> None:
     ds = state.dataset()
     settings = _settings()
     sources = SOURCES + (FOLDER,) * bool(settings.folders) + (DATABASE,) * bool(settings.databases)
+    if not roles.has(roles.OFFICER, roles.CURATOR):  # a viewer: the built-in demo data only
+        sources = (*datasets.SAMPLE_CHOICES, BLOBS)
+        st.caption("As a viewer you load the built-in samples and run the comparisons in demo mode.")
     choice = st.radio(
         "Source",
         sources,

@@ -29,6 +29,7 @@ from ui import kmeans_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.release import current_plan, release_panel, stale_reason
+from ui.requests_view import sweep_evidence
 from ui.text import md
 
 ensure_entrypoint()
@@ -497,7 +498,13 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
     inputs = KMeansInputs.from_prepared(prep, labels)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
     compared = {"K": result.params.k} if result is not None and result.key == view.data_key(prep) else None
-    release_panel(key="kmeans", plan=plan, inputs=inputs, stale=stale_reason(compared, {"K": k}))
+    frame = result.frame if compared is not None else None
+    metric = next((m for m in METRIC_TITLES if frame is not None and m in frame.columns), None)
+    chart = None if metric is None else lambda: plots.loss_vs_eps(frame, metric)
+    evidence = sweep_evidence(frame, mech, eps, chart)
+    release_panel(
+        key="kmeans", plan=plan, inputs=inputs, stale=stale_reason(compared, {"K": k}), evidence=evidence
+    )
 
 st.title("K-means")
 dataset, prepared = state.require_prepared()

@@ -1,13 +1,15 @@
-"""Ledger: every release newest first, the budget left per account of every dataset, CSV export and the
-stored release files."""
+"""Ledger: every release newest first (with who approved it), the budget left per account of every
+dataset and each account's budget history, release requests and their state, CSV exports and the stored
+release files. Open to every role; datasets hidden from this user (``ui.roles``) are left out."""
 
 import pandas as pd
 import streamlit as st
 
+from dpcore import approvals
 from dpcore.ledger import Ledger
 from dpcore.report import short_id
 from dpcore.safe_text import csv_bytes
-from ui import state
+from ui import roles, state
 from ui.errors import user_errors
 from ui.ledger_view import (
     accounts_frame,
@@ -20,9 +22,11 @@ from ui.ledger_view import (
 )
 from ui.nav import ensure_entrypoint
 from ui.release import artifact_bytes
+from ui.requests_view import state_line
 from ui.text import md
 
 ensure_entrypoint()
+roles.require("read the ledger", *roles.ALL_ROLES)
 
 NUMBERS = {
     column: st.column_config.NumberColumn(column, format="%.4g")
@@ -51,7 +55,9 @@ def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
     names = {**({ds.dataset_id: ds.name} if ds is not None else {}), **ledger.dataset_names()}
     by_dataset: dict[str, list] = {}
     for status in ledger.budgets():
-        by_dataset.setdefault(status.dataset_id, []).append(status)
+        if roles.may_see_dataset(status.dataset_id):
+            by_dataset.setdefault(status.dataset_id, []).append(status)
+    history = approvals.history_frame(ledger)
     if not by_dataset:
         st.info("No dataset has a budget yet; set one on the Privacy policy page.")
     current = ds.dataset_id if ds is not None else None
@@ -73,6 +79,23 @@ def _budgets(ledger: Ledger, ds: state.Dataset | None) -> None:
         )
         for note in unbounded_notes(by_dataset[dataset_id]):
             st.warning(md(note))
+        changes = history[history["dataset id"] == dataset_id]
+        if not changes.empty:
+            with st.expander(f"Budget history ({len(changes)} change(s): who, when, why)"):
+                st.dataframe(
+                    changes.iloc[::-1].drop(columns=["dataset", "dataset id"]),
+                    hide_index=True,
+                    column_config=NUMBERS,
+                )
+    shown = history[history["dataset id"].map(roles.may_see_dataset).astype(bool)]
+    if not shown.empty:
+        st.download_button(
+            "Download the budget history as CSV",
+            data=csv_bytes(shown),
+            file_name="budget-history.csv",
+            mime="text/csv",
+            icon=":material/download:",
+        )
 
 
 def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
@@ -87,7 +110,8 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
             key=state.persist("ledger_scope", "current", ("current", "all").__contains__),
         )
     shown = ds.dataset_id if scope == "current" and ds is not None else None
-    frame = releases_frame(ledger, shown)
+    approvers = {r.request_id: r.approved_by for r in approvals.requests(ledger) if r.approved_by}
+    frame = _visible(releases_frame(ledger, shown), approvers)
     if frame.empty:
         st.info("No releases yet. Releases are made on the K-means and Locations pages.")
         return
@@ -95,12 +119,38 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
     st.caption("Mode DEMO: made in demo mode with a fixed seed, on a demo account; not a privacy release.")
     st.download_button(
         "Download the ledger as CSV",
-        data=csv_bytes(releases_frame(ledger, shown, for_csv=True)),
+        data=csv_bytes(_visible(releases_frame(ledger, shown, for_csv=True), approvers)),
         file_name="ledger.csv",
         mime="text/csv",
         icon=":material/download:",
     )
     _files(ledger, frame)
+
+
+def _visible(frame: pd.DataFrame, approvers: dict[str, str]) -> pd.DataFrame:
+    """The rows of datasets this user may see, with who approved each release (empty without approval)."""
+    frame = frame[frame["dataset id"].map(roles.may_see_dataset).astype(bool)].copy()
+    frame.insert(frame.columns.get_loc("user") + 1, "approved by", frame["request id"].map(approvers))
+    return frame
+
+
+def _requests(ledger: Ledger) -> None:
+    """Release requests: the user's own (every request for an officer), newest first, with their state."""
+    who = roles.current()
+    officer = roles.OFFICER in who.roles
+    found = [
+        r
+        for r in approvals.requests(ledger, requester=None if officer else who.user)
+        if roles.may_see_dataset(r.dataset_id)
+    ]
+    if not found:
+        return
+    st.header("Release requests" if officer else "Your release requests")
+    names = ledger.dataset_names()
+    for request in found[:50]:
+        released = ledger.release_by_request(request.request_id) is not None
+        name = request.plan.get("dataset_name") or names.get(request.dataset_id, request.dataset_id)
+        st.markdown(f"- **{md(name)}**: {state_line(request, released)}")
 
 
 def _files(ledger: Ledger, frame: pd.DataFrame) -> None:
@@ -136,5 +186,7 @@ def _files(ledger: Ledger, frame: pd.DataFrame) -> None:
 st.title("Ledger")
 with user_errors("reading the budgets"):
     _budgets(state.ledger(), state.dataset())
+with user_errors("reading the release requests"):
+    _requests(state.ledger())
 with user_errors("reading the releases"):
     _releases(state.ledger(), state.dataset())

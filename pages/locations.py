@@ -30,6 +30,7 @@ from ui import locations_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.release import current_plan, release_panel, stale_reason
+from ui.requests_view import sweep_evidence
 from ui.text import md
 
 ensure_entrypoint()
@@ -500,7 +501,11 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
     now += (params.radius_m,)
     stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
-    release_panel(key="locations", plan=plan, inputs=inputs, stale=stale)
+    stored = st.session_state.get(SWEEP_KEY)
+    frame = stored[1] if stored is not None and stored[0][0] == key else None
+    chart = None if frame is None else lambda: error_vs_eps(frame, hs_m=stored[0][5])
+    evidence = sweep_evidence(frame, mech, eps, chart)
+    release_panel(key="locations", plan=plan, inputs=inputs, stale=stale, evidence=evidence)
 
 
 st.title("Locations")

@@ -7,6 +7,7 @@ from typing import Any
 
 import streamlit as st
 
+from dpcore import approvals
 from dpcore.plan import policy_account
 from dpcore.policy import (
     DEFINITIONS,
@@ -22,12 +23,13 @@ from dpcore.policy import (
     make_policy,
     truthful_probability,
 )
-from ui import state
+from ui import roles, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
 from ui.text import md
 
 ensure_entrypoint()
+roles.require("open the Privacy policy page", roles.OFFICER, roles.CURATOR)
 
 GRAPHS = {
     "full_domain": "Full domain (bounded DP)",
@@ -36,6 +38,7 @@ GRAPHS = {
     "attribute": "Attribute: records differing in at most c attributes",
 }
 BUDGET_CONFIRMED_KEY = "dp_budget_confirmed"  # set by Save budget's callback for the run of its click
+RULE_CONFIRMED_KEY = "dp_rule_confirmed"  # set by Save approval rule's callback for the run of its click
 BUDGET_ACCOUNT_KEY = "dp_budget_fields_account"  # the account whose totals the budget fields show
 FLASH_KEY = "dp_policy_flash"
 UNITS = {
@@ -180,9 +183,9 @@ def _per_user() -> int | None:
     return int(most)
 
 
-def _confirm_budget(digest: str) -> None:
-    """Save budget's callback: the digest of the account and totals drawn on the button that was clicked."""
-    st.session_state[BUDGET_CONFIRMED_KEY] = digest
+def _confirm(slot: str, digest: str) -> None:
+    """A save button's callback: the digest of what was drawn on the button that was clicked."""
+    st.session_state[slot] = digest
 
 
 def _budget() -> None:
@@ -227,6 +230,28 @@ def _budget() -> None:
             st.caption(f"{deltas}{status.n_releases} release(s)")
     if read.failed:  # the message says what is wrong with the ledger; the policy above still works
         return
+    officer = roles.refusal("set or change a budget", roles.OFFICER) is None
+    if officer:
+        _budget_form(ds, ledger, account, status, confirmed, unit, uses_delta)
+    else:
+        st.info(
+            "Budgets are set by a privacy officer: you can release within this budget, and request more "
+            "from an officer.",
+            icon=":material/shield_person:",
+        )
+    with user_errors("reading the approval rule") as read:
+        _approval_rule(ledger, account, unit, officer)
+    with user_errors("reading the budget history"):
+        history = approvals.history_frame(ledger, ds.dataset_id)
+        history = history[history["account"] == account.key]
+        if not history.empty:
+            st.subheader("Budget history of this account")
+            shown = history.iloc[::-1].drop(columns=["dataset", "account", "dataset id"])
+            st.dataframe(shown, hide_index=True)
+
+
+def _budget_form(ds, ledger, account, status, confirmed, unit: str, uses_delta: bool) -> None:
+    """The officer's Save budget form: totals and a reason, bound by digest to the button clicked."""
     if st.session_state.get(BUDGET_ACCOUNT_KEY) != account.key:  # another dataset or policy: its own totals
         st.session_state[BUDGET_ACCOUNT_KEY] = account.key
         st.session_state["pol_budget_eps"] = status.epsilon_total if status else 3.0
@@ -241,18 +266,24 @@ def _budget() -> None:
         if uses_delta
         else 0.0  # Blowfish and geo-indistinguishability have no δ
     )
+    reason = st.text_input(
+        "Reason for this budget (recorded in the ledger with your name)",
+        key="pol_budget_reason",
+        max_chars=2000,
+        placeholder="e.g. approved by the data protection board, ref. DPB-2026-14",
+    )
     st.caption(
         "Every release debits this budget (sequential releases add up their ε and δ); a release that would "
         "exceed it is refused. The budget can be raised, never lowered below what is spent."
     )
-    shown = hashlib.sha256(json.dumps([account.key, float(eps_total), float(delta_total)]).encode())
+    shown = hashlib.sha256(json.dumps([account.key, float(eps_total), float(delta_total), reason]).encode())
     digest = shown.hexdigest()[:16]  # the budget on screen: a click saves this one or nothing
     clicked = st.button(
         "Save budget",
         type="primary",
         key=f"pol_save_{digest}",
-        on_click=_confirm_budget,
-        args=(digest,),
+        on_click=_confirm,
+        args=(BUDGET_CONFIRMED_KEY, digest),
         help=f"Sets {unit} = {float(eps_total):.4g}" + (f", δ = {delta_total:.3g}" if uses_delta else ""),
     )
     if confirmed is not None and confirmed != digest:
@@ -260,17 +291,78 @@ def _budget() -> None:
             "The budget fields changed since you clicked (a value typed without Enter is committed by the "
             "click): nothing was saved. Check the totals above and click Save budget again."
         )
-    if clicked and confirmed == digest:
-        with user_errors("saving the budget") as outcome:
-            ledger.register_dataset(ds.dataset_id, ds.name, ds.fingerprint)
-            saved = ledger.set_budget(account, eps_total, delta_total)
-        if not outcome.failed:
-            delta = f", δ = {saved.delta_total:.3g}" if uses_delta else ""
-            st.session_state[FLASH_KEY] = (
-                f"Budget saved: {unit} = {saved.epsilon_total:.4g}{delta} (left {unit} = "
-                f"{saved.epsilon_left:.4g})."
-            )
-            st.rerun()
+    if not (clicked and confirmed == digest):
+        return
+    refused = roles.refusal("set or change a budget", roles.OFFICER)  # checked again on the click's run
+    if refused is not None:
+        st.error(refused)
+        return
+    if not reason.strip():
+        st.error("Give a reason for this budget (recorded in the ledger with your name): nothing was saved.")
+        return
+    with user_errors("saving the budget") as outcome:
+        ledger.register_dataset(ds.dataset_id, ds.name, ds.fingerprint)
+        saved = ledger.set_budget(account, eps_total, delta_total, user=state.user(), reason=reason)
+    if not outcome.failed:
+        delta = f", δ = {saved.delta_total:.3g}" if uses_delta else ""
+        st.session_state[FLASH_KEY] = (
+            f"Budget saved: {unit} = {saved.epsilon_total:.4g}{delta} (left {unit} = "
+            f"{saved.epsilon_left:.4g})."
+        )
+        st.rerun()
+
+
+def _approval_rule(ledger, account, unit: str, officer: bool) -> None:
+    """The account's approval rule; an officer changes it (with a reason), bound by digest like the budget."""
+    confirmed = st.session_state.pop(RULE_CONFIRMED_KEY, None)
+    current = approvals.rule(ledger, account)
+    st.subheader("Release approval")
+    said = approvals.RULES[current.rule] + (
+        f" ({unit} > {current.threshold:.4g})" if current.threshold is not None else ""
+    )
+    by = f" Set by {md(current.user)} at {current.time[:16].replace('T', ' ')} UTC." if current.user else ""
+    st.caption(f"Now: **{said}**.{by} The officer who approves must not be the curator who asked.")
+    if not officer:
+        return
+    choice = st.selectbox(
+        "Approval rule for this account",
+        list(approvals.RULES),
+        index=list(approvals.RULES).index(current.rule),
+        format_func=approvals.RULES.__getitem__,
+        key=f"pol_rule_{account.key}",
+    )
+    threshold = None
+    if choice == "above":
+        threshold = st.number_input(
+            f"Releases with {unit} above this need approval",
+            min_value=0.0,
+            value=current.threshold if current.threshold is not None else 0.5,
+            step=0.1,
+            format="%.4g",
+            key=f"pol_rule_threshold_{account.key}",
+        )
+    reason = st.text_input("Reason for this rule", key=f"pol_rule_reason_{account.key}", max_chars=2000)
+    digest = hashlib.sha256(json.dumps([account.key, choice, threshold, reason]).encode()).hexdigest()[:16]
+    clicked = st.button(
+        "Save approval rule",
+        key=f"pol_rule_save_{digest}",
+        on_click=_confirm,
+        args=(RULE_CONFIRMED_KEY, digest),
+    )
+    if not (clicked and confirmed == digest):
+        return
+    refused = roles.refusal("set an approval rule", roles.OFFICER)
+    if refused is not None:
+        st.error(refused)
+        return
+    if not reason.strip():
+        st.error("Give a reason for the approval rule (it is recorded with your name): nothing was saved.")
+        return
+    with user_errors("saving the approval rule") as outcome:
+        approvals.set_rule(ledger, account, choice, threshold, user=state.user(), reason=reason)
+    if not outcome.failed:
+        st.session_state[FLASH_KEY] = f"Approval rule saved: {approvals.RULES[choice]}."
+        st.rerun()
 
 
 st.title("Privacy policy")

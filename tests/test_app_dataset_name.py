@@ -79,6 +79,7 @@ def _save_budget(at: AppTest, eps: float, delta: float) -> None:
     at.switch_page("pages/policy.py").run()
     at.number_input(key="pol_budget_eps").set_value(eps).run()
     at.number_input(key="pol_budget_delta").set_value(delta).run()
+    at.text_input(key="pol_budget_reason").input("test budget").run()
     next(b for b in at.button if b.label == "Save budget").click().run()
     assert any("Budget saved" in s.value for s in _ok(at).success)
 

@@ -200,6 +200,7 @@ def test_geo_indistinguishability_is_set_on_the_policy_page_only():
     at.number_input(key="pol_geo_level").set_value(2.0).run()
     at.number_input(key="pol_geo_radius").set_value(500.0).run()
     at.number_input(key="pol_budget_eps").set_value(5.0).run()
+    at.text_input(key="pol_budget_reason").input("test budget").run()
     _by_label(at.button, "Save budget").click().run()
     at.switch_page("pages/locations.py").run()
     text = " ".join(m.value for m in _ok(at).markdown)
@@ -235,6 +236,11 @@ KEEPERS = {"persist", "_kept"}  # ui.state.persist and the Privacy policy page's
 NOT_KEPT = {  # (file, key text): why the value is deliberately not kept
     ("pages/policy.py", "'pol_budget_eps'"): "shows the ledger's saved budget until Save is pressed",
     ("pages/policy.py", "'pol_budget_delta'"): "shows the ledger's saved budget until Save is pressed",
+    ("pages/policy.py", "'pol_budget_reason'"): "each budget change is given its own reason",
+    ("pages/policy.py", "f'pol_rule_{account.key}'"): "shows the ledger's approval rule until saved",
+    ("pages/policy.py", "f'pol_rule_threshold_{account.key}'"): "shows the ledger's rule until saved",
+    ("pages/policy.py", "f'pol_rule_reason_{account.key}'"): "each rule change is given its own reason",
+    ("pages/requests.py", "f'req_reason_{request.ticket}'"): "each decision is given its own reason",
     ("ui/release.py", "f'{key}_again_{next_id}'"): "spending again is confirmed anew each time",
     ("pages/data.py", "f'data_name_{ds.dataset_id}'"): "shows the dataset's name (kept with the dataset) "
     "until Use this name is pressed",

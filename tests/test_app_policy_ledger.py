@@ -30,7 +30,10 @@ def _policy_page(app_path: str, dataset: Dataset | None = None) -> AppTest:
     if dataset is not None:
         at.session_state["dp_dataset"] = dataset
     at.run()
-    return at.switch_page("pages/policy.py").run()
+    at.switch_page("pages/policy.py").run()
+    if dataset is not None:
+        at.text_input(key="pol_budget_reason").input("test budget")
+    return at.run()
 
 
 def test_invalid_epsilon_shows_error_and_keeps_policy(app_path: str):
@@ -163,6 +166,7 @@ def test_a_ledger_file_deleted_while_the_app_runs_is_reported_not_restarted(
     at.session_state["dp_dataset"] = small_dataset
     at.run()
     at.switch_page("pages/policy.py").run()
+    at.text_input(key="pol_budget_reason").input("test budget").run()
     at.button[0].click().run()  # save the default budget: the ledger now exists and has spent nothing
     assert any("Budget saved" in s.value for s in at.success)
     for suffix in ("", "-wal", "-shm"):

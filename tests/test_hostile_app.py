@@ -338,6 +338,7 @@ def test_bad_budgets_are_refused_and_the_budget_kept(app_path: str) -> None:
 
 
 def _save_budget(at: AppTest) -> None:
+    at.text_input(key="pol_budget_reason").input("test budget").run()
     next(b for b in at.button if b.label == "Save budget").click().run()
 
 

@@ -14,8 +14,9 @@ tab, a server restart or the same plan run from a terminal all find the one job 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -42,19 +43,30 @@ def status(request_id: str) -> JobStatus | None:
     return job_status(jobs_dir(), request_id)
 
 
-def start(plan: ReleasePlan, request_id: str, *, name: str, artifacts_dir: Path) -> JobStatus:
-    """Start the batch job releasing ``plan`` on the whole table of the current dataset's source (a running
-    or finished job of ``request_id`` is returned as it is, nothing is started twice)."""
+def start(
+    plan: ReleasePlan,
+    request_id: str,
+    *,
+    name: str,
+    artifacts_dir: Path,
+    origin: Mapping[str, Any] | None = None,
+    user: str | None = None,
+) -> JobStatus:
+    """Start the batch job releasing ``plan`` on the whole table of the current dataset's source, or of
+    ``origin`` (an approved request's, recorded with it) for ``user`` (a running or finished job of
+    ``request_id`` is returned as it is, nothing is started twice)."""
     from dpcore.outofcore.jobs import JobSpec, start_job
 
     ds = state.dataset()
-    source, table, query = datasets.job_source((ds.origin or {}) if ds is not None else {})
+    if origin is None:
+        origin = (ds.origin or {}) if ds is not None else {}
+    source, table, query = datasets.job_source(origin)
     spec = JobSpec(
         manifest=plan.to_manifest(),
         source=source,
         ledger_url=config.ledger_url(),
         artifacts_dir=str(artifacts_dir),
-        user=state.user(),
+        user=state.user() if user is None else user,
         request_id=request_id,
         table=table,
         query=query,

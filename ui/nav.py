@@ -23,7 +23,7 @@ import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from ui import auth
+from ui import auth, roles
 from ui.session import sync_session
 from ui.sidebar import render_sidebar
 
@@ -37,6 +37,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("pages/trajectories.py", "Trajectories", ":material/route:"),
     ("pages/ledger.py", "Ledger", ":material/receipt_long:"),
     ("pages/present.py", "Present", ":material/slideshow:"),
+    ("pages/requests.py", "Requests", ":material/approval:"),
 )
 PAGE_CONFIG = {
     "page_title": "DP release dashboard",
@@ -55,6 +56,7 @@ def start_run() -> StreamlitPage:
     """Page config, sign-in, session plan, navigation and sidebar; returns the page to run."""
     st.set_page_config(**PAGE_CONFIG)
     auth.require_sign_in()  # optional OIDC sign-in (secrets.toml [auth]); a no-op when not configured
+    roles.require_any_role()  # signed in, but in none of [dpcore.roles]: a refusal and Sign out
     sync_session()
     page = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in registered_pages()])
     render_sidebar()

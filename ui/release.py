@@ -49,7 +49,7 @@ from dpcore.report import (
     stored_file,
     stored_preview,
 )
-from ui import batch_job, datasets, state
+from ui import batch_job, datasets, requests_view, roles, state
 from ui.errors import user_errors
 from ui.text import md
 
@@ -349,7 +349,12 @@ def _spend_button(
 
 
 def release_panel(
-    *, key: str, plan: ReleasePlan | None, inputs: Any, stale: str | None = None
+    *,
+    key: str,
+    plan: ReleasePlan | None,
+    inputs: Any,
+    stale: str | None = None,
+    evidence: requests_view.Evidence | None = None,
 ) -> Release | None:
     """Show ``plan`` (exactly what will run, with its digest), its guarantee and budget, and a Release
     button; a click releases the plan that was on screen when the curator clicked, or nothing. ``stale``
@@ -358,9 +363,17 @@ def release_panel(
     A plan is released once: its request ids are :meth:`~dpcore.plan.ReleasePlan.request_id` 1, 2, ...,
     and the panel reads the plan's releases from the ledger on every run, so a reload, a second tab or a
     server restart show the release already made; another one needs "Release this plan again". Returns
-    the plan's latest release, else None."""
+    the plan's latest release, else None.
+
+    Only a curator or an officer (``ui.roles``) releases. When the account's approval rule covers the plan,
+    the button asks an officer's approval instead (:mod:`ui.requests_view`; ``evidence``: the comparison's
+    expected error and chart, stored with the request)."""
     confirmed: Confirmation | None = st.session_state.pop(CONFIRMED_PREFIX + key, None)
     st.subheader("Release")
+    refused = roles.refusal("release data", roles.OFFICER, roles.CURATOR)
+    if refused is not None:  # a viewer: comparisons in demo mode only
+        st.info(refused, icon=":material/visibility:")
+        return None
     if state.dataset() is None:
         st.info("Load a dataset on the Data page before releasing.")
         return None
@@ -396,6 +409,9 @@ def release_panel(
         st.warning(CHANGED)  # the click was on a button drawn for another plan: nothing is released
         confirmed = None
     next_id = plan.request_id(len(made) + 1)
+    rule = None
+    with user_errors("reading the approval rule"):
+        rule = requests_view.needs_approval(plan)
     shown: Release | None = None
     if made:
         with user_errors("reading the release from the ledger"):
@@ -409,16 +425,26 @@ def release_panel(
                     icon=":material/task_alt:",
                 )
             show_release(shown, key, stored=stored, whole_table=whole)
+        if rule is not None:
+            _request(key, plan, next_id, inputs, blocked, rule, whole, evidence)
+            return shown
         clicked = _again(key, plan, next_id, blocked, whole)
     else:
         if blocked:
             st.warning(blocked)
+        if rule is not None:
+            _request(key, plan, next_id, inputs, blocked, rule, whole, evidence)
+            return shown
         if whole:
             clicked = _whole_table_button(next_id, plan, key, blocked)
         else:
             label = f"Release (spends {_cost_text(plan, plan.epsilon, plan.delta)})"
             clicked = _spend_button(label, key, "release", plan, next_id, blocked)
     if not clicked or confirmed is None or blocked is not None:
+        return shown
+    refused = roles.refusal("release data", roles.OFFICER, roles.CURATOR)  # on the click's own run
+    if refused is not None or rule is not None:
+        st.error(refused or "This release needs an officer's approval: nothing was released.")
         return shown
     if confirmed.request_id != next_id:  # drawn before a release of this plan made elsewhere: shown above
         return shown
@@ -445,6 +471,23 @@ def release_panel(
         return shown
     panel.result, panel.stored = result, None
     st.rerun()
+
+
+def _request(
+    key: str,
+    plan: ReleasePlan,
+    request_id: str,
+    inputs: Any,
+    blocked: str | None,
+    rule: Any,
+    whole: bool,
+    evidence: requests_view.Evidence | None,
+) -> None:
+    ds = state.dataset()
+    origin = (ds.origin or {}) if ds is not None else {}
+    requests_view.request_control(
+        key, plan, request_id, inputs, blocked, rule, whole=whole, origin=origin, evidence=evidence
+    )
 
 
 def _again(key: str, plan: ReleasePlan, next_id: str, blocked: str | None, whole: bool) -> bool:

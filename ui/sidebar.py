@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dpcore.policy import GeoIndistinguishability
-from ui import auth, datasets, state
+from ui import auth, datasets, roles, state
 from ui.errors import user_errors
 from ui.release import policy_budget
 from ui.text import md
@@ -66,6 +66,9 @@ def _budgets(ds: state.Dataset) -> None:
 
 def _mode_section() -> None:
     st.subheader("Sampling")
+    if not roles.has(roles.OFFICER, roles.CURATOR):
+        st.caption("Demo mode (fixed seed, outputs marked DEMO): viewers compare in demo mode only.")
+        return
     st.radio(
         "Sampling mode",
         options=list(MODE_LABELS),
@@ -88,6 +91,7 @@ def render_sidebar() -> None:
     auth.require_sign_in()
     with st.sidebar:
         auth.render_account()
+        roles.render_roles()
         _dataset_section()
         pol = state.policy()
         st.subheader("Privacy policy")

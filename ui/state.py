@@ -33,7 +33,7 @@ from dpcore.errors import DataError, DPCoreError
 from dpcore.ledger import Ledger, dataset_id_for_name
 from dpcore.mechanisms import Sampler
 from dpcore.policy import ApproxDP, Policy
-from ui import auth
+from ui import auth, roles
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -399,7 +399,10 @@ def user() -> str:
 
 
 def mode() -> Mode:
-    """``"secure"`` (release mode, the default) or ``"demo"`` (fixed seed, outputs marked DEMO)."""
+    """``"secure"`` (release mode, the default) or ``"demo"`` (fixed seed, outputs marked DEMO); always demo
+    for a viewer (``ui.roles``: viewers run the comparison pages in demo mode only)."""
+    if not roles.has(roles.OFFICER, roles.CURATOR):
+        return "demo"
     return "demo" if st.session_state.get(MODE_KEY) == "demo" else "secure"
 
 

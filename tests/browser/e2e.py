@@ -23,6 +23,8 @@ MARKETING = "Sample: Marketing Campaign"
 AIRPORTS = "Sample: US airports"
 
 
+BUDGET_REASON = "Reason for this budget (recorded in the ledger with your name)"
+
 def sample_fingerprint(name: str = "marketing_campaign") -> str:
     """SHA-256 fingerprint of a bundled sample's table."""
     return fingerprint(load_sample_table(name))
@@ -120,6 +122,7 @@ def set_budget(page: Page, epsilon: float, delta: float) -> None:
     go(page, "Privacy policy")
     set_number(page, "Total ε for this dataset", epsilon)
     set_number(page, "Total δ for this dataset (0 for pure DP)", delta)
+    set_number(page, BUDGET_REASON, "e2e budget")
     click(page, "Save budget")
     expect(main(page).get_by_text("Budget saved").first).to_be_visible()
 

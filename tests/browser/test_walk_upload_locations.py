@@ -22,6 +22,7 @@ from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
 from tests.browser.conftest import Server, screenshot, wait_for_app
 from tests.browser.e2e import (
+    BUDGET_REASON,
     assert_no_exception,
     choose_radio,
     click,
@@ -144,6 +145,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     choose_radio(page, "one user: all of their rows (Locations page with a user column)")  # its own account
     set_number(page, "Most locations per user (public; the Locations page's maximum)", MOST)
     set_number(page, "Total level l for this dataset", 3)
+    set_number(page, BUDGET_REASON, "e2e budget")
     expect(main(page).get_by_label("Total δ for this dataset (0 for pure DP)")).to_have_count(0)  # no δ here
     click(page, "Save budget")
     expect(body.get_by_text("Budget saved").first).to_be_visible()
