@@ -43,6 +43,7 @@ counts the start cells, the rest is shared equally by the phi + 1 levels of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -271,12 +272,24 @@ class DPT:
         return out
 
     def fit(self, trips: TripSet) -> DPT:
+        """Release the noisy model of ``trips`` (prepared under the public limits)."""
+        hier = Hierarchy(*self.box, finest=self.finest, levels=self.levels)
+        own = own_levels(trips, hier) if trips.n_trips else np.zeros(0, dtype=np.int64)
+        true_rs = np.bincount(own, minlength=hier.levels).astype(float)
+        return self.fit_counts(true_rs, lambda selected: self.true_counts(trips, selected))
+
+    def fit_counts(
+        self,
+        true_rs: np.ndarray,
+        counts_of: Callable[[np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]],
+    ) -> DPT:
+        """Release the noisy model from the trips' counts: ``true_rs`` (trips per own system) and
+        ``counts_of(selected)`` (:meth:`true_counts` after the selection), computed in memory or by passes
+        over an engine's rows (:mod:`dpcore.trajectory.outofcore`)."""
         hier, sampler = self._check()
         self.hierarchy_ = hier
         self.budget_log_ = self.budget()
         self.scale_ = self.scales(hier)
-        own = own_levels(trips, hier) if trips.n_trips else np.zeros(0, dtype=np.int64)
-        true_rs = np.bincount(own, minlength=hier.levels).astype(float)
         noisy_rs = sampler.privatize(true_rs, "laplace", float(self.scale_["reference systems"]))
         cells = hier.cells(np.arange(hier.levels)).astype(float) ** 2
         need = cells * self.max_trips / dict(self.budget_log_)["level 1"]
@@ -287,7 +300,7 @@ class DPT:
         self.cells_ = np.concatenate(
             [np.arange(hier.offsets[k], hier.offsets[k + 1]) for k in self.selected_]
         )
-        self.start_, self.tree_ = self._tree(hier, self.true_counts(trips, self.selected_), sampler)
+        self.start_, self.tree_ = self._tree(hier, counts_of(self.selected_), sampler)
         return self
 
     def true_counts(self, trips: TripSet, selected: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:

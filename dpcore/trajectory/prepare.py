@@ -13,7 +13,8 @@ trips only, and the limits bound them: at most ``max_trips`` trips of at most ``
 4. At most ``max_trips`` trips per person: a person with more keeps a uniformly random ``max_trips`` of
    them, drawn with the release's sampler independently of the values (the person's trips ranked by start
    time take iid uniform keys in turn, the smallest kept; persons over the cap in the order of their id as
-   text, as :func:`dpcore.location.contribution.cap_per_user` does for rows).
+   text, as :func:`dpcore.location.contribution.cap_per_user` does for rows, so an engine streaming the
+   persons in that order draws the same keys: :mod:`dpcore.trajectory.outofcore`).
 5. Each trip is cut after its first ``max_fixes`` fixes.
 
 Positions are mapped to metres on the region's azimuthal equidistant plane (centred on the region's
@@ -31,11 +32,19 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from dpcore.errors import DataError, ParameterError
-from dpcore.location.contribution import canonical_order, draw_kept_ranks
+from dpcore.location.contribution import draw_kept_ranks
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.mechanisms import Sampler
 
-__all__ = ["TripLimits", "TripSet", "parse_times", "plane_box", "prepare_trips"]
+__all__ = [
+    "TripLimits",
+    "TripSet",
+    "parse_times",
+    "person_codes",
+    "plane_box",
+    "prepare_block",
+    "prepare_trips",
+]
 
 
 @dataclass(frozen=True)
@@ -177,7 +186,8 @@ def _seconds(time: ArrayLike) -> np.ndarray:
             f"{int(t.isna().sum())} timestamp(s) could not be read; drop those rows or fix the column "
             "(ISO 8601 with a time zone, e.g. 2026-03-02T08:00:00Z)."
         )
-    return (t - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()  # seconds since 1970 (UTC)
+    micros = t.dt.tz_localize(None).to_numpy().astype("datetime64[us]").astype(np.int64)
+    return micros / 1e6  # seconds since 1970 (UTC), from whole microseconds as an engine reads them
 
 
 def prepare_trips(
@@ -196,21 +206,41 @@ def prepare_trips(
     if who.shape != (n,) or pd.isna(pd.Series(who, dtype=object)).any():
         raise DataError("every fix needs a person id (one per row); drop or fill rows without one.")
     sec = _seconds(time) if n else np.zeros(0)
-    codes, labels = pd.factorize(pd.Series(who, dtype=object).astype(str))
+    codes = person_codes(who)
+    tcodes = np.zeros(n, dtype=np.int64) if trip is None else person_codes(np.asarray(trip))
+    return prepare_block(codes, tcodes, sec, la, lo, limits, sampler, trip is not None)
+
+
+def person_codes(values: ArrayLike) -> np.ndarray:
+    """Canonical codes: the rank of each value's text among the distinct texts (code-point order, as an
+    engine sorts VARCHAR), so persons over the cap are met in the same order in memory and in an engine."""
+    return np.unique(np.asarray(values).astype(str), return_inverse=True)[1].ravel().astype(np.int64)
+
+
+def prepare_block(
+    codes: np.ndarray,
+    tcodes: np.ndarray,
+    sec: np.ndarray,
+    la: np.ndarray,
+    lo: np.ndarray,
+    limits: TripLimits,
+    sampler: Sampler,
+    has_trip: bool,
+) -> Prepared:
+    """Steps 1-5 on fixes whose persons are all here (``codes``: canonical person codes, ``tcodes``: trip
+    codes, ``sec``: UTC seconds): the whole table in memory, or one block of whole persons of a stream in
+    canonical order (the cap's draws then follow one another as in memory)."""
+    n = la.size
     counts = {"fixes_given": n}
     inside = limits.region.contains(la, lo)
     counts["fixes_outside_region"] = int(n - inside.sum())
-    if trip is not None:
-        tcodes = pd.factorize(pd.Series(np.asarray(trip), dtype=object).astype(str))[0]
-    else:
-        tcodes = np.zeros(n, dtype=np.int64)
     keep = np.flatnonzero(inside)
     order = keep[np.lexsort((sec[keep], tcodes[keep], codes[keep]))]
     x, y = limits.region.projection().forward(la[order], lo[order])
     c, tc, s = codes[order], tcodes[order], sec[order]
     new = np.ones(order.size, dtype=bool)
     new[1:] = (c[1:] != c[:-1]) | (tc[1:] != tc[:-1])
-    if trip is None:
+    if not has_trip:
         new[1:] |= (s[1:] - s[:-1]) > limits.gap_s
     step = np.r_[0.0, np.hypot(np.diff(x), np.diff(y))]
     dt = np.r_[1.0, np.diff(s)]
@@ -227,16 +257,14 @@ def prepare_trips(
     first = np.r_[0, np.cumsum(size)[:-1]].astype(np.int64)
     t_person = np.zeros(n_trips, dtype=np.int64)
     t_person[trip_id] = c
-    chosen = _cap_trips(
-        t_person[valid], labels, x[first[valid]], y[first[valid]], s[first[valid]], limits.max_trips, sampler
-    )
+    f = first[valid]
+    chosen = _cap_trips(t_person[valid], x[f], y[f], s[f], limits.max_trips, sampler)
     trips = np.flatnonzero(valid)[chosen]
     counts["trips_over_cap"] = int(valid.sum() - trips.size)
     lens = np.minimum(size[trips], limits.max_fixes)
     counts["fixes_truncated"] = int((size[trips] - lens).sum())
-    idx = np.repeat(first[trips], lens) + (
-        np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-    )
+    within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    idx = np.repeat(first[trips], lens) + within
     out = TripSet(x[idx], y[idx], np.r_[0, np.cumsum(lens)].astype(np.int64), t_person[trips])
     counts["trips_used"] = out.n_trips
     counts["fixes_used"] = out.n_fixes
@@ -244,23 +272,20 @@ def prepare_trips(
 
 
 def _cap_trips(
-    person: np.ndarray,
-    labels: np.ndarray,
-    x0: np.ndarray,
-    y0: np.ndarray,
-    t0: np.ndarray,
-    m: int,
-    sampler: Sampler,
+    person: np.ndarray, x0: np.ndarray, y0: np.ndarray, t0: np.ndarray, m: int, sampler: Sampler
 ) -> np.ndarray:
-    """Sorted indices of the trips kept: all of a person with at most m, else a uniformly random m."""
-    per = np.bincount(person, minlength=len(labels))
+    """Sorted indices of the trips kept: all of a person with at most m, else a uniformly random m (persons
+    over the cap in the order of their canonical code, each's trips ranked by (start, x, y))."""
+    if not person.size:
+        return np.arange(0)
+    base = int(person.min())
+    per = np.bincount(person - base)
     over = np.flatnonzero(per > m)
     if not over.size:
         return np.arange(person.size)
-    over = over[canonical_order(np.asarray(labels)[over])]
     block_of = np.full(per.size, -1)
     block_of[over] = np.arange(over.size)
-    block = block_of[person]
+    block = block_of[person - base]
     rows = np.flatnonzero(block >= 0)
     rows = rows[np.lexsort((y0[rows], x0[rows], t0[rows], block[rows]))]
     kept_block, rank = draw_kept_ranks(per[over], m, sampler)

@@ -19,6 +19,7 @@ from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region, validate_latlon
 from dpcore.mechanisms import Sampler
 from dpcore.registry import Param, Registry
+from dpcore.trajectory.dpt import DPT
 from dpcore.trajectory.prepare import Prepared, TripLimits, prepare_trips
 
 __all__ = ["MAX_FIXES", "MAX_TRIPS", "NEIGHBOURS", "TRAJECTORIES", "TrajectoryInputs", "scope_of"]
@@ -80,6 +81,16 @@ class TrajectoryInputs:
         object.__setattr__(self, "lon", lon)
         if not isinstance(self.region, Region):
             raise ParameterError("a trajectory release needs a public region: pass region=Region(...).")
+
+    def fit_model(
+        self, model: DPT, params: dict[str, Any], sampler: Sampler
+    ) -> tuple[TripLimits, dict[str, int]]:
+        """Fit ``model`` on the trips prepared under the limits of ``params``; (limits, curator-only
+        counts of what preparation removed). :class:`dpcore.trajectory.outofcore.TrajectoryTable` does the
+        same by passes over an engine's rows."""
+        limits, prepared = self.prepared(params, sampler)
+        model.fit(prepared.trips)
+        return limits, prepared.counts
 
     def prepared(self, params: dict[str, Any], sampler: Sampler) -> tuple[TripLimits, Prepared]:
         """The public limits of ``params`` and the trips prepared under them (``sampler`` drops trips)."""

@@ -13,6 +13,7 @@ from dpcore.mechanisms import Sampler
 from dpcore.plots.trajectory import trips_map
 from dpcore.registry import MechanismOutput
 from dpcore.trajectory.dpt import DPT
+from dpcore.trajectory.outofcore import TrajectoryTable
 from dpcore.trajectory.prepare import plane_box
 from dpcore.trajectory.registry import TrajectoryInputs
 
@@ -45,26 +46,27 @@ def geojson(table: pd.DataFrame) -> bytes:
 def synthetic_release(
     label: str,
     model_params: dict[str, Any],
-    inputs: TrajectoryInputs,
+    inputs: TrajectoryInputs | TrajectoryTable,
     epsilon: float,
     delta: float,
     params: dict[str, Any],
     sampler: Sampler,
 ) -> MechanismOutput:
     """Prepare the trips under the plan's limits, fit the noisy model at ``epsilon``, draw the synthetic
-    trips; the table has one row per point (trip, point, lat, lon)."""
+    trips; the table has one row per point (trip, point, lat, lon). ``inputs`` in memory, or a table in
+    DuckDB read by passes (the same release with the same sampler)."""
     if delta != 0:
         raise ParameterError(f"{label} spends no delta; pass delta = 0 (got {delta!r}).")
-    limits, prepared = inputs.prepared(params, sampler)
     region = inputs.region
     model = DPT(
         epsilon,
-        max_trips=limits.max_trips,
-        max_fixes=limits.max_fixes,
+        max_trips=params["max_trips"],
+        max_fixes=params["max_fixes"],
         box=plane_box(region),
         random_state=sampler,
         **model_params,
-    ).fit(prepared.trips)
+    )
+    limits, counts = inputs.fit_model(model, params, sampler)
     synthetic = model.sample()
     lat, lon = region.clip(*synthetic.to_latlon(region))  # the square's corners beyond the region
     table = pd.DataFrame(
@@ -96,6 +98,4 @@ def synthetic_release(
         "synthetic_trips": synthetic.n_trips,
         "timestamps": TIMESTAMPS,
     }
-    return MechanismOutput(
-        table, (figure,), details, dict(prepared.counts), limits.scope, files={".geojson": geojson}
-    )
+    return MechanismOutput(table, (figure,), details, dict(counts), limits.scope, files={".geojson": geojson})
