@@ -58,7 +58,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -705,9 +705,14 @@ class Ledger:
         artifact_hash: str | None = None,
         parallel_group: str | None = None,
         partition_key: str | None = None,
+        preparation: Sequence[tuple[str, float]] = (),
     ) -> ReleaseRecord:
         """Check the account's budget and record one release in a single transaction; return its record,
         with ``inserted=True`` when this call recorded it.
+
+        ``preparation`` lists (mechanism, epsilon) of private steps the release ran first (e.g. bounds
+        estimated privately): each is recorded in the same transaction, on the same account, as its own row
+        (request id ``<request_id>/<mechanism>``, delta 0, sequential), and the budget must hold them all.
 
         A ``request_id`` already in the ledger for this account returns that first record
         (``inserted=False``) and debits nothing (whatever the other arguments). Releases sharing
@@ -757,12 +762,31 @@ class Ledger:
             "parallel_group": _text(parallel_group, "parallel_group", optional=True),
             "partition_key": _text(partition_key, "partition_key", optional=True),
         }
+        parts = []
+        for step, eps in preparation:
+            if parallel_group is not None:
+                raise ParameterError("A release with private preparation steps composes sequentially.")
+            parts.append(
+                {
+                    **row,
+                    "request_id": _text(f"{row['request_id']}/{step}", "request_id"),
+                    "mechanism": _text(step, "mechanism"),
+                    "calibration": "",
+                    "epsilon": _epsilon(eps, f"The epsilon of the {step} step"),
+                    "delta": 0.0,
+                    "parameters": _to_json({"part_of": row["request_id"]}),
+                    "artifact_path": None,
+                    "artifact_hash": None,
+                }
+            )
         try:
-            return self._spend_once(row, acc)
+            return self._spend_once(row, acc, parts)
         except sa.exc.IntegrityError:  # a concurrent transaction inserted this request_id first
-            return self._spend_once(row, acc)
+            return self._spend_once(row, acc, parts)
 
-    def _spend_once(self, row: dict[str, Any], acc: Account) -> ReleaseRecord:
+    def _spend_once(
+        self, row: dict[str, Any], acc: Account, parts: Sequence[dict[str, Any]] = ()
+    ) -> ReleaseRecord:
         key, request_id = row["account"], row["request_id"]
         with self._tx(write=True) as conn:
             budgets = _lock_accounts(conn, acc)
@@ -785,13 +809,16 @@ class Ledger:
             if group is not None:
                 _check_partition_free(conn, key, group, row["partition_key"])
             spends = _spends(conn, acc.dataset_id)
-            new = _Spend(key, 0, row["epsilon"], row["delta"], group)
+            new = [_Spend(key, 0, r["epsilon"], r["delta"], r["parallel_group"]) for r in (row, *parts)]
             for target_key in sorted(budgets, key=lambda k: k != key):  # its own account first
                 target = Account.parse(target_key)
-                added = _charges(target, [new]).charges
+                added = _charges(target, new).charges
                 if added:
                     _check_fits(budgets[target_key], _charges(target, spends).charges, added, row, target)
-            row = {**row, "time": _now()}
+            now = _now()
+            for part in parts:
+                conn.execute(_releases.insert().values(**part, time=now))
+            row = {**row, "time": now}
             new_id = conn.execute(_releases.insert().values(**row)).inserted_primary_key[0]
             return _record({**row, "id": int(new_id)}, inserted=True)
 
@@ -1268,7 +1295,8 @@ def _check_fits(
     if not (eps_ok and delta_ok):
         eps_spent, delta_spent = _cost(before)
         left = _left(eps_total, eps_spent), _left(delta_total, delta_spent)
-        raise _exceeded(row, target, added[0], *left, eps_ok)
+        asked = (sum(c[0] for c in added), sum(c[1] for c in added), added[0][2])  # with its private steps
+        raise _exceeded(row, target, asked, *left, eps_ok)
 
 
 def _status(budget: sa.RowMapping, charged: _Charged) -> BudgetStatus:

@@ -23,6 +23,7 @@ import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpcore.accounts import Relation
@@ -74,6 +75,7 @@ _ACCOUNT_FAMILY = {
     "local_pdp": "local_pdp",
 }
 NO_EFFECT = " (no column this release reads: no effect on it)"
+PRIVATE_BOUNDS = "estimated privately at release (see its step)"
 _CLEAN_FIX = {
     "kmeans": "drop incomplete rows instead of imputing, give public bounds, and scale with min-max to the "
     "public bounds",
@@ -121,8 +123,13 @@ def public_bounds(prepared: PreparedData) -> dict[str, list[float] | str]:
     from dpcore.kmeans.registry import DATA_BOUNDS, data_bounded
 
     hidden = data_bounded(prepared)
+    private = set((prepared.private_bounds or {}).get("features", ()))
     return {
-        name: DATA_BOUNDS if name in hidden else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
+        name: PRIVATE_BOUNDS
+        if name in private
+        else DATA_BOUNDS
+        if name in hidden
+        else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
         for j, name in enumerate(prepared.feature_names)
     }
 
@@ -156,6 +163,10 @@ def preparation_steps(
     if prepared is not None:
         bounds = "; ".join(f"{k} {v}" for k, v in public_bounds(prepared).items())
         steps.append(PrepStep(f"features and public bounds: {bounds}; scaling: {prepared.scaling}", False))
+        if prepared.private_bounds:
+            from dpcore.private_bounds import BoundsStep
+
+            steps.append(PrepStep(BoundsStep.from_dict(prepared.private_bounds).sentence(), False))
     return (*steps, *(PrepStep(t, True) for t in leaks))
 
 
@@ -183,6 +194,7 @@ class ReleasePlan:
     seed: int | None = None
     scope: str = ""
     epsilon_source: str = ""
+    private_bounds: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -215,6 +227,33 @@ class ReleasePlan:
                 "explore."
             )
         self._check_policy(spec)
+        if self.private_bounds:
+            self._check_private_bounds()
+
+    def _check_private_bounds(self) -> None:
+        """A private bounds step (:mod:`dpcore.private_bounds`) bounds k-means features under differential
+        privacy; its neighbours are the release's."""
+        from dpcore.private_bounds import BoundsStep
+
+        family = _ACCOUNT_FAMILY[self.definition]
+        if self.domain != "kmeans" or family != "dp":
+            raise PolicyError(
+                "Bounds estimated privately are a differential privacy step of a k-means release; give "
+                f"public bounds for {self.spec.label} under {self.definition_label}."
+            )
+        step = BoundsStep.from_dict({**self.private_bounds, "neighbours": self._relation().kind})
+        if "neighbours" in self.private_bounds and self.private_bounds["neighbours"] != step.neighbours:
+            raise PolicyError(
+                "The private bounds step protects other neighbours than the release; it was altered."
+            )
+        object.__setattr__(self, "private_bounds", step.to_dict())
+
+    @property
+    def bounds_step(self) -> Any:
+        """The :class:`dpcore.private_bounds.BoundsStep` this release runs first, or None."""
+        from dpcore.private_bounds import BoundsStep
+
+        return BoundsStep.from_dict(self.private_bounds) if self.private_bounds else None
 
     # -- what the plan is -------------------------------------------------------------------------
 
@@ -309,13 +348,18 @@ class ReleasePlan:
 
     @property
     def cost(self) -> tuple[float, float]:
-        """(epsilon, delta) debited from :attr:`account`."""
+        """(epsilon, delta) debited from :attr:`account`: with a private bounds step, epsilon + epsilon_b
+        (the ledger records them as two parts of one transaction and adds them exactly)."""
+        if self.private_bounds:
+            total = Fraction(repr(self.epsilon)) + Fraction(repr(float(self.private_bounds["epsilon"])))
+            return float(total), self.delta
         return self.epsilon, self.delta
 
     @property
     def guarantee(self) -> str:
         """The release's guarantee in one sentence (plus what voids or weakens it)."""
-        eps, delta, odds = self.epsilon, self.delta, odds_bound(self.epsilon)
+        eps, delta = self.cost  # with private bounds, the release and its bounds step together
+        odds = odds_bound(eps)
         family = _ACCOUNT_FAMILY[self.definition]
         scope = f", {self.scope}" if self.scope else ""
         if family == "geo_ind":
@@ -340,6 +384,12 @@ class ReleasePlan:
                 f"one than the other{' (plus δ)' if delta else ''}."
             )
         notes = []
+        if self.private_bounds:
+            eps_b = float(self.private_bounds["epsilon"])
+            notes.append(
+                f"The bounds of {', '.join(self.private_bounds['features'])} were estimated privately first "
+                f"(ε_b = {eps_b:g}, the same neighbours), then the release ran at ε = {self.epsilon:.4g}."
+            )
         derived = self.data_derived_steps
         if derived:
             notes.append(_DATA_DERIVED_NOTE.format(steps="; ".join(derived)))
@@ -379,6 +429,7 @@ class ReleasePlan:
             "citation": self.spec.citation,
             # only when set: plans without it keep the key (and request ids) they always had
             **({"epsilon_source": self.epsilon_source} if self.epsilon_source else {}),
+            **({"private_bounds": dict(self.private_bounds)} if self.private_bounds else {}),
         }
 
     @classmethod
@@ -402,6 +453,7 @@ class ReleasePlan:
             seed=m["seed"],
             scope=m.get("scope", ""),
             epsilon_source=m.get("epsilon_source", ""),
+            private_bounds=m.get("private_bounds", {}),
         )
         for key in ("account", "guarantee", "definition"):
             if key in m and to_json(plan.to_manifest()[key]) != to_json(m[key]):
@@ -444,6 +496,14 @@ class ReleasePlan:
             ("Mechanism", self.spec.label),
             (self.unit, f"{self.epsilon:.6g}"),
             *([(f"{self.unit} chosen with", self.epsilon_source)] if self.epsilon_source else []),
+            *(
+                [
+                    ("ε_b (private bounds)", f"{self.private_bounds['epsilon']:.6g}"),
+                    ("ε in all", f"{self.cost[0]:.6g}"),
+                ]
+                if self.private_bounds
+                else []
+            ),
             *([("δ", f"{self.delta:.3g}")] if self.uses_delta else []),
             ("Definition", self.definition_label),
             ("Neighbours", self.relation + (f", {self.scope}" if self.scope else "")),

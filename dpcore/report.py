@@ -47,6 +47,7 @@ from dpcore import __version__
 from dpcore.errors import ParameterError
 from dpcore.ledger import BudgetNotSet, LedgerError
 from dpcore.policy import DEFINITIONS
+from dpcore.private_bounds import MECHANISM
 from dpcore.safe_text import csv_bytes
 
 if TYPE_CHECKING:
@@ -610,7 +611,7 @@ def stored_file(path: str | os.PathLike[str], name: str, expected_sha256: str) -
 #: The manifest fields that make a plan (:meth:`dpcore.plan.ReleasePlan.from_manifest`), not its labels.
 _PLAN_FIELDS = (
     "domain", "mechanism", "epsilon", "delta", "policy", "dataset_fingerprint", "parameters", "preparation",
-    "sampling_mode", "seed", "scope", "epsilon_source",
+    "sampling_mode", "seed", "scope", "epsilon_source", "private_bounds",
 )
 
 
@@ -672,6 +673,9 @@ def make_release(
             "released. Set it on the Privacy policy page (Ledger.set_budget)."
         )
     sampler = Sampler() if plan.mode == "secure" else Sampler(plan.seed)
+    step, estimated = plan.bounds_step, None
+    if step is not None:  # private preparation first: bounds estimated with OpenDP (its own OS entropy)
+        inputs, estimated = step.apply(inputs)
     out = plan.spec.release(
         inputs, epsilon=plan.epsilon, delta=plan.delta, params=dict(plan.params), sampler=sampler
     )
@@ -682,6 +686,8 @@ def make_release(
     if verify is not None:
         verify()
     manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
+    if estimated is not None:
+        manifest["estimated_bounds"] = estimated  # ε_b-DP outputs: the clip box the mechanism used
     earlier = {r.dataset_fingerprint for r in ledger.releases(dataset_id=plan.dataset_id)}
     if earlier - {plan.fingerprint, None}:  # the name carries the budget; the table changed under it
         manifest["earlier_fingerprints"] = sorted(earlier - {plan.fingerprint, None})
@@ -697,7 +703,8 @@ def make_release(
         ledger.register_dataset(plan.dataset_id, plan.dataset_name, plan.fingerprint)
         record = ledger.spend(
             account,
-            *plan.cost,
+            plan.epsilon,
+            plan.delta,
             plan.mechanism,
             request_id,
             user=user,
@@ -707,6 +714,7 @@ def make_release(
             parameters={"plan_key": plan.key, **manifest["parameters"]},
             artifact_path=path,
             artifact_hash=digest,
+            preparation=() if step is None else ((MECHANISM, step.epsilon),),
         )
     except BaseException:
         staged.unlink(missing_ok=True)

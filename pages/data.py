@@ -14,6 +14,7 @@ from dpcore.data import (
     missing_report,
     prepare,
 )
+from dpcore.data.dictionary import MAX_DICTIONARY_BYTES
 from dpcore.data.io import NOTES_ATTR
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
 from ui import datasets, roles, state
@@ -25,8 +26,10 @@ ensure_entrypoint()
 
 UPLOAD_ERROR_KEY = "dp_upload_error"
 UPLOAD_DONE_KEY = "dp_upload_done"
-BOUNDS_ROWS = 8  # more features than this scroll inside a box of BOUNDS_HEIGHT pixels
-BOUNDS_HEIGHT = 360
+SAVED_NOTE_KEY = "dp_prep_saved_note"
+IMPORT_DONE_KEY = "dp_dictionary_done"  # the data dictionary file last imported (or refused), by file id
+TABLE_ROWS = 12  # more columns than this scroll inside the preparation table
+ROW_PX = 35
 BLOBS = "Synthetic blobs"
 UPLOAD = "Upload a file"
 FOLDER = "File in a data folder"
@@ -297,23 +300,126 @@ def _overview(ds: state.Dataset) -> None:
         st.warning(md(note))
     with user_errors("showing the first rows"):
         st.dataframe(ds.raw.head(20), hide_index=True)
-    st.subheader("Column kinds")
-    st.dataframe(ds.schema.to_frame(), hide_index=True)
-    a, b, c = st.columns([2, 2, 1])
-    names = list(ds.schema.kinds)
-    column = a.selectbox(
-        "Column", names, key=state.persist(f"data_kind_col_{ds.dataset_id}", names[0], names.__contains__)
+    notes = ds.schema.to_frame()
+    notes = notes[(notes["date format"] != "") | (notes["public categories"] != "") | (notes["note"] != "")]
+    if not notes.empty:
+        st.caption("Date formats, declared categories and notes")
+        st.dataframe(notes, hide_index=True)
+    _encodings(ds)
+
+
+def _saved_offer(ds: state.Dataset) -> None:
+    """Settings kept on the server for this dataset's name or table: offered, applied only when asked."""
+    saved = datasets.saved_offer(ds)
+    if saved is None:
+        return
+    where = (
+        f"for '{md(saved.name)}'"
+        if saved.dataset_id == ds.dataset_id
+        else f"for this same table under the name '{md(saved.name)}'"
     )
-    kind_key = state.persist(
-        f"data_kind_{ds.dataset_id}_{column}", ds.schema.kinds[column], KINDS.__contains__
+    other = ""
+    if saved.fingerprint != ds.fingerprint:
+        other = " (for a table with other rows: its columns are checked)"
+    table = saved.choices.get("table") or {}
+    st.info(
+        f"Settings were saved {where} on {saved.when}{other}: {len(table.get('features', ()))} features, "
+        f"{len(table.get('bounds', {}))} with public bounds. They are not applied unless you ask.",
+        icon=":material/history:",
     )
-    kind = b.selectbox("Kind", KINDS, key=kind_key)
-    if c.button("Set kind", key="data_set_kind"):
-        with user_errors("changing the column kind") as outcome:
-            state.update_dataset(schema=ds.schema.with_kind(column, kind), prepared=None)
+    a, b = st.columns(2)
+    if a.button(f"Use the settings from {saved.when}", key="data_use_saved", type="primary"):
+        with user_errors("applying the saved settings") as outcome:
+            datasets.use_saved(saved)
         if not outcome.failed:
             st.rerun()
-    _encodings(ds)
+    if b.button("Start from the table as loaded", key="data_decline_saved"):
+        datasets.decline_saved(ds)
+        st.rerun()
+
+
+def _table(ds: state.Dataset) -> None:
+    """The preparation table: one row per column, applied together (one rerun) or imported as CSV."""
+    st.header("3. Preparation table")
+    st.markdown(
+        "One row per column: its **kind**, whether it is a **feature**, its **public bounds** (values you "
+        "know without looking at the data, e.g. age 18 to 100; dates as 2012-01-01; categorical columns are "
+        "bounded by their codes), its **unit** and its **missing-value step** (drop keeps the privacy "
+        f"guarantee; median, mean and mode are {DATA_DERIVED}). Edit any cells, then press **Apply**: "
+        "every row is checked, and the table is applied whole or not at all."
+    )
+    dic = datasets.dictionary(ds)
+    frame = dic.to_frame()
+    missing = missing_report(ds.raw)["missing"]
+    frame.insert(1, "missing values", [int(missing[c]) for c in frame["column"]])
+    cc = st.column_config
+    with st.form(key=f"data_table_form_{ds.dataset_id}", border=False, enter_to_submit=False):
+        edited = st.data_editor(
+            frame,
+            key=datasets.table_key(ds),
+            hide_index=True,
+            num_rows="fixed",
+            disabled=["column", "missing values"],
+            height=(min(len(frame), TABLE_ROWS) + 1) * ROW_PX + 3,
+            column_config={
+                "column": cc.TextColumn("column", pinned=True),
+                "missing values": cc.NumberColumn("missing values", help="Missing cells as loaded"),
+                "kind": cc.SelectboxColumn("kind", options=list(KINDS), required=True),
+                "feature": cc.CheckboxColumn("feature", help="Cluster on this column"),
+                "lower": cc.TextColumn("lower", help="Public lower bound (empty: none)"),
+                "upper": cc.TextColumn("upper", help="Public upper bound (empty: none)"),
+                "unit": cc.TextColumn("unit", help="e.g. years, EUR, mm (shown with the features)"),
+                "missing": cc.SelectboxColumn(
+                    "missing", options=["none", *MISSING_STRATEGIES], required=True
+                ),
+            },
+        )
+        applied = st.form_submit_button("Apply", type="primary", key="data_apply_table")
+    if applied:
+        with user_errors("applying the preparation table") as outcome:
+            datasets.apply_edited(edited.drop(columns=["missing values"]))
+        if not outcome.failed:
+            st.rerun()
+    a, b = st.columns([2, 1], vertical_alignment="bottom")
+    uploaded = a.file_uploader(
+        "Import a data dictionary (CSV with a header row: column, kind, feature, lower, upper, unit, "
+        "missing; only column is required)",
+        type=["csv", "txt"],
+        key=f"data_dictionary_{ds.dataset_id}",
+    )
+    b.download_button(
+        "Export the table as CSV",
+        data=dic.to_csv(),
+        file_name=f"{ds.name}-data-dictionary.csv",
+        mime="text/csv",
+        on_click="ignore",
+        icon=":material/download:",
+        key="data_export_table",
+    )
+    _import(ds, uploaded)
+
+
+def _import(ds: state.Dataset, uploaded) -> None:
+    """Apply a data dictionary file once (by file id); a refused one is reported until another is chosen."""
+    if uploaded is None:
+        return
+    done = st.session_state.get(IMPORT_DONE_KEY)
+    if done is not None and done[0] == uploaded.file_id:
+        if done[1]:
+            st.error(md(done[1]))
+        else:
+            st.success(f"Imported {md(uploaded.name)}: the table above is applied.")
+        return
+    if uploaded.size > MAX_DICTIONARY_BYTES:
+        message = f"{uploaded.name} is over {MAX_DICTIONARY_BYTES // 1024} KB; it is not a data dictionary."
+        st.session_state[IMPORT_DONE_KEY] = (uploaded.file_id, message)
+        st.error(message)
+        return
+    with user_errors(f"importing {uploaded.name}") as outcome:
+        datasets.import_dictionary(uploaded.getvalue())
+    st.session_state[IMPORT_DONE_KEY] = (uploaded.file_id, outcome.message if outcome.failed else "")
+    if not outcome.failed:
+        st.rerun()
 
 
 def _encodings(ds: state.Dataset) -> None:
@@ -352,7 +458,7 @@ def _encodings(ds: state.Dataset) -> None:
 
 
 def _missing(ds: state.Dataset) -> None:
-    st.header("3. Missing values")
+    st.header("4. Missing values")
     report = missing_report(ds.cleaned)
     bad = report[(report["missing"] > 0) | (report["infinite"] > 0)]
     for step in ds.cleaning:
@@ -391,56 +497,41 @@ def _missing(ds: state.Dataset) -> None:
         st.rerun()
 
 
-def _bounds_inputs(ds: state.Dataset, features: list[str]) -> pd.DataFrame:
-    """Two text fields (lower, upper) per feature, kept across pages; returned as the bounds table.
-
-    Plain fields, not an editable grid: after the focus leaves a grid (a button, another field), its
-    first click does not move the grid's selection, so what is typed next lands in the previously
-    selected cell.
-    """
-    widths = [3, 2, 3, 3]
-    for column, title in zip(st.columns(widths), ("feature", "kind", "lower", "upper"), strict=True):
-        column.caption(title)
-    typed: dict[str, tuple[str, str]] = {}
-    with st.container(height=BOUNDS_HEIGHT if len(features) > BOUNDS_ROWS else "content"):
-        for feature in features:
-            kind = ds.schema.kinds[feature]
-            a, b, c, d = st.columns(widths, vertical_alignment="center")
-            a.markdown(md(feature))
-            b.caption(kind)
-            if kind == "categorical":
-                c.caption("bounded by its codes (see Encodings)")
-                continue
-            hint = "e.g. 2012-01-01" if kind == "date" else None
-            lower, upper = (
-                box.text_input(
-                    f"{side.capitalize()} bound of {md(feature)}",
-                    key=state.persist(f"data_{side}_{ds.dataset_id}_{feature}", ""),
-                    placeholder=hint,
-                    label_visibility="collapsed",
-                )
-                for box, side in ((c, "lower"), (d, "upper"))
-            )
-            typed[feature] = (lower, upper)
-    return datasets.bounds_frame(features, ds.schema, typed)
+def _eps_b_ok(value: object) -> bool:
+    return isinstance(value, float) and 0.001 <= value <= 10
 
 
 def _features(ds: state.Dataset) -> None:
-    st.header("4. Features, public bounds and scaling")
-    options = ds.schema.columns(*FEATURE_KINDS)
-    features = st.multiselect(
-        "Features to cluster on",
-        options,
-        key=state.persist(f"data_features_{ds.dataset_id}", [], lambda v: all(f in options for f in v)),
-    )
+    st.header("5. Features, bounds and scaling")
+    dic = datasets.dictionary(ds)
+    features = list(dic.features)
     if not features:
-        st.info("Select at least one feature.")
+        st.info("No feature yet: tick **feature** for the columns to cluster on in the table, then Apply.")
         return
-    st.markdown(
-        "**Public bounds** per feature: values you know without looking at the data (e.g. age 18 to 100). "
-        "Dates may be typed as 2012-01-01. Categorical features are bounded by their codes."
+    unbounded = [
+        f for f in features if f not in dic.bounds and ds.schema.kinds[f] in ("numeric", "date")
+    ]
+    st.markdown(f"**Features** ({len(features)}): {md(', '.join(features))}.")
+    if unbounded:
+        st.caption(f"No public bounds for: {md(', '.join(unbounded))}.")
+    private = st.checkbox(
+        "Estimate the missing bounds privately, spending ε_b from this dataset's budget (with the release)",
+        key=state.persist(datasets.PRIVATE_KEY, False),
+        help="Each feature without public bounds gets its lower and upper bound from OpenDP's differentially "
+        "private quantile (1% and 99%) when a release runs: ε_b is debited with the release's ε, in the same "
+        "ledger transaction, and the bounds are recorded in its manifest. Until then comparisons use the "
+        "data's range (not private).",
     )
-    bounds = _bounds_inputs(ds, features)
+    eps_b = None
+    if private:
+        eps_b = st.number_input(
+            "ε_b for the private bounds (split over 2 quantiles per feature)",
+            min_value=0.001,
+            max_value=10.0,
+            step=0.05,
+            format="%.3f",
+            key=state.persist(datasets.PRIVATE_EPS_KEY, 0.1, _eps_b_ok),
+        )
     data_bounds = st.checkbox(
         f"Use bounds from the data (leaks information: not private; {DATA_DERIVED})",
         key=state.persist("data_bounds_ok", False),
@@ -466,11 +557,13 @@ def _features(ds: state.Dataset) -> None:
                 ds.schema,
                 features,
                 scaling=scaling,
-                bounds=datasets.parse_bounds(bounds),
+                bounds=datasets.table_bounds(dic, ds.schema),
                 data_bounds_ok=data_bounds,
+                private_epsilon=eps_b,
             )
         if not outcome.failed:
-            state.update_dataset(prepared=ready)
+            ds = state.update_dataset(prepared=ready)
+            st.session_state[SAVED_NOTE_KEY] = datasets.save_settings(ds, scaling, data_bounds, eps_b)
             st.rerun()
 
 
@@ -478,13 +571,23 @@ def _prepared(ds: state.Dataset) -> None:
     p = ds.prepared
     if p is None:
         return
-    st.header("5. Prepared features")
+    st.header("6. Prepared features")
     st.success(
         f"{p.n_samples:,} rows × {p.n_features} features ready (scaling: {p.scaling}; "
         f"bounds source: {p.bounds_source}; {p.n_dropped} rows dropped)."
     )
+    saved = st.session_state.pop(SAVED_NOTE_KEY, None)
+    if saved:
+        st.caption(md(saved))
+    if p.private_bounds:
+        st.info(
+            f"The bounds of {md(', '.join(p.private_bounds['features']))} will be estimated privately when a "
+            f"release runs (ε_b = {p.private_bounds['epsilon']:g}, debited with it); comparisons use the "
+            "data's range until then."
+        )
     for leak in p.leaks:
         st.warning(f"Leak: {md(leak)}")
+    units = datasets.dictionary(ds).units
     for warning in p.warnings:
         st.info(md(warning))
     st.dataframe(
@@ -494,6 +597,7 @@ def _prepared(ds: state.Dataset) -> None:
                 "kind": p.kinds,
                 "lower": p.raw_lower,
                 "upper": p.raw_upper,
+                "unit": [units.get(f, "") for f in p.feature_names],
                 "bounds from": [p.bound_sources[f] for f in p.feature_names],
                 "values clipped": [p.clipped[f] for f in p.feature_names],
                 "scaled lower": p.lower,
@@ -511,6 +615,8 @@ if current is None:
     st.info("No dataset yet: load a sample, generate blobs or upload a file.")
 else:
     _overview(current)
-    _missing(current)
-    _features(current)
-    _prepared(current)
+    _saved_offer(current)
+    _table(current)
+    _missing(state.dataset())
+    _features(state.dataset())
+    _prepared(state.dataset())

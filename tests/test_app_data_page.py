@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
+from tests.prep_table import edit_table, table_cells
+
 TIMEOUT = 60
 MARKETING = "Sample: Marketing Campaign"
 GOOD_CSV = b"age,income,city\n34,52000,Oslo\n51,61000,Bergen\n29,39000,Oslo\n"
@@ -31,19 +33,9 @@ def _leave_and_return(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
-def _bound(at: AppTest, feature: str, side: str):
-    return at.text_input(key=f"data_{side}_{at.session_state['dp_dataset'].dataset_id}_{feature}")
-
-
-def _type(at: AppTest, bounds: dict[str, tuple[str, str]]) -> None:
-    """Type public bounds (feature -> (lower, upper)), one field at a time as a curator would."""
-    for feature, pair in bounds.items():
-        for side, text in zip(("lower", "upper"), pair, strict=True):
-            _bound(at, feature, side).input(text).run()
-
-
 def _shown(at: AppTest, features: list[str]) -> dict[str, tuple[str, str]]:
-    return {f: (_bound(at, f, "lower").value, _bound(at, f, "upper").value) for f in features}
+    cells = {f: table_cells(at, f) for f in features}
+    return {f: (c["lower"], c["upper"]) for f, c in cells.items()}
 
 
 def test_source_choice_stays_on_the_upload_after_leaving_the_page(app_path: str) -> None:
@@ -85,19 +77,16 @@ def test_row_counts_are_the_cleaned_tables_and_say_how_many_were_dropped(app_pat
     assert any("2,240 rows × 29 columns" in m.value for m in at.markdown)
 
 
-def test_each_bound_lands_in_its_features_field(app_path: str) -> None:
+def test_each_bound_lands_in_its_features_row(app_path: str) -> None:
     at = _with_marketing(app_path)
     at.selectbox(key="data_missing_strategy").set_value("drop").run()
     at.button(key="data_apply_missing").click().run()
-    ds = at.session_state["dp_dataset"]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["Income", "MntWines"]).run()
-    assert _shown(at, ["Income", "MntWines"]) == {"Income": ("", ""), "MntWines": ("", "")}
-
-    _type(at, {"MntWines": ("0", "1500")})
+    edit_table(at, features=["Income", "MntWines"], bounds={"MntWines": ("0", "1500")})
+    assert _shown(at, ["Income", "MntWines"]) == {"Income": ("", ""), "MntWines": ("0", "1500")}
     at.button(key="data_prepare").click().run()  # refused (Income has no bounds): nothing prepared
     assert any("No public bounds" in e.value for e in at.error)
     assert at.session_state["dp_dataset"].prepared is None
-    _type(at, {"Income": ("0", "200000")})  # typed after the focus was on the button
+    edit_table(at, bounds={"Income": ("0", "200000")})
     assert _shown(at, ["Income", "MntWines"]) == {"Income": ("0", "200000"), "MntWines": ("0", "1500")}
     at.button(key="data_prepare").click().run()
     assert not at.error, [e.value for e in at.error]
@@ -110,32 +99,30 @@ def test_each_bound_lands_in_its_features_field(app_path: str) -> None:
 TYPED = {"MntWines": ("0", "1500"), "Year_Birth": ("1890", "2010")}
 
 
-def test_bounds_typed_survive_adding_a_feature_and_leaving_the_page(app_path: str) -> None:
+def test_the_table_applies_whole_survives_leaving_the_page_and_refuses_a_bad_row(app_path: str) -> None:
     at = _with_marketing(app_path)
-    features = f"data_features_{at.session_state['dp_dataset'].dataset_id}"
-    at.multiselect(key=features).set_value(["Income", "MntWines"]).run()
-    _type(at, {"MntWines": ("0", "1500")})  # typed, not yet prepared
-    at.multiselect(key=features).set_value(["Income", "MntWines", "Year_Birth"]).run()
-    assert _shown(at, ["Income", "MntWines", "Year_Birth"]) == {
-        "Income": ("", ""),
-        "MntWines": ("0", "1500"),
-        "Year_Birth": ("", ""),
-    }
-    _type(at, {"Year_Birth": ("1890", "2010")})
+    edit_table(at, features=["Income", "MntWines"], bounds={"MntWines": ("0", "1500")})
+    edit_table(at, features=["Income", "MntWines", "Year_Birth"], bounds={"Year_Birth": ("1890", "2010")})
     _leave_and_return(at)
-    assert at.multiselect(key=features).value == ["Income", "MntWines", "Year_Birth"]
+    assert at.session_state["dp_dataset"].schema.kinds["Year_Birth"] == "numeric"
+    assert [table_cells(at, f)["feature"] for f in ("Income", "MntWines", "Year_Birth")] == [True] * 3
     assert _shown(at, ["MntWines", "Year_Birth"]) == TYPED
-    at.multiselect(key=features).set_value(["Year_Birth"]).run()  # removing a feature forgets nothing
-    at.multiselect(key=features).set_value(["Year_Birth", "MntWines"]).run()
+    edit_table(at, features=["Year_Birth"])  # removing a feature forgets nothing
+    edit_table(at, features=["Year_Birth", "MntWines"])
     assert _shown(at, ["MntWines", "Year_Birth"]) == TYPED
+    # one bad row (lower >= upper) and one bad kind: nothing of the edit is applied, both are named
+    edit_table(at, bounds={"MntWines": ("9", "1")}, kinds={"Education": "numeric"}, units={"Income": "USD"})
+    errors = " ".join(e.value for e in at.error)
+    assert "2 of 29 rows" in errors and "lower 9 is not below upper 1" in errors and "holds text" in errors
+    assert _shown(at, ["MntWines"]) == {"MntWines": ("0", "1500")} and table_cells(at, "Income")["unit"] == ""
+    assert at.session_state["dp_dataset"].schema.kinds["Education"] == "categorical"
 
 
 def test_data_derived_choices_say_they_are_not_allowed_for_a_dp_release(app_path: str) -> None:
     at = _with_marketing(app_path)
     strategies = at.selectbox(key="data_missing_strategy").options
     assert [DATA_DERIVED in s for s in strategies] == [False, True, True, True]  # drop, median, mean, mode
-    ds = at.session_state["dp_dataset"]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["MntWines"]).run()
+    edit_table(at, features=["MntWines"])
     assert DATA_DERIVED in at.checkbox(key="data_bounds_ok").label
     scalings = at.radio(key="data_scaling").options
     assert [DATA_DERIVED in s for s in scalings] == [False, True, False]  # none, standardise, min-max

@@ -18,6 +18,7 @@ from dpcore import config
 from dpcore.ledger import Ledger, LedgerError, dataset_id_for_name
 from dpcore.plan import policy_account
 from tests.panel import release_button
+from tests.prep_table import edit_table, table_cells
 from ui.state import DEFAULT_POLICY
 from ui.text import md
 
@@ -66,11 +67,7 @@ def _rename(at: AppTest, name: str) -> None:
 
 def _prepare(at: AppTest) -> None:
     """Features x and y with public bounds [0, 1], prepared."""
-    suffix = at.session_state["dp_dataset"].dataset_id
-    at.multiselect(key=f"data_features_{suffix}").set_value(["x", "y"]).run()
-    for feature in ("x", "y"):
-        at.text_input(key=f"data_lower_{suffix}_{feature}").input("0").run()
-        at.text_input(key=f"data_upper_{suffix}_{feature}").input("1").run()
+    edit_table(at, features=["x", "y"], bounds={"x": ("0", "1"), "y": ("0", "1")})
     at.button(key="data_prepare").click().run()
     assert _ok(at).session_state["dp_dataset"].prepared is not None
 
@@ -99,11 +96,7 @@ def test_a_rename_changes_the_name_and_account_everywhere_and_keeps_the_other_se
     _upload(at, "people.csv", _csv(1))
     old = at.session_state["dp_dataset"]
     assert _name_input(at).value == "people.csv"  # the default is the file's name
-    suffix = old.dataset_id
-    at.multiselect(key=f"data_features_{suffix}").set_value(["x", "y"]).run()
-    at.text_input(key=f"data_lower_{suffix}_x").input("0").run()
-    at.text_input(key=f"data_upper_{suffix}_x").input("1").run()
-    at.selectbox(key=f"data_kind_col_{suffix}").set_value("y").run()
+    edit_table(at, features=["x", "y"], bounds={"x": ("0", "1")}, units={"y": "cm"})
 
     _rename(at, f"  {NAME} ")
     ds = at.session_state["dp_dataset"]
@@ -113,13 +106,12 @@ def test_a_rename_changes_the_name_and_account_everywhere_and_keeps_the_other_se
     assert any(f"In use: {NAME}." in c.value for c in at.caption)
     assert _name_input(at).value == NAME
     # the settings kept under the old id follow the rename: nothing was reset
-    assert at.multiselect(key=f"data_features_{ds.dataset_id}").value == ["x", "y"]
-    assert at.text_input(key=f"data_lower_{ds.dataset_id}_x").value == "0"
-    assert at.text_input(key=f"data_upper_{ds.dataset_id}_x").value == "1"
-    assert at.selectbox(key=f"data_kind_col_{ds.dataset_id}").value == "y"
+    assert [table_cells(at, f)["feature"] for f in ("x", "y")] == [True, True]
+    assert (table_cells(at, "x")["lower"], table_cells(at, "x")["upper"]) == ("0", "1")
+    assert table_cells(at, "y")["unit"] == "cm"
     at.switch_page("pages/ledger.py").run()
     at.switch_page("pages/data.py").run()
-    assert _ok(at).multiselect(key=f"data_features_{ds.dataset_id}").value == ["x", "y"]
+    assert [table_cells(_ok(at), f)["feature"] for f in ("x", "y")] == [True, True]
     assert at.radio(key="data_source").value == "Upload a file"
 
 

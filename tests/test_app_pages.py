@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.data import load_table
 from dpcore.errors import DataError
+from tests.prep_table import edit_table
 from ui import datasets
 from ui.nav import PAGES, ROOT, registered_pages
 
@@ -60,9 +61,9 @@ def test_marketing_sample_load_clean_prepare_then_every_page(app_path: str):
     assert ds.name == "Sample: Marketing Campaign" and ds.n_rows == 2240 and ds.prepared is None
     assert ds.schema.kinds["ID"] == "identifier" and ds.schema.kinds["Dt_Customer"] == "date"
 
-    features = at.multiselect(key=f"data_features_{ds.dataset_id}")
-    assert "ID" not in features.options  # identifiers cannot be features
-    features.set_value(["Income", "MntWines", "Education"]).run()
+    edit_table(at, features=["ID"])  # identifiers cannot be features: the table is refused whole
+    assert any("an identifier cannot be a feature" in e for e in _errors(at))
+    edit_table(at, features=["Income", "MntWines", "Education"])
     at.button(key="data_prepare").click().run()
     assert any("No public bounds" in e or "missing" in e for e in _errors(at))
     assert at.session_state["dp_dataset"].prepared is None  # nothing prepared silently

@@ -15,6 +15,7 @@ from dpcore.data import fingerprint
 from dpcore.ledger import Ledger
 from dpcore.policy import GeoIndistinguishability
 from tests.panel import release_button
+from tests.prep_table import edit_table, table_cells
 from ui.nav import registered_pages
 
 TIMEOUT = 120
@@ -95,10 +96,9 @@ def test_dataset_cleaning_preparation_policy_and_widgets_restore_from_the_token(
     at.switch_page("pages/data.py").run()
     at.radio(key="data_source").set_value(MARKETING).run()
     at.button(key="data_load_sample").click().run()
-    ds = at.session_state["dp_dataset"]
     at.selectbox(key="data_missing_strategy").set_value("drop").run()
     at.button(key="data_apply_missing").click().run()
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["Income", "MntWines", "Education"]).run()
+    edit_table(at, features=["Income", "MntWines", "Education"])
     at.checkbox(key="data_bounds_ok").check().run()
     at.radio(key="data_scaling").set_value("minmax").run()
     at.button(key="data_prepare").click().run()
@@ -124,11 +124,7 @@ def test_dataset_cleaning_preparation_policy_and_widgets_restore_from_the_token(
     assert again.sidebar.number_input(key="dp_seed").value == 7
     assert any("level 2 within 500 m" in c.value for c in again.sidebar.caption)
     again.switch_page("pages/data.py").run()
-    assert _ok(again).multiselect(key=f"data_features_{ds.dataset_id}").value == [
-        "Income",
-        "MntWines",
-        "Education",
-    ]
+    assert [table_cells(_ok(again), f)["feature"] for f in ("Income", "MntWines", "Education")] == [True] * 3
     assert again.radio(key="data_scaling").value == "minmax" and again.checkbox(key="data_bounds_ok").value
     again.switch_page("pages/policy.py").run()
     assert _ok(again).number_input(key="pol_geo_radius").value == 500.0

@@ -23,6 +23,7 @@ from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.sessions import SessionStore
+from tests.prep_table import edit_table, table_cells
 from ui import datasets
 from ui.state import DEFAULT_POLICY
 
@@ -119,9 +120,7 @@ def test_a_large_file_is_a_labelled_sample_released_only_on_the_whole_table(
     assert "Uniform sample of 100 of 400 rows: diagnostics; releases use them all" in [
         w.value for w in at.sidebar.warning
     ]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age"]).run()
-    at.text_input(key=f"data_lower_{ds.dataset_id}_age").input("18").run()
-    at.text_input(key=f"data_upper_{ds.dataset_id}_age").input("90").run()
+    edit_table(at, features=["age"], bounds={"age": ("18", "90")})
     at.button(key="data_prepare").click().run()
     ledger = Ledger(config.ledger_url())  # a budget, so that the sample is the only reason to refuse
     ledger.set_budget(policy_account(ds.dataset_id, DEFAULT_POLICY), 5.0, 1e-5)
@@ -254,7 +253,7 @@ def test_a_source_unreadable_at_one_reload_is_restored_at_the_next(folder: Path)
     at = _open(secrets)
     _load_folder_file(at, "tables/small.parquet")
     ds = at.session_state["dp_dataset"]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age", "income"]).run()
+    edit_table(at, features=["age", "income"])
     token = at.query_params["s"]
     failed = _open({"dpcore": {"data_folders": []}}, token=token, data_page=False)
     assert "dp_dataset" not in failed.session_state
@@ -262,7 +261,7 @@ def test_a_source_unreadable_at_one_reload_is_restored_at_the_next(folder: Path)
     again = _open(secrets, token=token)
     restored = again.session_state["dp_dataset"]
     assert restored.name == ds.name and restored.fingerprint == ds.fingerprint
-    assert again.multiselect(key=f"data_features_{ds.dataset_id}").value == ["age", "income"]
+    assert [table_cells(again, f)["feature"] for f in ("age", "income")] == [True, True]
 
 
 def test_a_runaway_select_is_stopped_at_the_operators_time_limit_and_the_page_keeps_working(

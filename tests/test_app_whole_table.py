@@ -24,6 +24,7 @@ from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.report import short_id
 from tests.panel import release_button, request_id
+from tests.prep_table import edit_table
 from tests.test_app_sources import _folder_secrets, _load_folder_file, _ok, _open, _people
 from ui import batch_job
 from ui.state import DEFAULT_POLICY
@@ -51,10 +52,7 @@ def _prepared_sample(at: AppTest, *, demo_seed: int | None = None) -> None:
     the K-means page (``demo_seed``: demo mode with that seed)."""
     _load_folder_file(at, "tables/large.parquet")
     ds = at.session_state["dp_dataset"]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(["age", "income"]).run()
-    for name, lo, hi in (("age", "18", "90"), ("income", "0", "100000")):
-        at.text_input(key=f"data_lower_{ds.dataset_id}_{name}").input(lo).run()
-        at.text_input(key=f"data_upper_{ds.dataset_id}_{name}").input(hi).run()
+    edit_table(at, features=["age", "income"], bounds={"age": ("18", "90"), "income": ("0", "100000")})
     at.button(key="data_prepare").click().run()
     mode = "secure"
     if demo_seed is not None:

@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore.data import MAX_COLUMNS, fingerprint, load_table
 from dpcore.errors import DataError
 from dpcore.policy import ApproxDP
+from tests.prep_table import edit_table
 from tests.test_hostile_engine import BAD_FILES, WIDE_CSV, _xlsx
 from ui.text import md
 
@@ -199,8 +200,8 @@ def test_wide_tables_are_refused_within_seconds_and_500_columns_stay_fast(app_pa
     ds = at.session_state["dp_dataset"]
     assert ds.raw.shape == (50, MAX_COLUMNS)
     steps = [
-        lambda: at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value(names[-1]).run(),
-        lambda: at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(names[:5]).run(),
+        lambda: edit_table(at, kinds={names[-1]: "categorical"}),
+        lambda: edit_table(at, features=names[:5]),
         lambda: at.radio(key="data_scaling").set_value("minmax").run(),
     ]
     for step in steps:
@@ -211,8 +212,7 @@ def test_wide_tables_are_refused_within_seconds_and_500_columns_stay_fast(app_pa
 
 
 def _prepare(at: AppTest, features: list[str], *, scaling: str = "none", data_bounds: bool = True) -> None:
-    ds = at.session_state["dp_dataset"]
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value(features).run()
+    edit_table(at, features=features)
     at.radio(key="data_scaling").set_value(scaling).run()
     box = at.checkbox(key="data_bounds_ok")
     (box.check() if data_bounds else box.uncheck()).run()
@@ -255,10 +255,11 @@ def test_bad_tables_are_refused_at_prepare(
     assert not _errors(at) and at.session_state["dp_dataset"].name == name
     if kind_change is not None:
         column, kind = kind_change
-        ds = at.session_state["dp_dataset"]
-        at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value(column).run()
-        at.selectbox(key=f"data_kind_{ds.dataset_id}_{column}").set_value(kind).run()
-        at.button(key="data_set_kind").click().run()
+        edit_table(at, kinds={column: kind})
+        if at.error:  # a kind that does not fit the column's values is refused at Apply, nothing changed
+            assert len(at.error) == 1 and md(message) in at.error[0].value, _errors(at)
+            assert at.session_state["dp_dataset"].schema.kinds[column] != kind
+            return
         assert at.session_state["dp_dataset"].schema.kinds[column] == kind
     _prepare(at, features, scaling=scaling)
     _clean(at)
@@ -381,13 +382,11 @@ def test_k_larger_than_rows_is_refused_on_the_kmeans_page(app_path: str) -> None
 
 def test_out_of_range_coordinates_and_bad_region_on_the_locations_page(app_path: str) -> None:
     at = _uploaded(app_path, "geo.csv", b"lat,lon\n95,1\n10,2\n12,3\n")
-    ds = at.session_state["dp_dataset"]
-    at.selectbox(key=f"data_kind_col_{ds.dataset_id}").set_value("lat").run()
-    at.selectbox(key=f"data_kind_{ds.dataset_id}_lat").set_value("latitude").run()
-    at.button(key="data_set_kind").click().run()
+    edit_table(at, kinds={"lat": "latitude"})  # refused: the table keeps lat numeric
+    assert any(md("outside [-90, 90] degrees") in e for e in _errors(at)), _errors(at)
     at.switch_page("pages/locations.py").run()
     _clean(at)
-    assert any(md("latitude must be in [-90, 90]") in e for e in _errors(at)), _errors(at)
+    assert not _errors(at) and any("no column marked latitude" in i.value for i in at.info)
 
     at = _uploaded(app_path, "ok.csv", b"lat,lon\n45,1\n10,2\n12,3\n")
     suffix = at.session_state["dp_dataset"].dataset_id

@@ -23,6 +23,7 @@ from dpcore import config, plots
 from dpcore.ledger import Account, Ledger
 from dpcore.report import release_files
 from dpcore.safe_text import csv_bytes, neutralise_cell, plot_text
+from tests.prep_table import edit_table
 from ui import listen
 from ui.text import md
 
@@ -116,7 +117,7 @@ def test_data_page_shows_a_hostile_file_and_column_name_escaped(app_path: str) -
     assert not at.exception, [e.value for e in at.exception]
     ds = at.session_state["dp_dataset"]
     assert ds.name == IMAGE_NAME
-    at.multiselect(key=f"data_features_{ds.dataset_id}").set_value([LINK_COLUMN]).run()
+    edit_table(at, features=[LINK_COLUMN])
     texts = _shown_text(at)
     _assert_inert(texts)
     assert any(t.startswith(f"**{md(IMAGE_NAME)}**") for t in texts)  # overview and sidebar: the name

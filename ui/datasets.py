@@ -22,7 +22,9 @@ import sqlalchemy as sa
 import streamlit as st
 
 from dpcore import config
-from dpcore.data import SAMPLES, Schema, fingerprint
+from dpcore.data import SAMPLES, Schema, fingerprint, prepare
+from dpcore.data.dictionary import Dictionary, check_dictionary, merge_dictionary, read_dictionary_csv
+from dpcore.data.saved import SavedPreparation, find_preparation, save_preparation
 from dpcore.data.sources import (
     DatabaseQuery,
     DatabaseTable,
@@ -37,7 +39,7 @@ from dpcore.data.sources import (
     resolve_folder_file,
     source_from_dict,
 )
-from dpcore.errors import DataError
+from dpcore.errors import DataError, DPCoreError
 from dpcore.plan import ReleasePlan, to_json
 from dpcore.sessions import store_table
 from ui import state
@@ -411,3 +413,164 @@ def parse_bounds(edited: pd.DataFrame) -> dict[str, tuple[float | str, float | s
             raise DataError(f"Give both a lower and an upper bound for '{row.feature}', or leave both empty.")
         out[str(row.feature)] = (_value(lower), _value(upper))
     return out
+
+
+# -- the preparation table (``dpcore.data.dictionary``) and its memory on the server -------------------
+
+PREP_KEY = "data_prep"  # kept per dataset: [[column, feature, lower, upper, unit], ...]
+TABLE_VERSION_KEY = "dp_prep_table_version"  # a new editor (no stale edits) after each apply
+OFFER_KEY = "dp_prep_offer_done::"  # + dataset id: its saved settings were used or declined
+
+
+def dictionary(ds: state.Dataset) -> Dictionary:
+    """The dataset's preparation table: its kinds and missing-value steps, and the kept features, bounds and
+    units (of columns the table has)."""
+    rows = [r for r in state.kept(PREP_KEY) or () if r[0] in ds.schema.kinds]
+    return Dictionary(
+        kinds=dict(ds.schema.kinds),
+        features=tuple(c for c in ds.schema.kinds if any(r[0] == c and r[1] for r in rows)),
+        bounds={r[0]: (str(r[2]), str(r[3])) for r in rows if r[2] or r[3]},
+        units={r[0]: str(r[4]) for r in rows if r[4]},
+        missing={c: s for s, columns in ds.steps for c in columns},
+    )
+
+
+def table_key(ds: state.Dataset) -> str:
+    """The editor's widget key: a new one after every apply, so edits already applied are not replayed."""
+    return f"data_table_{ds.dataset_id}_{st.session_state.get(TABLE_VERSION_KEY, 0)}"
+
+
+def apply_dictionary(dic: Dictionary) -> state.Dataset:
+    """Apply a checked preparation table in one step: column kinds, missing-value steps (replayed from the
+    table as loaded when they changed), features, bounds and units. All or nothing: a step that fails (e.g.
+    dropping rows would empty the table) restores the dataset as it was and raises."""
+    before = state.dataset()
+    if before is None:
+        raise DataError("No dataset is loaded; choose a sample or upload a file first.")
+    try:
+        schema = dic.schema(before.schema)
+        if schema != before.schema:
+            state.update_dataset(schema=schema, prepared=None)
+        if dictionary(before).missing != dict(dic.missing):
+            state.reset_cleaning()
+            for strategy, columns in dic.steps():
+                state.apply_missing(columns, strategy)
+    except DPCoreError:
+        st.session_state[state.DATASET_KEY] = before
+        raise
+    old = dictionary(before)
+    if (old.features, dict(old.bounds)) != (dic.features, dict(dic.bounds)):
+        state.update_dataset(prepared=None)
+    state.keep(PREP_KEY, _rows(dic))
+    st.session_state[TABLE_VERSION_KEY] = st.session_state.get(TABLE_VERSION_KEY, 0) + 1
+    return _current_dataset()
+
+
+def _rows(dic: Dictionary) -> list[list[str | bool]]:
+    """The kept form of a table's features, bounds and units (lists: a session stores them)."""
+    named = [c for c in dic.kinds if c in dic.features or c in dic.bounds or c in dic.units]
+    return [
+        [c, c in dic.features, *dic.bounds.get(c, ("", "")), dic.units.get(c, "")] for c in named
+    ]
+
+
+def apply_edited(edited: pd.DataFrame) -> state.Dataset:
+    """Apply the table as edited on the page (every row checked first)."""
+    ds = _current_dataset()
+    return apply_dictionary(check_dictionary(edited, ds.raw))
+
+
+def import_dictionary(data: bytes) -> state.Dataset:
+    """Apply a data dictionary CSV: its rows replace those of the columns it names (its absent headers keep
+    their values); every row is checked first and a refused row applies nothing."""
+    ds = _current_dataset()
+    merged, problems = merge_dictionary(dictionary(ds).to_frame(), read_dictionary_csv(data))
+    return apply_dictionary(check_dictionary(merged, ds.raw, problems=problems))
+
+
+def _current_dataset() -> state.Dataset:
+    ds = state.dataset()
+    if ds is None:
+        raise DataError("No dataset is loaded; choose a sample or upload a file first.")
+    return ds
+
+
+def table_bounds(dic: Dictionary, schema: Schema) -> dict[str, tuple[float | str, float | str]]:
+    """The public bounds of the table's features as ``prepare`` takes them (numbers, or date text)."""
+    return parse_bounds(bounds_frame(list(dic.features), schema, dic.bounds))
+
+
+def save_settings(
+    ds: state.Dataset, scaling: str, data_bounds_ok: bool, private_epsilon: float | None
+) -> str:
+    """Keep the dataset's prepared settings on the server under its name (``dpcore.data.saved``); a
+    sentence saying so, or why they could not be kept (the preparation itself stands)."""
+    choices = state.choices(ds)
+    choices.update(
+        table=dictionary(ds).to_dict(),
+        options={"scaling": scaling, "data_bounds_ok": data_bounds_ok, "private_epsilon": private_epsilon},
+    )
+    try:
+        saved = save_preparation(config.data_dir(), ds.dataset_id, ds.name, ds.fingerprint, choices)
+    except (OSError, DPCoreError) as err:
+        return f"These settings could not be kept on the server for the next load ({type(err).__name__})."
+    st.session_state[OFFER_KEY + ds.dataset_id] = True
+    return f"Settings kept on the server for the next load of '{ds.name}' ({saved.when})."
+
+
+def saved_offer(ds: state.Dataset) -> SavedPreparation | None:
+    """Settings saved on the server for this dataset's name or table, to offer (never applied unasked):
+    None once used or declined in this session, or when they are the ones in use."""
+    if st.session_state.get(OFFER_KEY + ds.dataset_id) or ds.prepared is not None:
+        return None
+    try:
+        return find_preparation(config.data_dir(), ds.dataset_id, ds.fingerprint)
+    except DPCoreError:
+        return None
+
+
+def decline_saved(ds: state.Dataset) -> None:
+    st.session_state[OFFER_KEY + ds.dataset_id] = True
+
+
+def use_saved(saved: SavedPreparation) -> state.Dataset:
+    """Apply saved settings to the current dataset (checked against its columns), then prepare as they
+    did; all or nothing."""
+    before = _current_dataset()
+    ch = saved.choices
+    try:
+        state.reset_cleaning()
+        state.apply_choices({**ch, "prepare": None})
+        dic = Dictionary.from_dict(ch["table"])
+        check_dictionary(dic.to_frame(), before.raw)
+        apply_dictionary(dic)
+        options = ch.get("options") or {}
+        state.keep("data_scaling", options.get("scaling", "none"))
+        state.keep("data_bounds_ok", bool(options.get("data_bounds_ok")))
+        eps_b = options.get("private_epsilon")
+        state.keep(PRIVATE_KEY, eps_b is not None)
+        if eps_b is not None:
+            state.keep(PRIVATE_EPS_KEY, float(eps_b))
+        if dic.features:
+            ds = _current_dataset()
+            ready = prepare(
+                ds.cleaned,
+                ds.schema,
+                list(dic.features),
+                scaling=options.get("scaling", "none"),
+                bounds=table_bounds(dic, ds.schema),
+                data_bounds_ok=bool(options.get("data_bounds_ok")),
+                private_epsilon=eps_b,
+            )
+            state.update_dataset(prepared=ready)
+    except (DPCoreError, KeyError, TypeError, ValueError) as err:
+        st.session_state[state.DATASET_KEY] = before
+        raise DataError(
+            f"The settings saved on {saved.when} do not fit '{before.name}' ({err}); nothing was changed."
+        ) from None
+    decline_saved(before)
+    return _current_dataset()
+
+
+PRIVATE_KEY = "data_private_bounds"
+PRIVATE_EPS_KEY = "data_private_eps"

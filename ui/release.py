@@ -163,6 +163,7 @@ def current_plan(
             seed=state.demo_seed(),
             scope=scope,
             epsilon_source=state.epsilon_source(domain, mechanism, epsilon),
+            private_bounds=(prepared.private_bounds or {}) if prepared is not None else {},
         )
     return None if outcome.failed else plan
 
@@ -438,7 +439,7 @@ def release_panel(
         if whole:
             clicked = _whole_table_button(next_id, plan, key, blocked)
         else:
-            label = f"Release (spends {_cost_text(plan, plan.epsilon, plan.delta)})"
+            label = f"Release (spends {_cost_text(plan, *plan.cost)})"
             clicked = _spend_button(label, key, "release", plan, next_id, blocked)
     if not clicked or confirmed is None or blocked is not None:
         return shown
@@ -498,7 +499,7 @@ def _again(key: str, plan: ReleasePlan, next_id: str, blocked: str | None, whole
         if job is not None and job.state == "running":
             batch_job.progress(next_id)
             return False
-    cost = _cost_text(plan, plan.epsilon, plan.delta)
+    cost = _cost_text(plan, *plan.cost)
     again = st.checkbox(
         f"Release this plan again (a new request: spends {cost} more)",
         key=f"{key}_again_{next_id}",  # bound to the next request: each release asks anew
@@ -526,5 +527,5 @@ def _whole_table_button(request_id: str, plan: ReleasePlan, key: str, blocked: s
         st.error(f"The batch job on the whole table did not release: {job.message}")
     ds = state.dataset()
     rows = f"{ds.origin['rows']:,} rows" if ds is not None and ds.origin else "all rows"
-    label = f"Release on the whole table ({rows}; spends {_cost_text(plan, plan.epsilon, plan.delta)})"
+    label = f"Release on the whole table ({rows}; spends {_cost_text(plan, *plan.cost)})"
     return _spend_button(label, key, "release", plan, request_id, blocked)

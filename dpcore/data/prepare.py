@@ -28,6 +28,7 @@ __all__ = ["SCALINGS", "PreparedData", "prepare"]
 Scaling = Literal["none", "standardize", "minmax"]
 SCALINGS: tuple[str, ...] = ("none", "standardize", "minmax")
 _DOMAIN = {"latitude": (-90.0, 90.0), "longitude": (-180.0, 180.0)}
+PRIVATE_SOURCE = "estimated privately at release (until then the data range, for comparisons only: leaks)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +38,9 @@ class PreparedData:
     ``X`` is (n, d) float64, C-contiguous, finite, in the scaled space; ``lower``/``upper`` are the public
     bounds in that space (``raw_lower``/``raw_upper`` before scaling, in encoded units). Row ``i`` of ``X`` is
     ``frame.iloc[i]`` (original values, all columns; imputed cells stay missing in ``frame``).
+    ``private_bounds`` (``features``, ``epsilon``, ``scaling``) names the features whose bounds a release
+    estimates privately (:mod:`dpcore.private_bounds`); until then they hold their data range, unscaled,
+    labelled as leaking (for comparisons only).
     """
 
     X: np.ndarray
@@ -58,6 +62,7 @@ class PreparedData:
     n_dropped: int
     frame: pd.DataFrame
     encodings: dict[str, CategoricalEncoding | DateEncoding] = field(default_factory=dict)
+    private_bounds: dict[str, Any] | None = None
 
     @property
     def n_samples(self) -> int:
@@ -147,6 +152,7 @@ def _resolve_bounds(
     data_bounds_ok: bool,
     leaks: list[str],
     warnings: list[str],
+    private: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     lower, upper, sources, unbounded = [], [], {}, []
     for name, kind, values in zip(names, kinds, columns, strict=True):
@@ -177,6 +183,9 @@ def _resolve_bounds(
             warnings.append(
                 f"{name}: no bounds given; using the whole {kind} range {lo:g}..{hi:g} (public, loose)."
             )
+        elif private:
+            lo, hi = float(values.min()), float(values.max())
+            sources[name] = PRIVATE_SOURCE
         elif data_bounds_ok:
             lo, hi = float(values.min()), float(values.max())
             sources[name] = "data (leaks)"
@@ -206,6 +215,7 @@ def prepare(
     bounds: Mapping[str, Any] | None = None,
     data_bounds_ok: bool = False,
     missing: MissingStrategy | None = None,
+    private_epsilon: float | None = None,
 ) -> PreparedData:
     """Encode, clean, bound, clip and scale ``features`` of ``df`` (pipeline in the module docstring).
 
@@ -213,7 +223,22 @@ def prepare(
     Raises ``DataError`` for: no/unknown/duplicate features, identifier features, text marked numeric,
     missing or infinite values without a ``missing`` strategy, features with no public bounds (unless
     ``data_bounds_ok``), invalid bounds, fewer than 2 rows, and standardising a constant column.
+    With ``private_epsilon`` (epsilon_b), features without public bounds get theirs estimated privately by
+    the release (:mod:`dpcore.private_bounds`), which debits epsilon_b with it.
     """
+    if private_epsilon is not None:
+        if data_bounds_ok:
+            raise DataError(
+                "Choose one way to bound the features without public bounds: from the data (leaks) or "
+                "estimated privately (spends ε_b), not both."
+            )
+        if scaling == "standardize":
+            raise DataError(
+                "Standardising reads the data's mean and standard deviation, so it cannot go with privately "
+                "estimated bounds; choose min-max or no scaling."
+            )
+        if not (isinstance(private_epsilon, int | float) and 0 < private_epsilon < np.inf):
+            raise DataError(f"ε_b for the private bounds must be a positive number, got {private_epsilon!r}.")
     if scaling not in SCALINGS:
         raise DataError(f"Unknown scaling {scaling!r}; choose one of: {', '.join(SCALINGS)}.")
     if missing is not None:
@@ -293,8 +318,9 @@ def prepare(
         raise DataError(f"Only {n} row(s) left after handling missing values; at least 2 are needed.")
 
     lower, upper, sources = _resolve_bounds(
-        names, kinds, columns, encodings, bounds, data_bounds_ok, leaks, warnings
+        names, kinds, columns, encodings, bounds, data_bounds_ok, leaks, warnings, private_epsilon is not None
     )
+    pending = [n for n in names if sources[n] == PRIVATE_SOURCE]
     X = np.column_stack(columns).astype(np.float64)
     outside = (X < lower) | (X > upper)
     clipped = {name: int(outside[:, j].sum()) for j, name in enumerate(names)}
@@ -328,6 +354,9 @@ def prepare(
         leaks.append("standardize: per-feature mean and standard deviation computed from the data")
     else:
         center, scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+    for j, name in enumerate(names):  # their own units until the release estimates their bounds
+        if name in pending:
+            center[j], scale[j] = 0.0, 1.0
     Xs = np.ascontiguousarray((X - center) / scale, dtype=np.float64)
     if not np.isfinite(Xs).all():
         raise DataError(
@@ -359,4 +388,9 @@ def prepare(
         n_dropped=n_dropped,
         frame=df.loc[keep],
         encodings=encodings,
+        private_bounds=(
+            {"features": pending, "epsilon": float(private_epsilon), "scaling": scaling}  # type: ignore[arg-type]
+            if pending
+            else None
+        ),
     )

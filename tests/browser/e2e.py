@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from playwright.sync_api import Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -105,11 +106,29 @@ def select(page: Page, label: str, option: str, *, scope: Locator | None = None)
     expect(box.locator("input").first).to_have_value(option)
 
 
+def import_dictionary(page: Page, text: str, name: str = "dictionary.csv") -> None:
+    """On the Data page: import a data dictionary CSV (one upload) and wait until it is applied."""
+    box = main(page).get_by_test_id("stFileUploader").filter(has_text="Import a data dictionary")
+    chooser = box.get_by_test_id("stFileUploaderDropzoneInput")
+    chooser.set_input_files(files=[{"name": name, "mimeType": "text/csv", "buffer": text.encode()}])
+    wait_for_app(page)
+    expect(main(page).get_by_text(f"Imported {name}").first).to_be_visible()
+
+
+def dictionary_of(features: list[str], bounds: dict[str, tuple[float, float]] | None = None) -> str:
+    """A data dictionary making ``features`` the features, with public ``bounds`` for some of them."""
+    rows = ["column,feature,lower,upper"]
+    for name in features:
+        lo, hi = (bounds or {}).get(name, ("", ""))
+        rows.append(f"{name},true,{lo},{hi}")
+    return "\n".join(rows) + "\n"
+
+
 def prepare_with_data_bounds(
     page: Page, features: list[str], scaling: str = "Min-max to [-1, 1] using the public bounds"
 ) -> None:
-    """On the Data page: select features, allow data-derived bounds (with its warning), Prepare."""
-    multiselect(page, "Features to cluster on", features)
+    """On the Data page: import the features, allow data-derived bounds (with its warning), Prepare."""
+    import_dictionary(page, dictionary_of(features))
     main(page).get_by_text("Use bounds from the data (leaks information: not private").click()
     wait_for_app(page)
     expect(main(page).get_by_text("reveal the extreme values").first).to_be_visible()
@@ -193,3 +212,22 @@ def assert_no_exception(page: Page) -> None:
     body = page.locator("body").inner_text()
     found = TRACE.search(body)
     assert found is None, f"{found.group(0)!r} reached the page:\n{body[:2000]}"
+
+
+def breast_cancer_files() -> tuple[bytes, str]:
+    """Breast cancer (scikit-learn's bundled copy: 569 rows, 30 features and the diagnosis) as an upload,
+    and a data dictionary a curator could hold for it: every feature with public bounds 0 and a round
+    number above the documented maximum, its unit, the diagnosis a categorical non-feature."""
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer(as_frame=True)
+    table = bunch.frame.rename(columns={"target": "diagnosis"})
+    table["diagnosis"] = table["diagnosis"].map({0: "malignant", 1: "benign"})
+    rows = ["column,kind,feature,lower,upper,unit"]
+    for name in bunch.feature_names:
+        top = float(table[name].max())
+        upper = 10 ** np.ceil(np.log10(top)) if top > 0 else 1
+        unit = "mm" if name.endswith("radius") or name.endswith("perimeter") else ""
+        rows.append(f"{name},numeric,true,0,{upper:g},{unit}")
+    rows.append("diagnosis,categorical,false,,,")
+    return table.to_csv(index=False).encode(), "\n".join(rows) + "\n"

@@ -1,46 +1,66 @@
-"""The Data page in a real browser: a bound typed after pressing Prepare lands in the field clicked, and the
-Source choice stays on the upload after leaving the page."""
+"""The Data page in a real browser: a 30-feature table prepared from an imported data dictionary and its
+settings offered on the next load; the Source choice stays on the upload after leaving the page."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import wait_for_app
-from tests.browser.e2e import assert_no_exception, click, go, load_sample, main, multiselect
+from tests.browser.conftest import open_app, wait_for_app
+from tests.browser.e2e import (
+    assert_no_exception,
+    breast_cancer_files,
+    choose_radio,
+    click,
+    go,
+    import_dictionary,
+    main,
+)
 
 pytestmark = pytest.mark.browser
 PEOPLE = b"age,income\n34,52000\n51,61000\n"
 
 
-def _type_bound(page: Page, label: str, text: str) -> None:
-    """Click the field and type, as a curator does (no fill), then leave it with Tab."""
-    main(page).get_by_label(label, exact=True).click()
-    page.keyboard.type(text)
-    page.keyboard.press("Tab")
+def test_breast_cancer_prepared_from_an_imported_dictionary_and_offered_again_on_the_next_load(
+    page: Page, browser, server
+) -> None:
+    """30 features prepared from an imported data dictionary in 4 interactions (Upload a file, the file,
+    the dictionary, Prepare); a second session loading the same file is offered the saved settings and
+    applies them with one click."""
+    table, dictionary = breast_cancer_files()
+    go(page, "Data")
+    choose_radio(page, "Upload a file")  # 1
+    upload = main(page).get_by_test_id("stFileUploader").filter(has_text="Upload a table")
+    files = [{"name": "breast-cancer.csv", "mimeType": "text/csv", "buffer": table}]
+    upload.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(files=files)  # 2
     wait_for_app(page)
-
-
-def test_bounds_typed_after_prepare_land_in_the_field_clicked(page: Page) -> None:
-    load_sample(page)
-    multiselect(page, "Features to cluster on", ["Recency", "MntWines"])
-    _type_bound(page, "Lower bound of MntWines", "0")
-    _type_bound(page, "Upper bound of MntWines", "1500")
-    click(page, "Prepare")  # refused: Recency has no bounds yet
-    expect(main(page).get_by_text("No public bounds").first).to_be_visible()
-    _type_bound(page, "Lower bound of Recency", "0")
-    _type_bound(page, "Upper bound of Recency", "99")
-    for label, value in [
-        ("Lower bound of Recency", "0"),
-        ("Upper bound of Recency", "99"),
-        ("Lower bound of MntWines", "0"),
-        ("Upper bound of MntWines", "1500"),
-    ]:
-        expect(main(page).get_by_label(label, exact=True)).to_have_value(value)
-    click(page, "Prepare")
-    expect(main(page).get_by_text("2,240 rows × 2 features ready").first).to_be_visible()
+    expect(main(page).get_by_text("569 rows × 31 columns").first).to_be_visible()
+    import_dictionary(page, dictionary, "breast-cancer-dictionary.csv")  # 3
+    expect(main(page).get_by_text("Features (30): mean radius, mean texture").first).to_be_visible()
+    click(page, "Prepare")  # 4
+    expect(main(page).get_by_text("569 rows × 30 features ready").first).to_be_visible()
     expect(main(page).get_by_text("bounds source: curator").first).to_be_visible()
+    expect(main(page).get_by_text("Settings kept on the server").first).to_be_visible()
     assert_no_exception(page)
+
+    again = open_app(browser, server)  # another session: nothing carried over but the server's memory
+    try:
+        go(again, "Data")
+        choose_radio(again, "Upload a file")
+        box = main(again).get_by_test_id("stFileUploader").filter(has_text="Upload a table")
+        box.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(files=files)
+        wait_for_app(again)
+        offer = main(again).get_by_role("button", name=re.compile(r"^Use the settings from \d{4}-\d\d-\d\d"))
+        expect(offer).to_be_visible()
+        expect(main(again).get_by_text("30 features, 30 with public bounds").first).to_be_visible()
+        offer.click()
+        wait_for_app(again)
+        expect(main(again).get_by_text("569 rows × 30 features ready").first).to_be_visible()
+        assert_no_exception(again)
+    finally:
+        again.context.close()
 
 
 def test_source_stays_on_the_upload_after_leaving_the_page(page: Page) -> None:

@@ -18,7 +18,7 @@ from tests.browser.conftest import (
     stop_server,
     wait_for_app,
 )
-from tests.browser.e2e import MARKETING, go, load_sample, prepare_with_data_bounds, select, set_number
+from tests.browser.e2e import MARKETING, go, load_sample, main, prepare_with_data_bounds, select, set_number
 
 pytestmark = pytest.mark.browser
 
@@ -88,8 +88,7 @@ def test_session_survives_reload_second_tab_restart_and_deep_link(browser: Brows
         assert set(failed) <= set(BASE_PATH_PROBES), failed
         screenshot(deep, "deep-link-after-restart")
         go(deep, "Data")
-        features = deep.get_by_test_id("stMultiSelect").filter(has_text="Features to cluster on")
-        expect(features.get_by_label("Recency", exact=True).first).to_be_visible()
+        expect(main(deep).get_by_text("Features (2): Recency, MntWines.").first).to_be_visible()
         assert _token(deep) == token
     finally:
         context.close()

@@ -35,10 +35,11 @@ from tests.browser.e2e import (
     assert_no_exception,
     choose_radio,
     click,
+    dictionary_of,
     download,
     go,
+    import_dictionary,
     main,
-    multiselect,
     release_file_names,
     select,
     set_budget,
@@ -99,19 +100,9 @@ def server(tables: Path, warehouse: str, tmp_path_factory: pytest.TempPathFactor
         stop_server(proc)
 
 
-def _type_bound(page: Page, label: str, text: str) -> None:
-    box = main(page).get_by_label(label, exact=True)
-    box.fill(text)
-    box.press("Tab")
-    wait_for_app(page)
-
-
 def _bounded_features(page: Page) -> None:
     """Features x1, x2 with public bounds [-15, 15] typed in."""
-    multiselect(page, "Features to cluster on", ["x1", "x2"])
-    for feature in ("x1", "x2"):
-        _type_bound(page, f"Lower bound of {feature}", "-15")
-        _type_bound(page, f"Upper bound of {feature}", "15")
+    import_dictionary(page, dictionary_of(["x1", "x2"], {"x1": (-15, 15), "x2": (-15, 15)}))
 
 
 def _load_select(page: Page, sql: str) -> None:

@@ -1,0 +1,200 @@
+"""Bounds estimated privately: a preparation step of a release for curators without public bounds.
+
+For each listed feature, OpenDP's DP quantile (``make_private_quantile``: the exponential mechanism on a
+quantile score, Smith 2011; McKenna & Sheldon 2020's analysis) picks its ``alpha`` and ``1 - alpha``
+quantiles from a data-independent grid of candidates (0 and +-10^(j/8) from 1e-3 to 1e7: 163 values,
+steps of 33%). The 2k quantiles of k features compose sequentially: each runs at epsilon_b / (2k) (the
+largest float whose 2k multiples do not exceed epsilon_b exactly), so the step is epsilon_b-DP for one row
+added or removed (d_in = 1 in OpenDP's symmetric distance) or replaced (d_in = 2), each quantile's privacy
+map checked by OpenDP. Making lower < upper (the grid's next candidate) is post-processing. The features
+are then clipped to the estimated bounds and scaled (none, or min-max to [-1, 1]): what the mechanism
+receives is a function of the estimated bounds and the rows, so the release composes sequentially with
+the step, and the ledger debits epsilon_b with the release's epsilon, in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpcore.errors import ParameterError
+
+if TYPE_CHECKING:
+    from dpcore.kmeans.registry import KMeansInputs
+
+__all__ = ["CANDIDATES", "MECHANISM", "BoundsStep"]
+
+MECHANISM = "private_bounds"
+_POWERS = 10.0 ** (np.arange(-24, 57) / 8)  # 1e-3 .. 1e7, 8 per decade
+CANDIDATES: np.ndarray = np.concatenate([-_POWERS[::-1], [0.0], _POWERS])
+LABEL = "Bounds estimated privately (OpenDP DP quantile)"
+
+
+def _exact(x: float) -> Fraction:
+    """The ledger's reading of a float: its shortest decimal (``dpcore.ledger._exact``)."""
+    return Fraction(repr(float(x)))
+
+
+@dataclass(frozen=True)
+class BoundsStep:
+    """Estimate (lower, upper) of ``features`` with epsilon_b = ``epsilon`` (pure DP) under ``neighbours``
+    ("unbounded": a row added or removed; "bounded": a row replaced), at quantiles ``alpha`` and
+    ``1 - alpha``; then clip and apply ``scaling`` ("none" or "minmax") with them."""
+
+    features: tuple[str, ...]
+    epsilon: float
+    neighbours: str = "unbounded"
+    alpha: float = 0.01
+    scaling: str = "minmax"
+    candidates: np.ndarray = field(default_factory=lambda: CANDIDATES, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(str(f) for f in self.features)
+        if not names or len(set(names)) != len(names):
+            raise ParameterError("Private bounds need at least one feature, each named once.")
+        object.__setattr__(self, "features", names)
+        eps = float(self.epsilon)
+        if not (math.isfinite(eps) and eps > 0):
+            raise ParameterError(
+                f"ε_b for the private bounds must be a positive number, got {self.epsilon!r}."
+            )
+        object.__setattr__(self, "epsilon", eps)
+        if self.neighbours not in ("unbounded", "bounded"):
+            raise ParameterError(f"neighbours must be 'unbounded' or 'bounded', got {self.neighbours!r}.")
+        if not 0 < float(self.alpha) < 0.5:
+            raise ParameterError(f"alpha must lie in (0, 0.5), got {self.alpha!r}; e.g. 0.01.")
+        if self.scaling not in ("none", "minmax"):
+            raise ParameterError(
+                f"Private bounds take scaling 'none' or 'minmax', not {self.scaling!r} (standardising reads "
+                "the data's mean and standard deviation)."
+            )
+
+    @property
+    def d_in(self) -> int:
+        """The symmetric distance between neighbouring tables: 1 row added or removed, 2 for a replacement."""
+        return 1 if self.neighbours == "unbounded" else 2
+
+    @property
+    def per_quantile(self) -> float:
+        """epsilon_b / (2k), rounded down so that 2k of them do not exceed epsilon_b exactly."""
+        parts = 2 * len(self.features)
+        q = self.epsilon / parts
+        while parts * _exact(q) > _exact(self.epsilon):
+            q = math.nextafter(q, 0.0)
+        return q
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "epsilon": self.epsilon,
+            "neighbours": self.neighbours,
+            "alpha": float(self.alpha),
+            "scaling": self.scaling,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BoundsStep:
+        try:
+            return cls(
+                tuple(data["features"]),
+                data["epsilon"],
+                data.get("neighbours", "unbounded"),
+                data.get("alpha", 0.01),
+                data.get("scaling", "minmax"),
+            )
+        except (KeyError, TypeError) as err:
+            raise ParameterError(f"The plan's private bounds step is malformed ({err}).") from None
+
+    def sentence(self) -> str:
+        """The step in words, for "What will run" and the manifest."""
+        return (
+            f"lower and upper bounds of {', '.join(self.features)} estimated privately at release: OpenDP's "
+            f"DP quantile at {self.alpha:g} and {1 - self.alpha:g} on a fixed grid (±1e-3..1e7), ε_b = "
+            f"{self.epsilon:g} in all ({len(self.features) * 2} quantiles), then scaling: {self.scaling}"
+        )
+
+    def _measurement(self, alpha: float, scale: float) -> Any:
+        import opendp.prelude as dp
+
+        dp.enable_features("contrib")
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+        cands = [float(c) for c in self.candidates]
+        return dp.m.make_private_quantile(
+            domain, dp.symmetric_distance(), dp.max_divergence(), cands, alpha, scale
+        )
+
+    def measurements(self) -> list[tuple[Any, float]]:
+        """The two OpenDP measurements of a feature (lower, upper quantile) and their privacy maps at
+        :attr:`d_in`, each at most :attr:`per_quantile`."""
+        q = self.per_quantile
+        out = []
+        for alpha in (float(self.alpha), 1.0 - float(self.alpha)):
+            unit = self._measurement(alpha, 1.0).map(self.d_in)
+            scale = float(unit) / q
+            m = self._measurement(alpha, scale)
+            while m.map(self.d_in) > q:
+                scale = math.nextafter(scale, math.inf)
+                m = self._measurement(alpha, scale)
+            out.append((m, float(m.map(self.d_in))))
+        return out
+
+    def spent(self) -> Fraction:
+        """The step's exact privacy loss: the sum of its 2k measurements' privacy maps (<= epsilon_b)."""
+        return len(self.features) * sum((_exact(e) for _, e in self.measurements()), Fraction(0))
+
+    def estimate(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per column of ``columns`` (n, k), one column per feature, in its units."""
+        data = np.asarray(columns, dtype=float)
+        if data.ndim != 2 or data.shape[1] != len(self.features) or not np.isfinite(data).all():
+            raise ParameterError(f"Private bounds need a finite (n, {len(self.features)}) array of values.")
+        (low, _), (high, _) = self.measurements()
+        lower, upper = np.empty(data.shape[1]), np.empty(data.shape[1])
+        cands = self.candidates
+        for j in range(data.shape[1]):
+            values = data[:, j].tolist()
+            lo, hi = float(low(values)), float(high(values))
+            if lo >= hi:  # post-processing: the next candidate up (or down at the grid's top)
+                i = int(np.searchsorted(cands, lo))
+                lo, hi = (lo, float(cands[i + 1])) if i + 1 < len(cands) else (float(cands[i - 1]), lo)
+            lower[j], upper[j] = lo, hi
+        return lower, upper
+
+    def apply(self, inputs: KMeansInputs) -> tuple[KMeansInputs, dict[str, list[float]]]:
+        """The k-means inputs with :attr:`features` bounded by their estimates, clipped and scaled, and the
+        estimates per feature. Those columns of ``inputs`` must be in their own units (identity scaling:
+        ``dpcore.data.prepare`` with ``private_epsilon`` leaves them so)."""
+        names = list(inputs.feature_names)
+        missing = [f for f in self.features if f not in names]
+        if missing or inputs.lower is None:
+            raise ParameterError(
+                f"The release's inputs lack the features {missing} of the private bounds step."
+            )
+        idx = [names.index(f) for f in self.features]
+        lo, hi = self.estimate(inputs.X[:, idx])
+        center, scale = np.zeros(len(names)), np.ones(len(names))
+        if self.scaling == "minmax":
+            center[idx], scale[idx] = (lo + hi) / 2, (hi - lo) / 2
+        raw_lower, raw_upper = inputs.lower.copy(), inputs.upper.copy()
+        raw_lower[idx], raw_upper[idx] = lo, hi
+        X = inputs.X.copy()
+        X[:, idx] = np.clip(X[:, idx], lo, hi)
+        X = (X - center) / scale
+        decode = inputs.inverse_transform
+        new_decode = (
+            None if decode is None else (lambda c: decode(np.asarray(c, dtype=float) * scale + center))
+        )
+        hidden = tuple(f for f in inputs.data_bounds if f not in self.features)
+        out = replace(
+            inputs,
+            X=np.ascontiguousarray(X),
+            lower=(raw_lower - center) / scale,
+            upper=(raw_upper - center) / scale,
+            inverse_transform=new_decode,
+            data_bounds=hidden,
+        )
+        return out, {f: [float(lo[j]), float(hi[j])] for j, f in enumerate(self.features)}

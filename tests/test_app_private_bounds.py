@@ -1,0 +1,53 @@
+"""A curator without public bounds (AppTest): the Data page's "estimate the bounds privately" with ε_b,
+then a DP-Lloyd release from the K-means page whose "What will run" shows ε_b, whose manifest records the
+estimated bounds, and whose spend is two rows of one ledger transaction adding up to the budget exactly."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pandas as pd
+
+from dpcore import config
+from dpcore.ledger import Ledger
+from dpcore.private_bounds import MECHANISM
+from tests.prep_table import edit_table
+from tests.test_app_dataset_name import _ok, _open, _release, _save_budget, _upload
+
+
+def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_transaction() -> None:
+    rng = np.random.default_rng(5)
+    table = pd.DataFrame({"x": rng.normal(40, 8, 300).round(2), "y": rng.normal(5, 1, 300).round(3)})
+    at = _open()
+    _upload(at, "private.csv", table.to_csv(index=False).encode())
+    edit_table(at, features=["x", "y"], bounds={"y": ("0", "10")})
+    at.checkbox(key="data_private_bounds").check().run()
+    at.number_input(key="data_private_eps").set_value(0.25).run()
+    at.radio(key="data_scaling").set_value("minmax").run()
+    at.button(key="data_prepare").click().run()
+    prepared = _ok(at).session_state["dp_dataset"].prepared
+    assert prepared.private_bounds == {"features": ["x"], "epsilon": 0.25, "scaling": "minmax"}
+    assert any("estimated privately when a release runs" in i.value for i in at.info)
+    _save_budget(at, 1.0, 0.0)
+    shown = _release(at, 0.75)
+    assert shown["ε_b (private bounds)"] == "0.25" and shown["ε in all"] == "1"
+    assert any("estimated privately at release" in v for k, v in shown.items() if k == "Preparation")
+
+    ledger = Ledger(config.ledger_url())
+    try:
+        records = ledger.releases(dataset_id=at.session_state["dp_dataset"].dataset_id)
+        spent = sorted((r.mechanism, r.epsilon, r.time) for r in records)
+        assert [(m, e) for m, e, _ in spent] == [("dp_lloyd", 0.75), (MECHANISM, 0.25)]
+        assert spent[0][2] == spent[1][2]  # one transaction, one time
+        budget = ledger.budgets(records[0].dataset_id)[0]
+        assert budget.epsilon_left == 0.0  # 0.75 + 0.25 = 1 exactly
+        release = next(r for r in records if r.mechanism == "dp_lloyd")
+        with zipfile.ZipFile(release.artifact_path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith("-manifest.json"))
+            manifest = json.loads(archive.read(name))
+    finally:
+        ledger.close()
+    lo, hi = manifest["estimated_bounds"]["x"]
+    assert lo < hi and manifest["private_bounds"]["epsilon"] == 0.25
