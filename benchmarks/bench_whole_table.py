@@ -46,7 +46,16 @@ from dpcore.data.sources import DEFAULT_MAX_ROWS, MAX_ROWS_ENV
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, wait_for_app
-from tests.browser.e2e import assert_no_exception, choose_radio, go, main, multiselect, select, set_budget
+from tests.browser.e2e import (
+    assert_no_exception,
+    choose_radio,
+    dictionary_of,
+    go,
+    import_dictionary,
+    main,
+    select,
+    set_budget,
+)
 
 K = 4
 SEED = 2026  # synthetic table, not a release
@@ -99,13 +108,6 @@ def timed(page: Page, name: str, action, pattern: str, timeout_s: float, fail: s
     return step(name, time.perf_counter() - start)
 
 
-def type_bound(page: Page, label: str, value: float) -> None:
-    box = main(page).get_by_label(label, exact=True)
-    box.fill(f"{value:g}")
-    box.press("Tab")
-    wait_for_app(page)
-
-
 def browser_walk(page: Page, url: str, label: str, rows: int, d: int, plan_file: Path, timeout_s: float):
     """The curator's walk; returns (Data page load s, click-to-released s, wall time of the click)."""
     body = main(page)
@@ -119,11 +121,8 @@ def browser_walk(page: Page, url: str, label: str, rows: int, d: int, plan_file:
     t_load = timed(page, "data: load the file (to the sample notice)", load.click, notice, timeout_s)
     features = [f"x{j + 1}" for j in range(d)]
     start = time.perf_counter()
-    multiselect(page, "Features to cluster on", features)
-    for feature in features:
-        type_bound(page, f"Lower bound of {feature}", -BOUND)
-        type_bound(page, f"Upper bound of {feature}", BOUND)
-    step(f"data: choose {d} features, type their bounds", time.perf_counter() - start)
+    import_dictionary(page, dictionary_of(features, {f: (-BOUND, BOUND) for f in features}))
+    step(f"data: import {d} features with their bounds", time.perf_counter() - start)
     ready = re.escape(f"{DEFAULT_MAX_ROWS:,} rows × {d} features ready")
     timed(page, "data: prepare", body.get_by_role("button", name="Prepare").click, ready, timeout_s)
     start = time.perf_counter()

@@ -51,3 +51,5 @@ def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_tran
         ledger.close()
     lo, hi = manifest["estimated_bounds"]["x"]
     assert lo < hi and manifest["private_bounds"]["epsilon"] == 0.25
+    again = _open(at.query_params["s"])  # a reload restores the choice of private bounds with its ε_b
+    assert again.session_state["dp_dataset"].prepared.private_bounds == prepared.private_bounds

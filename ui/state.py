@@ -205,6 +205,7 @@ def choices(ds: Dataset) -> dict[str, Any]:
                 if p.bound_sources[name] == "curator"
             },
             "data_bounds_ok": "data (leaks)" in p.bound_sources.values(),
+            "private_epsilon": (p.private_bounds or {}).get("epsilon"),
         }
     return {
         "fingerprint": ds.fingerprint,
@@ -247,6 +248,7 @@ def apply_choices(saved: Mapping[str, Any]) -> Dataset:
             scaling=wanted["scaling"],
             bounds=wanted["bounds"],
             data_bounds_ok=wanted["data_bounds_ok"],
+            private_epsilon=wanted.get("private_epsilon"),
         )
         update_dataset(prepared=ready)
     return _current()
