@@ -16,6 +16,7 @@ from dpcore.data import infer_schema, prepare
 from dpcore.errors import DataError, ParameterError, PolicyError
 from dpcore.kmeans.registry import KMeansInputs
 from dpcore.ledger import BudgetExceeded, Ledger
+from dpcore.outofcore.run_plan import batch_refusal
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import Blowfish, PartitionGraph, PureDP
 from dpcore.private_bounds import MECHANISM, BoundsStep
@@ -66,6 +67,7 @@ def test_prepare_leaves_the_pending_feature_unscaled_and_the_plan_says_what_will
     assert any("estimated privately at release" in s.step for s in plan.preparation)
     assert "ε = 1:" in plan.guarantee and "ε_b = 0.1" in plan.guarantee
     assert ReleasePlan.from_manifest(json.loads(json.dumps(plan.to_manifest()))) == plan
+    assert "a batch job cannot replay that step yet" in batch_refusal(plan)  # said before any debit
     with pytest.raises(DataError, match="not both"):
         prepare(TABLE, infer_schema(TABLE), ["income"], data_bounds_ok=True, private_epsilon=0.1)
     with pytest.raises(DataError, match="Standardising"):

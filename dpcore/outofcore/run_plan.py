@@ -94,6 +94,12 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     """(public bounds per feature in order, scaling, columns whose missing rows are dropped) from the
     plan's preparation steps, as :func:`dpcore.plan.preparation_steps` wrote them; anything that cannot
     be recomputed out of core (data-derived steps, imputation, unparseable text) is refused."""
+    if plan.private_bounds:
+        raise ParameterError(
+            f"The plan estimates the bounds of {', '.join(plan.private_bounds['features'])} privately at "
+            "release; a batch job cannot replay that step yet. Give those features public bounds on the Data "
+            "page, or release in the dashboard."
+        )
     derived = plan.data_derived_steps
     if derived:
         raise ParameterError(
