@@ -36,7 +36,7 @@ import re
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from dpcore.ledger import Ledger, ReleaseRecord
     from dpcore.plan import ReleasePlan
+    from dpcore.registry import MechanismOutput
 
 __all__ = [
     "DEMO_NOTICE",
@@ -68,6 +69,7 @@ __all__ = [
     "make_release",
     "plan_releases",
     "release_files",
+    "rounded_output",
     "save_artifacts",
     "sha256_file",
     "short_id",
@@ -624,6 +626,23 @@ def _changed_fields(first: Mapping[str, Any], plan: ReleasePlan) -> list[str]:
     return [k for k in _PLAN_FIELDS if k in first and to_json(first[k]) != to_json(new.get(k))]
 
 
+def rounded_output(out: MechanismOutput, epsilon: float) -> MechanismOutput:
+    """``out`` with every released number rounded (``dpcore.postprocess``: the mechanism's own decimals
+    from ``details["rounding"]``, else the rules of ``ROUNDING_RULE``), its charts' numbers too, and the
+    rule and each column's decimal places in ``details["rounding"]`` (the manifest)."""
+    from dpcore.postprocess import FIGURE_DECIMALS, ROUNDING_RULE, release_decimals, round_figure, round_table
+
+    given = (out.details.get("rounding") or {}).get("decimals")
+    decimals = release_decimals(out.table, epsilon, given)
+    rounding = {"rule": ROUNDING_RULE, "decimals": decimals, "chart_decimals": FIGURE_DECIMALS}
+    return replace(
+        out,
+        table=round_table(out.table, decimals),
+        figures=tuple(round_figure(f) for f in out.figures),
+        details={**out.details, "rounding": rounding},
+    )
+
+
 def make_release(
     ledger: Ledger,
     plan: ReleasePlan,
@@ -685,6 +704,7 @@ def make_release(
         )
     if verify is not None:
         verify()
+    out = rounded_output(out, plan.epsilon)
     manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
     if estimated is not None:
         manifest["estimated_bounds"] = estimated  # ε_b-DP outputs: the clip box the mechanism used

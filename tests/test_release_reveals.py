@@ -325,8 +325,9 @@ def test_the_manifest_and_the_chart_say_what_the_release_reveals(tmp_path: Path)
     (features,) = [p["step"] for p in manifest["preparation"] if p["step"].startswith("features")]
     assert "income [20000.0, 100000.0]; wines [0.0, 1500.0]" in features
     (figure,) = public.figures
-    (table,) = [t for t in figure.data if t.type == "table"]  # the original units, as published
-    assert list(table.header["values"]) == ["centre", "income" + ORIGINAL, "wines" + ORIGINAL]
+    assert not [t for t in figure.data if t.type == "table"]  # the released table is shown beside the chart
+    assert list(public.table.columns) == ["cluster", "income" + ORIGINAL, "wines" + ORIGINAL]
+    assert "released value %{customdata}" in figure.data[0].hovertemplate  # original units, as published
 
 
 def test_inputs_name_their_data_derived_bounds() -> None:

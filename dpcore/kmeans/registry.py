@@ -37,6 +37,7 @@ __all__ = [
     "N_CLUSTERS",
     "KMeansInputs",
     "box_position",
+    "centroid_decimals",
     "centroid_output",
     "centroid_table",
     "check_release_sampler",
@@ -245,9 +246,40 @@ def centroid_output(
     figure = released_centers_figure(table, inputs.feature_names, KMEANS[key].label, box_position(inputs, c))
     names = zip(inputs.feature_names, inputs.units, strict=True)
     columns = {f"{name}{unit}": REVEALS[unit] for name, unit in names}
+    rounding = {"decimals": centroid_decimals(inputs, table)}
     return MechanismOutput(
-        table, (figure,), {**details, "columns": columns}, {**(diagnostics or {}), "released_centers": c}
+        table,
+        (figure,),
+        {**details, "columns": columns, "rounding": rounding},
+        {**(diagnostics or {}), "released_centers": c},
     )
+
+
+def centroid_decimals(inputs: KMeansInputs, table: pd.DataFrame) -> dict[str, int]:
+    """Decimal places of each numeric column of a centroid table (``dpcore.postprocess``, applied by the
+    release): ``SIGNIFICANT`` significant digits of the feature's public range in the units the column
+    publishes (1 for a fraction of the range), or of the column's largest released value without bounds.
+    Public values and the release only: the rounding step says nothing about the rows."""
+    from dpcore.postprocess import significant_decimals
+
+    original = None
+    if inputs.bounds is not None and ORIGINAL in inputs.units and inputs.inverse_transform is not None:
+        original = inputs.inverse_transform(np.vstack(inputs.bounds))
+    out = {}
+    for j, (name, unit) in enumerate(zip(inputs.feature_names, inputs.units, strict=True)):
+        column = table[name + unit]
+        if not pd.api.types.is_float_dtype(column):
+            continue
+        if inputs.bounds is None:
+            width = float(np.nanmax(np.abs(column.to_numpy(dtype=float)), initial=0.0))
+        elif unit == FRACTION:
+            width = 1.0
+        elif original is not None and pd.api.types.is_numeric_dtype(original[name]):
+            width = float(abs(original[name].iloc[1] - original[name].iloc[0]))
+        else:
+            width = float(inputs.bounds[1][j] - inputs.bounds[0][j])
+        out[name + unit] = significant_decimals(width)
+    return out
 
 
 def released_centers(output: MechanismOutput) -> np.ndarray:
