@@ -1,4 +1,5 @@
-"""Out-of-core engine: DuckDB (and Spark local) passes give the in-memory releases bit for bit."""
+"""Out-of-core engine: the kernels fed by DuckDB (in memory or streamed, and Spark local) give the in-memory
+releases bit for bit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import ibis
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 from scipy import stats
@@ -24,7 +26,7 @@ from dpcore.kmeans.mcmc import LeeKiferKMeans
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.metrics import nearest_sets
-from dpcore.outofcore import TableFeatures, clustering, colored, features
+from dpcore.outofcore import TableFeatures, clustering, colored, features, kernel, white
 from dpcore.outofcore.source import open_source
 from dpcore.policy import DistanceThresholdGraph, FullDomainGraph
 
@@ -62,7 +64,7 @@ def duckdb_features(path: Path, scaling: str = "minmax") -> TableFeatures:
 def test_scaled_rows_are_prepare_s_bit_for_bit(data, scaling: str) -> None:
     df, path = data
     feat, inputs = duckdb_features(path, scaling), in_memory(df, scaling)
-    rows = feat.rows.select(**{f"x{j}": x for j, x in enumerate(feat.scaled())}).to_pandas().to_numpy()
+    rows = feat.scaling_map(feat.raw().to_pandas().to_numpy())
     assert np.array_equal(rows, inputs.X)
     assert np.array_equal(feat.lower, inputs.lower) and np.array_equal(feat.upper, inputs.upper)
     back = feat.inverse_transform(inputs.X[:5]).to_numpy()
@@ -77,11 +79,13 @@ def test_nearest_statistics_are_the_in_memory_ones_and_ties_go_to_the_lowest_ind
     rng = np.random.default_rng(0)
     centres = rng.uniform(-0.8, 0.8, (2, 4, 3))
     centres[1, 2] = centres[1, 0]  # a duplicate centre: every row it could win goes to index 0
-    counts, sums = feat.nearest_statistics(centres)
+    with feat.feed() as feed:
+        assert isinstance(feed, kernel.MemoryFeed) and feed.n == len(df)
+        counts, sums = feat.nearest_statistics(centres, feed)
     want_n, want_s = cluster_statistics(Xc, nearest_sets(Xc, centres)[0], 4)
     assert np.array_equal(counts, want_n)
     assert counts[1, 2] == 0 and counts.sum() == 2 * len(df)
-    np.testing.assert_allclose(sums, want_s, rtol=1e-12, atol=1e-9)
+    assert np.array_equal(sums, want_s)  # one block: the same bincount sums
 
 
 @pytest.mark.parametrize(
@@ -291,51 +295,6 @@ def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path)
         colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler.diagnostic(1))
 
 
-def temp_tables(con) -> list[str]:
-    rows = con.raw_sql("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
-    return [row[0] for row in rows]
-
-
-def memory_limit(con) -> str:
-    return con.raw_sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
-
-
-@pytest.mark.parametrize("user_limit", [None, "3GB", "200MB"])
-def test_cached_rows_cap_duckdb_memory_then_are_dropped_and_the_setting_restored(data, user_limit) -> None:
-    _, path = data
-    con = ibis.duckdb.connect()
-    if user_limit is not None:
-        con.raw_sql(f"SET memory_limit = '{user_limit}'")
-    before = memory_limit(con)
-    feat = TableFeatures.from_bounds(con.read_parquet(str(path)), BOUNDS)
-    with features.cached(feat.centred()) as rows:
-        assert len(temp_tables(con)) == 1
-        if user_limit is None:  # DuckDB's default (80% of the RAM) lowered to the cap (shown to 0.1 GiB)
-            capped, cap = features._bytes(memory_limit(con)), features.MEMORY_LIMIT
-            assert cap - 2**30 / 10 < capped <= cap < features._bytes(before)
-        else:  # the user's own limit stays
-            assert memory_limit(con) == before
-        assert np.array_equal(rows.to_pandas().to_numpy(), feat.centred().to_pandas().to_numpy())
-    assert temp_tables(con) == [] and memory_limit(con) == before
-    with pytest.raises(RuntimeError), features.cached(feat.centred()):
-        raise RuntimeError("a pass failed")
-    assert temp_tables(con) == [] and memory_limit(con) == before  # released on errors too
-
-
-def test_a_cache_spills_to_the_temporary_folder_not_the_working_folder(data, tmp_path, monkeypatch) -> None:
-    """DuckDB's default spill folder is ``.tmp`` in the working directory (the app's checkout): a cache
-    spills to ``features.SPILL_FOLDER`` instead, and the connection's setting comes back afterwards."""
-    _, path = data
-    monkeypatch.chdir(tmp_path)
-    con = ibis.duckdb.connect()
-    setting = lambda: con.raw_sql("SELECT current_setting('temp_directory')").fetchall()[0][0]  # noqa: E731
-    assert setting() == ".tmp"
-    feat = TableFeatures.from_bounds(con.read_parquet(str(path)), BOUNDS)
-    with features.cached(feat.centred(), memory_limit=2**20):  # 1 MiB: the cache spills
-        assert setting() == str(features.SPILL_FOLDER)
-    assert setting() == ".tmp" and not (tmp_path / ".tmp").exists()
-
-
 def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() -> None:
     """Every spill of a batch job's DuckDB (a cache, a window sort of the per-user cap) goes to
     ``SPILL_FOLDER``; DuckDB's own default is ``.tmp`` in the working directory."""
@@ -345,159 +304,122 @@ def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() ->
     assert setting == str(features.SPILL_FOLDER)
 
 
-def test_cached_and_source_passes_give_the_same_n_and_statistics(data) -> None:
-    df, path = data
-    feat = duckdb_features(path)
-    centres = np.random.default_rng(1).uniform(-0.8, 0.8, (1, 3, 3))
-    with feat.centred_rows() as (n, rows), feat.centred_rows(cache_limit=0) as (n_src, src):
-        assert rows.op() != src.op()  # one cached, one over the Parquet file
-        assert n == n_src == len(df)
-        a, b = feat.nearest_statistics(centres, rows), feat.nearest_statistics(centres, src)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+def releases(feat: TableFeatures) -> list[pd.DataFrame]:
+    """DP-Lloyd, Blowfish, colored and white releases of ``feat`` with demo seeds."""
+    params = {"n_clusters": 3, "n_iter": 4, "neighbours": "bounded"}
+    graph = {"n_clusters": 3, "graph": DistanceThresholdGraph(0.3, "l1").to_dict()}
+    kw = {"epsilon": 1.0, "delta": 1e-6, "sample_rows": 500}
+    return [
+        release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(3), params=params).table,
+        release_centroids("blowfish", feat, epsilon=1.0, sampler=Sampler(3), params=graph).table,
+        colored.colored_release(feat, 3, sampler=Sampler(3), **kw).output.table,
+        white.white_release(feat, "white_per_cluster", 3, sampler=Sampler(3), **kw).output.table,
+    ]
 
 
-def test_nearest_label_ties_between_later_centres_go_to_the_lowest_index(data) -> None:
-    df, path = data
-    feat, inputs = duckdb_features(path), in_memory(df)
-    Xc = np.clip(inputs.X, inputs.lower, inputs.upper) - (inputs.lower + inputs.upper) / 2
-    centres = np.array([[[0.9, 0.9, 0.9], [-0.5, 0.2, -0.3], [0.4, 0.6, 0.2], [-0.5, 0.2, -0.3]]])
-    counts, sums = feat.nearest_statistics(centres)  # centre 3 is a copy of centre 1
-    want_n, want_s = cluster_statistics(Xc, nearest_sets(Xc, centres)[0], 4)
-    assert counts[0, 3] == 0 and counts[0, 1] > 0
-    assert np.array_equal(counts, want_n)
-    np.testing.assert_allclose(sums, want_s, rtol=1e-12, atol=1e-9)
+@pytest.fixture(scope="module")
+def blocks(data, tmp_path_factory):
+    """The module's table as float32 and float64 Parquet files, small canonical blocks (several per pass)."""
+    df, _ = data
+    folder = tmp_path_factory.mktemp("blocks")
+    narrow = df[list("abc")].astype("float32")
+    narrow.to_parquet(folder / "f32.parquet", index=False)
+    narrow.astype("float64").to_parquet(folder / "f64.parquet", index=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel, "BLOCK_ROWS", 700)
+        yield narrow, folder
 
 
-def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction(tmp_path: Path) -> None:
+def test_streamed_and_in_memory_feeds_give_the_same_releases(blocks, monkeypatch) -> None:
+    """Above DPCORE_MEMORY_BUDGET every pass streams DuckDB's batches: the canonical blocks and the order
+    of additions are those of the rows in memory, so every release is the same, bit for bit, and the
+    dashboard's in-memory DP-Lloyd on the same rows too."""
+    narrow, folder = blocks
+    feat = duckdb_features(folder / "f64.parquet")
+    with feat.feed() as feed:
+        assert isinstance(feed, kernel.MemoryFeed) and feed.rows.dtype == np.float64
+    held = releases(feat)
+    monkeypatch.setenv("DPCORE_MEMORY_BUDGET", "1000")
+    with feat.feed() as feed:
+        assert isinstance(feed, kernel.StreamFeed) and feed.n == len(narrow)
+    streamed = releases(feat)
+    for a, b in zip(held, streamed, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    params = {"n_clusters": 3, "n_iter": 4, "neighbours": "bounded"}
+    mem = release_centroids("dp_lloyd", in_memory(narrow), epsilon=1.0, sampler=Sampler(3), params=params)
+    pd.testing.assert_frame_equal(mem.table, held[0], check_exact=True)
+
+
+def test_the_compact_float32_copy_changes_no_release(blocks) -> None:
+    """Features stored as float32 are held in memory as float32 (half the bytes); the kernels scale the
+    same values in float64, so every release equals the one from the float64 copy of the table."""
+    _, folder = blocks
+    f32, f64 = duckdb_features(folder / "f32.parquet"), duckdb_features(folder / "f64.parquet")
+    assert f32.dtype == np.float32 and f64.dtype == np.float64
+    with f32.feed() as feed:
+        assert isinstance(feed, kernel.MemoryFeed) and feed.rows.dtype == np.float32
+    for a, b in zip(releases(f32), releases(f64), strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction() -> None:
     """Over 200 fresh salts each of 2,000 distinct rows is kept about 0.1 of the time: per-row counts
     spread as Binomial(200, 0.1) (a rule that ignored the salt would keep a row always or never), the
-    rows come in key order and the same salt draws the same rows again."""
+    rows come in key order and the same salt draws the same rows again, whatever the blocks."""
     rng = np.random.default_rng(0)
-    df = pd.DataFrame(rng.uniform(-1, 1, (2000, 3)), columns=["x0", "x1", "x2"])
-    path = tmp_path / "rows.parquet"
-    df.to_parquet(path, index=False)
-    t = ibis.duckdb.connect().read_parquet(str(path))
+    X = rng.uniform(-1, 1, (2000, 3))
+    feed = kernel.MemoryFeed(X)
     lower, upper = np.full(3, -1.0), np.full(3, 1.0)
-    position = {tuple(r): i for i, r in enumerate(df.to_numpy())}
+    position = {tuple(r): i for i, r in enumerate(X)}
     counts = np.zeros(2000)
     sampler = Sampler(6)
+    same = lambda raw: np.asarray(raw, dtype=float)  # noqa: E731
     for _ in range(200):
         salt = clustering.KEY_SCALE * (1.0 + sampler.rng.random(3))
-        kept = clustering.keyed_sample(t, lower, upper, salt, 0.1)
+        kept = clustering.keyed_sample(feed, same, lower, upper, salt, 0.1)
         rows = np.array([position[tuple(r)] for r in kept])
         assert len(np.unique(rows)) == len(rows)
         counts[rows] += 1
     assert abs(counts.mean() - 20.0) < 0.5  # 200 x 0.1 rows kept per row on average
     assert 12.0 < counts.var() < 25.0 and counts.min() >= 1  # binomial spread: 200 x 0.1 x 0.9 = 18
     assert stats.chisquare(np.bincount(np.arange(2000) // 200, weights=counts)).pvalue > 1e-3
-    assert np.array_equal(clustering.keyed_sample(t, lower, upper, salt, 0.1), kept)
-    x = sum((kept[:, j] - lower[j]) / (upper[j] - lower[j]) * salt[j] for j in range(3))
-    key = x - np.floor(x)  # numpy's key, bit for bit the engine's: ascending and below the fraction
+    pieces = kernel.StreamFeed(lambda: (pa.RecordBatch.from_arrays(list(X[i : i + 333].T), list("abc"))
+                                        for i in range(0, 2000, 333)), 2000)
+    assert np.array_equal(clustering.keyed_sample(pieces, same, lower, upper, salt, 0.1), kept)
+    key = clustering.sample_key(kept, lower, upper, salt)
     assert np.all(np.diff(key) >= 0) and key.max() < 0.1
 
 
-def test_a_certificate_pass_keeps_every_row_whose_quadratic_form_is_above_near(monkeypatch) -> None:
-    """The bound q = ||u' F_k||^2 <= s_k^2 (||x - m_k|| + ||m_k - c_k||)^2 / (n_k - 1)^2 (with its rounding
-    margin) skips rows in full-rank clusters only: rows crafted one ulp apart around q = NEAR where the
-    bound is tight (x - c_k along F_k's top direction, m_k between c_k and x), and random ones, are
-    kept whenever their computed q is above NEAR; a rank-deficient cluster keeps every row."""
+def test_a_certificate_pass_returns_every_row_above_near_and_each_cluster_s_largest(monkeypatch) -> None:
+    """Brute force: q = ||u' F_k||^2 of every row; the pass (over blocks, combined) returns each cluster's
+    largest q exactly, every row with q above NEAR when there are at most ADDED of them, else the ADDED
+    largest, and flags the rows outside a rank-deficient cluster's span."""
+    monkeypatch.setattr(colored, "ADDED", 50)
     rng = np.random.default_rng(7)
-    d, near, k = 4, colored.NEAR, 3
-    factors = [rng.normal(size=(d, d)), 3.0 * rng.normal(size=(d, d)), rng.normal(size=(d, 2))]
-    centers, counts = rng.uniform(-0.5, 0.5, (k, d)), np.array([1001.0, 2501.0, 801.0])
-    centres = np.empty((k, d))
-    rows, labels = [], []
-    for c, f in enumerate(factors):
-        top, s = np.linalg.svd(f)[:2]
-        reach = math.sqrt(near) / s[0] * (counts[c] - 1.0)  # ||x - c_k|| where q = NEAR along top
-        centres[c] = centers[c] + 0.01 * reach * top[:, 0]  # ||x - c_k|| = ||x - m_k|| + ||m_k - c_k||
-        ulps = 1.0 + np.arange(-300, 301) * np.finfo(float).eps
-        rows += [centers[c] + top[:, 0] * reach * ulps[:, None]]
-        directions = rng.normal(size=(3000, d))
-        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-        rows += [centers[c] + directions * reach * rng.uniform(0.5, 1.6, (3000, 1))]
-        labels += [c] * (601 + 3000)
-    x = np.vstack(rows)
-    df = pd.DataFrame(x, columns=[f"x{j}" for j in range(d)]).assign(label=labels, id=np.arange(len(x)))
-    t = colored._with_radius(ibis.memtable(df), centres)
-    every = colored._quadratic(clustering.centred_shifts(t, centers, counts), factors, "q")
-    q = every.to_pandas().set_index("id").q.sort_index()
-    candidates = colored._candidates(t, colored._cuts(factors, centres, centers, counts), centers, counts)
-    kept = colored._quadratic(candidates, factors, "q").to_pandas().set_index("id")
-    assert set(q.index[q > near]) <= set(kept.index)
-    assert np.array_equal(kept.q.to_numpy(), q[kept.index].to_numpy())  # the same values, bit for bit
-    boundary = q[np.arange(len(x)) % 3601 < 601]
-    assert (boundary > near).sum() > 100 and (boundary <= near).sum() > 100  # rows on both sides
-    assert set(np.flatnonzero(np.asarray(labels) == 2)) <= set(kept.index)  # rank-deficient: every row
-    assert len(kept) < 0.9 * len(x)  # the bound skips rows of the full-rank clusters
-    # the crafted rows sit on the bound: a cut 1e-12 too high would lose rows above NEAR
-    monkeypatch.setattr(colored, "BOUND_MARGIN", -1e-12)
-    tight = colored._candidates(t, colored._cuts(factors, centres, centers, counts), centers, counts)
-    tight = tight.to_pandas()
-    assert not set(q.index[q > near]) <= set(tight.id)
-
-
-def test_the_bound_and_the_outer_rows_leave_the_colored_release_unchanged(tmp_path: Path, monkeypatch):
-    """The same rows come back from every certificate pass, hence the same covariance, whether the passes
-    score the cached outer rows under the bound (as released), every row (no bound), or the table's rows
-    under the bound (a floor no cut reaches); the cache is dropped; every row's constraint holds."""
-    feat, inputs = colored_case(tmp_path)
-    top_rows, above, cuts = colored._top_rows, colored._above, colored._cuts
-    found: list[pd.DataFrame] = []
-    scored: list[int] = []
-
-    def spy_top(*args):
-        rows = top_rows(*args)
-        found.append(rows.drop("rank").to_pandas().sort_values(["label", "score", "x0", "x1", "x2"]))
-        return rows
-
-    def counted(*args):
-        rows = above(*args)
-        scored.append(int(rows.count().execute()))
-        return rows
-
-    monkeypatch.setattr(colored, "_top_rows", spy_top)
-    monkeypatch.setattr(colored, "_above", counted)
-    runs = {}
-    for case, cut, loose in [
-        ("outer rows", cuts, colored.LOOSE),
-        ("every row", lambda factors, *a: np.full(len(factors), -1.0), colored.LOOSE),
-        ("table rows", cuts, 1e300),
-    ]:
-        monkeypatch.setattr(colored, "_cuts", cut)
-        monkeypatch.setattr(colored, "LOOSE", loose)
-        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4), sample_rows=40)
-        runs[case] = run
-        assert temp_tables(feat.table.get_backend()) == []
-    passes = runs["outer rows"].passes - 1
-    assert passes >= 2 and all(run.passes - 1 == passes for run in runs.values())
-    for a, b, c in zip(found[:passes], found[passes : 2 * passes], found[2 * passes :], strict=True):
-        assert a.to_numpy().tolist() == b.to_numpy().tolist() == c.to_numpy().tolist()
-    # per pass the cached rows are counted when built, then the rows scored
-    per_run = [scored[i : i + passes + 1] for i in range(0, len(scored), passes + 1)]
-    outer, every, table_rows = per_run
-    assert every == [len(inputs.X)] * (passes + 1) and table_rows[0] == 0  # the floor keeps nothing
-    assert max(outer[1:]) < outer[0] < len(inputs.X) and table_rows[1:] == outer[1:]
-    for run in runs.values():
-        for name in ("centers", "counts", "bases", "unit_eigenvalues"):
-            a, b = getattr(run.covariance, name), getattr(runs["outer rows"].covariance, name)
-            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-        labels = nearest_sets(inputs.X, run.centres[None])[0][0]
-        assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
-
-
-def test_a_spilled_cache_is_dropped_and_the_connection_keeps_the_spill_folder(tmp_path, monkeypatch) -> None:
-    """DuckDB refuses to switch a temporary folder it has spilled to: after a cache that spilled (32 MB of
-    rows under a 64 MiB cap) the connection keeps ``features.SPILL_FOLDER`` (never the working folder),
-    and later caches and passes run."""
-    monkeypatch.chdir(tmp_path)
-    rows = pd.DataFrame(np.random.default_rng(0).random((1_000_000, 4)), columns=list("abcd"))
-    rows.to_parquet(tmp_path / "big.parquet", index=False)
-    con = ibis.duckdb.connect()
-    t = con.read_parquet(str(tmp_path / "big.parquet"))
-    for _ in range(2):
-        with features.cached(t, memory_limit=64 * 2**20) as kept:
-            assert int(kept.count().execute()) == len(rows)
-        assert temp_tables(con) == [] and not (tmp_path / ".tmp").exists()
-        setting = con.raw_sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
-        assert setting == str(features.SPILL_FOLDER)
+    d, k = 4, 3
+    flat = np.linalg.qr(rng.normal(size=(d, 2)))[0]
+    factors = [rng.normal(size=(d, d)), 3.0 * rng.normal(size=(d, d)), flat]
+    bases = [np.eye(d), np.eye(d), factors[2]]
+    centres = rng.uniform(-0.5, 0.5, (k, d))
+    centers, counts = centres + 0.01, np.array([1001.0, 2501.0, 801.0])
+    x = centres[rng.integers(0, k, 4000)] + rng.normal(0, 1.0, (4000, d)) * 0.12 * counts.mean()
+    same = lambda raw: np.asarray(raw, dtype=float)  # noqa: E731
+    found = kernel.MemoryFeed(x).reduce(
+        colored.CertificatePass(same, centres, centers, counts, factors, bases, 1e-6), colored.combine_found
+    )
+    worst, label, q, bad, outside, rows = found
+    lab = kernel.nearest_labels(x, centres[None])[0]
+    u = (x - centers[lab]) / (counts[lab] - 1.0)[:, None]
+    every = np.array([float(np.sum((u[i] @ factors[lab[i]]) ** 2)) for i in range(len(x))])
+    norm2 = np.sum(u**2, axis=1)
+    out = (lab == 2) & (norm2 - np.sum((u @ bases[2]) ** 2, axis=1) > 1e-9 * norm2)
+    score = np.where(out, np.inf, every)
+    for c in range(k):
+        mine = lab == c
+        np.testing.assert_allclose(worst[c], score[mine].max(), rtol=1e-12)
+        want = np.sort(score[mine & ((every > colored.NEAR) | out)])[::-1][:50]
+        got = np.where(outside, np.inf, q)[label == c]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert out.any() and outside.sum() == min(out.sum(), 50) and bad[outside].all()
+    assert ((every > colored.NEAR) & (lab == 0)).sum() > 50 == np.bincount(label).max()  # trimmed to ADDED
+    assert np.array_equal(kernel.nearest_labels(rows, centres[None])[0], label)

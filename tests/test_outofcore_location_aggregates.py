@@ -1,5 +1,6 @@
-"""The mean positions and hotspots out of core: DuckDB (and Spark local) give the in-memory release on the
-same rows and demo seed up to the engines' rounding of sin, cos, atan2 and sums (1e-9 relative here),
+"""The mean positions and hotspots out of core: the kernels fed by DuckDB (and Spark local) give the
+in-memory release on the same rows and demo seed, bit for bit when the engine hands the rows in the
+in-memory order (no per-user cap), else up to the rounding of another order of sums (1e-9 relative here),
 with the same counts, sensitivities and budget log, wherever the points lie (Blowfish-safe map)."""
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.kmeans.cells import cluster_statistics
 from dpcore.location.geometry import PlaneMap
 from dpcore.location.registry import LOCATIONS, LocationInputs, keep_per_user
 from dpcore.mechanisms import Sampler
-from dpcore.metrics import nearest_sets
-from dpcore.outofcore.features import const, labelled_statistics, nearest_label
+from dpcore.outofcore import kernel
 from dpcore.outofcore.locations import AGGREGATE_KEYS, KEYS, TableLocations
-from dpcore.outofcore.plane import plane_forward
+from dpcore.outofcore.plane import Forward
 from tests.test_outofcore_locations import REGION, in_memory, visits
 
 RTOL = 1e-9
@@ -126,53 +125,31 @@ def test_release_in_memory_and_on_duckdb_agree(data, key: str, params: dict, use
         assert b.table["n"].iloc[0] == b.diagnostics["rows_used"]
 
 
-def test_the_map_sends_every_point_where_numpy_does(data) -> None:
-    """f out of core against PlaneMap.forward point by point (the ODD points included): within a few
-    ulps of the box's size, every point inside the box B."""
-    df, _ = data
-    plane = PlaneMap.of(REGION)
-    t = ibis.memtable(pd.DataFrame({"la": df["lat"], "lo": df["lon"], "i": np.arange(len(df))}))
-    got = ibis.duckdb.connect().execute(plane_forward(t.order_by("i"), plane))
-    x, y = plane.forward(df["lat"].to_numpy(), df["lon"].to_numpy())
-    size = float(np.max(plane.upper - plane.lower))
-    assert np.abs(got["x"].to_numpy() - x).max() <= 1e-12 * size
-    assert np.abs(got["y"].to_numpy() - y).max() <= 1e-12 * size
-    odd, on_edge = slice(len(df) - len(ODD), None), 0
-    for j, (engine, numpy) in enumerate(((got["x"].to_numpy(), x), (got["y"].to_numpy(), y))):
-        assert ((engine >= plane.lower[j]) & (engine <= plane.upper[j])).all()
-        edge = np.isin(numpy[odd], [plane.lower[j], plane.upper[j]])
-        assert np.array_equal(engine[odd][edge], numpy[odd][edge])  # clamped into B: the same bound
-        on_edge += int(edge.sum())
-    assert on_edge >= 3  # far points are retracted onto the cap, then clamped into B
-
-
 def test_counts_sums_and_labels_of_every_round_agree(data) -> None:
-    """The statistics a DP-Lloyd round reads: for random public centres (some on the far side of B),
-    the same cluster sizes (so the same labels but for a point on a bisector) and sums within RTOL;
-    and the kept rows' count and mapped sums."""
+    """The statistics a DP-Lloyd round reads (random public centres, some on the far side of B) and the
+    mapped sums: bit for bit without users (the odd points included: poles, antimeridian, antipode),
+    with the kept rows' count and the same cluster sizes with users (the join's order), sums to RTOL."""
     df, path = data
-    mem = in_memory(df, True).projected(2, Sampler(7)).points
-    ooc = on_duckdb(path, True).projected(2, Sampler(7)).points
-    assert mem.n == ooc.n
-    np.testing.assert_allclose(ooc.sums(), mem.sums(), rtol=RTOL)
-    lower, upper = mem.bounds
-    mid = (lower + upper) / 2.0
-    centred = ooc.rows.select(x0=ooc.rows.x - const(mid[0]), x1=ooc.rows.y - const(mid[1]))
-    Xc = mem.X - mid
     rng = np.random.default_rng(3)
-    for k in (1, 2, 5, 9):
-        centres = rng.uniform(lower - mid, upper - mid, (2, k, 2))
-        counts, sums = labelled_statistics(centred, centres)
-        n_mem, s_mem = cluster_statistics(Xc, nearest_sets(Xc, centres)[0], k)
-        assert np.array_equal(counts, n_mem) and (counts.sum(axis=1) == mem.n).all()
-        np.testing.assert_allclose(sums, s_mem, rtol=RTOL, atol=1e-6)
-    # label per point, without users (the engine keeps the table's order): the in-memory nearest centre
-    rows = on_duckdb(path, False).projected(1, Sampler(0)).points
-    pts = in_memory(df, False).projected(1, Sampler(0)).points
-    centres = rng.uniform(lower - mid, upper - mid, (6, 2))
-    t = rows.rows.select(x0=rows.rows.x - const(mid[0]), x1=rows.rows.y - const(mid[1]))
-    got = nearest_label(t, centres).label.to_pandas().to_numpy()
-    assert np.array_equal(got, nearest_sets(pts.X - mid, centres[None])[0][0])
+    for users, exact in ((False, True), (True, False)):
+        mem = in_memory(df, users).projected(2, Sampler(7)).points
+        ooc = on_duckdb(path, users).projected(2, Sampler(7)).points
+        assert mem.n == ooc.n == ooc.feed.n and isinstance(ooc.feed, kernel.MemoryFeed)
+        lower, upper = mem.bounds
+        mid = (lower + upper) / 2.0
+        Xc = np.clip(mem.X, lower, upper) - mid
+        pairs = [(ooc.sums(), mem.sums())]
+        for k in (1, 2, 5, 9):
+            centres = rng.uniform(lower - mid, upper - mid, (2, k, 2))
+            counts, sums = kernel.fit_statistics(ooc.feed, Forward(ooc.plane), lower, upper)(centres)
+            n_mem, s_mem = kernel.lloyd_statistics(Xc, centres)
+            assert np.array_equal(counts, n_mem) and (counts.sum(axis=1) == mem.n).all()
+            pairs.append((sums, s_mem))
+        for got, want in pairs:
+            if exact:
+                assert np.array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-6)
 
 
 def test_hotspot_centres_sit_on_the_clusters_out_of_core(data) -> None:

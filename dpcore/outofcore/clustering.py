@@ -1,21 +1,21 @@
 """The clustering the local mechanisms release out of core, and each row's leave-one-out shift.
 
 Ravi, Scaglione & Peisert's (2021) local mechanisms add noise to the true centroids of a clustering held
-fixed by their guarantee. Out of core (DuckDB or Spark through Ibis) that clustering is k-means on a
-Bernoulli sample of the rows (:func:`keyed_sample`: the same rows in every engine), then one pass assigns
-every row to its nearest sample centre and returns per cluster n_k, the sums, minima and maxima, hence
-the true centroids c_k; each row's shift u_p = (x_p - c_k) / (n_k - 1) is then an expression the
-mechanisms' passes read (:func:`clustered_shifts`).
+fixed by their guarantee. Out of core that clustering is k-means on a Bernoulli sample of the rows
+(:class:`SamplePass`: the same rows on every path), then one pass (:class:`MomentsPass`) assigns every
+row to its nearest sample centre and returns per cluster n_k, the sums, minima and maxima, hence the
+true centroids c_k; each row's shift u_p = (x_p - c_k) / (n_k - 1) (:func:`shifts`) is computed by the
+mechanisms' own passes. Every pass is a kernel of :mod:`dpcore.outofcore.kernel` on the raw feature
+blocks of the table's feed (read into memory once when it fits).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import ibis
-import ibis.expr.types as ir
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.cluster import KMeans
@@ -24,120 +24,131 @@ from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import NoiseCovariance, singleton_message
 from dpcore.kmeans.registry import centroid_output
 from dpcore.mechanisms import Sampler
-from dpcore.outofcore.features import TableFeatures, const, nearest_label, total
+from dpcore.outofcore.features import TableFeatures
+from dpcore.outofcore.kernel import Feed, Partial, concatenate, nearest_labels
 from dpcore.registry import MechanismOutput
 
 SAMPLE_ROWS = 100_000
 KEY_SCALE = 65536.0  # the sample key's multipliers lie in [2^16, 2^17)
+Prepare = Callable[[NDArray], NDArray]
 
 
 @dataclass
 class Shifts:
     """A clustering of the table (``centres``: k-means centres of the ``sample``, public inputs of the
-    assignment) and ``rows``: scaled x0..x{d-1}, ``label`` and the shifts u0..u{d-1}; per cluster the
-    ``counts`` n_k and true ``centers`` c_k; seconds per stage in ``timings``."""
+    assignment); per cluster the ``counts`` n_k and true ``centers`` c_k; seconds per stage in
+    ``timings``."""
 
     centres: NDArray
     sample: NDArray
-    rows: ir.Table
     counts: NDArray
     centers: NDArray
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def clustered_shifts(
-    features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
-) -> Shifts:
-    """The clustering (:func:`sample_centres`), one pass of :func:`moments` under it, and the shifts: c_k =
-    sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p are 0."""
-    start = time.perf_counter()
-    centres, sample = sample_centres(features, k, sampler, sample_rows)
-    timings = {"clustering": time.perf_counter() - start}
-    d = centres.shape[1]
-    t = labelled(features, centres)
-    mom = moments(t, k, d)
-    timings["moments"] = time.perf_counter() - start - timings["clustering"]
-    n = mom["n"]
-    centers = mom["sums"] / n[:, None]
-    constant = mom["lo"] == mom["hi"]
-    centers[constant] = mom["lo"][constant]
-    return Shifts(centres, sample, centred_shifts(t, centers, n), n, centers, timings)
+def sample_key(x: NDArray, lower: NDArray, upper: NDArray, salt: NDArray) -> NDArray:
+    """frac(sum_j z_j s_j), z_j = (x_j - lower_j) / (upper_j - lower_j) (1 for a zero span), summed left
+    to right: a row's sample key, a function of its values and the salt only."""
+    span = np.where(upper > lower, upper - lower, 1.0)
+    t = (x[:, 0] - lower[0]) / span[0] * salt[0]
+    for j in range(1, x.shape[1]):
+        t = t + (x[:, j] - lower[j]) / span[j] * salt[j]
+    return t - np.floor(t)
+
+
+class SamplePass:
+    """Kernel: the scaled rows of a block whose :func:`sample_key` is below ``fraction`` (every row when it
+    is 1), with their keys."""
+
+    def __init__(self, prepare: Prepare, lower: NDArray, upper: NDArray, salt: NDArray, fraction: float):
+        self.prepare, self.lower, self.upper, self.salt, self.fraction = prepare, lower, upper, salt, fraction
+
+    def __call__(self, raw: NDArray) -> Partial:
+        x = self.prepare(raw)
+        key = sample_key(x, self.lower, self.upper, self.salt)
+        keep = key < self.fraction if self.fraction < 1.0 else np.ones(len(x), dtype=bool)
+        return np.ascontiguousarray(x[keep]), key[keep]
+
+
+def keyed_sample(feed: Feed, prepare: Prepare, lower: NDArray, upper: NDArray, salt: NDArray,
+                 fraction: float) -> NDArray:
+    """The rows of ``feed`` (scaled by ``prepare`` into [lower, upper]) whose key is below ``fraction``,
+    ordered by key (stable): a Bernoulli sample whose membership and order depend only on each row's
+    values and the salt, so every engine and memory keep the same rows in the same order."""
+    out = feed.reduce(SamplePass(prepare, lower, upper, salt, fraction), concatenate)
+    if out is None:
+        return np.empty((0, len(lower)))
+    rows, keys = out
+    return rows[np.argsort(keys, kind="stable")]
 
 
 def sample_centres(
-    features: TableFeatures, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
+    features: TableFeatures, feed: Feed, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
 ) -> tuple[NDArray, NDArray]:
     """k-means centres (K, d) of a Bernoulli sample of about ``sample_rows`` scaled rows
     (:func:`keyed_sample`, salted and seeded from the sampler), and the sample; the local guarantee holds
-    with this clustering fixed. Every engine draws the same sample in the same order, so the same seed
-    gives the same centres."""
-    n = features.n_rows()
+    with this clustering fixed. Every path draws the same sample in the same order, so the same seed gives
+    the same centres."""
     seed = int(sampler.rng.integers(2**31 - 1))
     salt = KEY_SCALE * (1.0 + sampler.rng.random(features.n_features))
-    rows = features.rows
-    scaled = rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))})
-    X = keyed_sample(scaled, features.lower, features.upper, salt, min(1.0, sample_rows / n))
+    fraction = min(1.0, sample_rows / max(feed.n, 1))
+    X = keyed_sample(feed, features.scaling_map, features.lower, features.upper, salt, fraction)
     if X.shape[0] < 2 * k:
         raise ParameterError(f"The table has too few rows ({X.shape[0]}) for K = {k} clusters.")
     centres = KMeans(k, n_init=4, random_state=seed).fit(X).cluster_centers_
     return centres, X
 
 
-def keyed_sample(t: ir.Table, lower: NDArray, upper: NDArray, salt: NDArray, fraction: float) -> NDArray:
-    """The rows of ``t`` (x0..x{d-1} in [lower, upper]) whose key frac(sum_j z_j s_j), z_j = (x_j - lower_j)
-    / (upper_j - lower_j) and s the ``salt``, is below ``fraction`` (all rows when it is 1), ordered by key.
+class MomentsPass:
+    """Kernel: per cluster of the nearest ``centres`` (ties to the lowest index) the count, sums, minima
+    and maxima of a block's scaled rows (combine with :func:`combine_moments`)."""
 
-    A Bernoulli sample whose membership and order depend only on each row's values and the salt: DuckDB,
-    Spark and numpy compute the key with the same operations, bit for bit, so they keep the same rows in
-    the same order (an engine's own sampling and scan order differ). Equal rows share a key."""
-    d = len(salt)
-    span = np.where(upper > lower, upper - lower, 1.0)
-    z = [(t[f"x{j}"] - const(lower[j])) / const(span[j]) * const(salt[j]) for j in range(d)]
-    x = total(z)
-    keyed = t.mutate(key=x - x.floor().cast("float64"))
-    if fraction < 1.0:
-        keyed = keyed.filter(keyed.key < const(fraction))
-    return keyed.order_by("key").drop("key").to_pandas().to_numpy(dtype=float)
+    def __init__(self, prepare: Prepare, centres: NDArray) -> None:
+        self.prepare, self.centres = prepare, centres
 
-
-def labelled(features: TableFeatures, centres: NDArray) -> ir.Table:
-    """Scaled rows x0..x{d-1} with ``label``, the nearest centre (ties to the lowest index)."""
-    rows = features.rows
-    return nearest_label(rows.select(**{f"x{j}": x for j, x in enumerate(features.scaled(rows))}), centres)
+    def __call__(self, raw: NDArray) -> Partial:
+        x = self.prepare(raw)
+        k, d = self.centres.shape
+        lab = nearest_labels(x, self.centres[None])[0]
+        n = np.bincount(lab, minlength=k).astype(float)
+        sums = np.stack([np.bincount(lab, weights=x[:, j], minlength=k) for j in range(d)], axis=1)
+        lo, hi = np.full((k, d), np.inf), np.full((k, d), -np.inf)
+        for c in np.flatnonzero(n):
+            rows = x[lab == c]
+            lo[c], hi[c] = rows.min(axis=0), rows.max(axis=0)
+        return n, sums, lo, hi
 
 
-def joined(t: ir.Table, columns: dict[str, NDArray]) -> ir.Table:
-    """``t`` with per-cluster constants as columns: ``columns[name][label]`` (a K-row table joined on the
-    label, so each row reads its cluster's values without a CASE per value)."""
-    k = len(next(iter(columns.values())))
-    values = {n: np.asarray(v, dtype=float) for n, v in columns.items()}
-    consts = ibis.memtable({"label": np.arange(k, dtype=np.int64), **values})
-    return t.join(consts, "label")
+def combine_moments(a: Partial, b: Partial) -> Partial:
+    return a[0] + b[0], a[1] + b[1], np.minimum(a[2], b[2]), np.maximum(a[3], b[3])
 
 
-def moments(t: ir.Table, k: int, d: int) -> dict[str, NDArray]:
-    """Pass 1: per cluster n, sums, min and max per feature (true centroids; constant features)."""
-    aggs: dict[str, Any] = {"n": t.count()}
-    for j in range(d):
-        aggs[f"s{j}"] = t[f"x{j}"].sum()
-        aggs[f"lo{j}"] = t[f"x{j}"].min()
-        aggs[f"hi{j}"] = t[f"x{j}"].max()
-    out = t.group_by("label").aggregate(**aggs).to_pandas().sort_values("label")
-    if len(out) < k:
+def clustered_shifts(
+    features: TableFeatures, feed: Feed, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
+) -> Shifts:
+    """The clustering (:func:`sample_centres`), one :class:`MomentsPass` under it, and the true centroids:
+    c_k = sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p
+    are 0."""
+    start = time.perf_counter()
+    centres, sample = sample_centres(features, feed, k, sampler, sample_rows)
+    timings = {"clustering": time.perf_counter() - start}
+    out = feed.reduce(MomentsPass(features.scaling_map, centres), combine_moments)
+    assert out is not None  # the sample has rows
+    n, sums, lo, hi = out
+    timings["moments"] = time.perf_counter() - start - timings["clustering"]
+    if np.any(n == 0):
         raise ParameterError(f"A cluster of the sample's clustering got no row of the table; choose K < {k}.")
-    n = out["n"].to_numpy(dtype=float)
     if np.any(n < 2):
         raise ParameterError(singleton_message(int(np.flatnonzero(n < 2)[0])))
-    col = lambda p: out[[f"{p}{j}" for j in range(d)]].to_numpy(dtype=float)  # noqa: E731
-    return {"n": n, "sums": col("s"), "lo": col("lo"), "hi": col("hi")}
+    centers = sums / n[:, None]
+    constant = lo == hi
+    centers[constant] = lo[constant]
+    return Shifts(centres, sample, n, centers, timings)
 
 
-def centred_shifts(t: ir.Table, centers: NDArray, counts: NDArray) -> ir.Table:
-    """``t`` with u0..u{d-1}: u_j = (x_j - c_label,j) / (n_label - 1)."""
-    d = centers.shape[1]
-    t = joined(t, {"size": counts - 1.0, **{f"c{j}": centers[:, j] for j in range(d)}})
-    u = {f"u{j}": (t[f"x{j}"] - t[f"c{j}"]) / t.size for j in range(d)}
-    return t.mutate(**u).drop("size", *[f"c{j}" for j in range(d)])
+def shifts(x: NDArray, labels: NDArray, centers: NDArray, counts: NDArray) -> NDArray:
+    """u_p = (x_p - c_label) / (n_label - 1) for the rows x (m, d) of clusters ``labels``."""
+    return (x - centers[labels]) / (counts[labels] - 1.0)[:, None]
 
 
 def local_output(

@@ -1,32 +1,29 @@
-"""The prepared feature space of a table that stays in its engine: Ibis expressions, no rows in Python.
+"""The prepared feature space of a table that stays in its engine: the engine reads, filters and projects
+the feature columns; the kernels of :mod:`dpcore.outofcore.kernel` scale and clip them in numpy.
 
 :class:`TableFeatures` mirrors :func:`dpcore.data.prepare` for numeric features with public bounds: each
 value is clipped to its public bounds [lo, hi] and scaled, x_s = (clip(x, lo, hi) - center) / scale
 (``minmax``: center (lo + hi) / 2 and scale (hi - lo) / 2, so the box becomes [-1, 1]; ``none``: 0 and 1),
-with the same floating-point operations in the same order, so DuckDB or Spark and numpy compute the same
-values. Rows with a missing or infinite feature are dropped (the plan's "drop" step). Scaling that reads
-the data (standardising) and encodings of categories or dates are not computed out of core: refused.
+by the same numpy operations on the same float64 values (:class:`~dpcore.outofcore.kernel.Scaled`), so
+bit for bit. Rows with a missing or infinite feature are dropped by the engine (the plan's "drop" step).
+Scaling that reads the data (standardising) and encodings of categories or dates are not computed out of
+core: refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import operator
-import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import duckdb
 import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
-import sqlglot as sg
-import sqlglot.expressions as sge
 from numpy.typing import NDArray
 
 from dpcore.errors import DataError, ParameterError
@@ -34,29 +31,14 @@ from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans, NoisyLloydBase, check_bounds
 from dpcore.kmeans.registry import KMeansInputs
 from dpcore.mechanisms import Sampler
+from dpcore.outofcore.feeds import compact_dtype, is_spark, open_feed
+from dpcore.outofcore.kernel import Feed, Scaled, fit_statistics
 from dpcore.registry import MechanismOutput
 
 Scaling = Literal["minmax", "none"]
 SCALINGS: tuple[str, ...] = ("minmax", "none")
 _IN_MEMORY = frozenset({"X", "labels", "true_centers", "require_labels"})
-MEMORY_LIMIT = 1_500_000_000  # bytes DuckDB may hold while prepared rows are cached (the rest spills)
 SPILL_FOLDER = Path(tempfile.gettempdir()) / "dpcore-duckdb"  # where DuckDB spills, not the working folder
-# largest cache (8 bytes a value): beyond it so much spills that a pass over the cache costs as much as
-# one over the source (DuckDB, 20M x 10 rows: a sixth spilled, passes ~25% faster; 45% spilled, no faster)
-CACHE_LIMIT = 3 * MEMORY_LIMIT // 2
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS |= {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-
-
-def total(terms: Sequence[ir.NumericValue]) -> ir.NumericValue:
-    """t_0 + t_1 + ... left to right (no leading 0 term)."""
-    return functools.reduce(operator.add, terms)
-
-
-def const(value: float) -> ir.FloatingValue:
-    """A float64 constant that every engine reads back bit for bit: its shortest round-trip text cast to
-    DOUBLE (a bare literal may be parsed as a DECIMAL first and rounded twice)."""
-    return ibis.literal(repr(float(value))).cast("float64")
 
 
 def is_infinite(x: ir.FloatingValue) -> ir.BooleanValue:
@@ -72,125 +54,6 @@ def require_columns(table: ir.Table, names: Sequence[str]) -> None:
             f"The source has no column(s) {', '.join(map(repr, missing))}; the plan was made on a table "
             "with them. Point --source at the same table."
         )
-
-
-def nearest_label(t: ir.Table, centres: NDArray) -> ir.Table:
-    """``t`` (columns x0..x{d-1}) with ``label``, the index of the nearest of the K centres (K, d) (ties to
-    the lowest index), by the expansion of ||x - c_k||^2 that the in-memory ``dpcore.metrics.nearest_sets``
-    uses, relative to the first centre: s_0 = 0 and s_k = ||x - c_k||^2 - ||x - c_0||^2 = (||c_k||^2 -
-    ||c_0||^2) - 2 x.(c_k - c_0) as columns (K - 1 dot products, no POWER), then the first k at their
-    minimum (c wins if s_c <= s_o for every o > c, the first such c); each stage is its own SELECT. Equal
-    centres get equal scores (a copy of c_0 exactly 0), so the lowest index wins."""
-    k, d = centres.shape
-    if k == 1:
-        return t.mutate(label=ibis.literal(0))
-    step = 2.0 * (centres[1:] - centres[0])
-    sq = np.einsum("kj,kj->k", centres, centres)
-    score = {
-        f"d{c}": const(sq[c] - sq[0]) - total([t[f"x{j}"] * const(step[c - 1, j]) for j in range(d)])
-        for c in range(1, k)
-    }
-    t = t.mutate(**score)
-    dk = [const(0.0), *(t[name] for name in score)]
-    wins = [functools.reduce(operator.and_, [dk[c] <= dk[o] for o in range(c + 1, k)]) for c in range(k - 1)]
-    first = [(won, c) for c, won in enumerate(wins)]
-    return t.mutate(label=ibis.cases(*first, else_=k - 1)).drop(*score)
-
-
-def labelled_statistics(rows: ir.Table, centres: NDArray) -> tuple[NDArray, NDArray]:
-    """Per-cluster counts (B, K) and sums (B, K, d) of ``rows`` (columns x0..x{d-1}) under nearest-centre
-    assignment (:func:`nearest_label`) to each of B centre sets (B, K, d): one GROUP BY pass per set."""
-    b, k, d = centres.shape
-    counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
-    for r in range(b):
-        t = nearest_label(rows, centres[r])
-        agg = t.group_by("label").aggregate(n=t.count(), **{f"s{j}": t[f"x{j}"].sum() for j in range(d)})
-        out = agg.to_pandas()
-        at = out["label"].to_numpy(dtype=np.intp)
-        counts[r, at] = out["n"].to_numpy(dtype=float)
-        sums[r, at] = out[[f"s{j}" for j in range(d)]].to_numpy(dtype=float)
-    return counts, sums
-
-
-def _bytes(setting: str) -> float:
-    """DuckDB's memory text ("18.8 GiB", "953.6 MiB") in bytes."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", setting)
-    return float(m[1]) * _UNITS[m[2]] if m and m[2] in _UNITS else float("inf")
-
-
-def _memory_setting(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-
-
-@functools.cache
-def _default_memory() -> str:
-    """DuckDB's default ``memory_limit`` on this machine, as text."""
-    with duckdb.connect() as con:
-        return _memory_setting(con)
-
-
-@contextlib.contextmanager
-def _duckdb_memory(backend: object, limit: int) -> Iterator[None]:
-    """DuckDB's ``memory_limit`` lowered to ``limit`` bytes for the block, then RESET, when the connection
-    has DuckDB's default; a limit its user set is theirs and stays (DuckDB reads it back rounded, so it
-    could not be restored exactly). Other engines: untouched."""
-    if getattr(backend, "name", None) != "duckdb":
-        yield
-        return
-    con = backend.con  # type: ignore[attr-defined]
-    with _spill_folder(con):
-        before = _memory_setting(con)
-        if before != _default_memory() or _bytes(before) <= limit:
-            yield
-            return
-        con.execute(f"SET memory_limit = '{int(limit)}B'")
-        try:
-            yield
-        finally:
-            con.execute("RESET memory_limit")
-
-
-@contextlib.contextmanager
-def _spill_folder(con: Any) -> Iterator[None]:
-    """DuckDB's default spill folder is ``.tmp`` in the working directory (the app's checkout, perhaps
-    read-only): for the block it is :data:`SPILL_FOLDER` in the system's temporary directory instead (and
-    stays so once DuckDB has spilled there: it refuses to switch a folder it has used)."""
-    if con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] != ".tmp":
-        yield
-        return
-    con.execute(f"SET temp_directory = '{SPILL_FOLDER}'")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(duckdb.NotImplementedException):
-            con.execute("RESET temp_directory")
-
-
-@contextlib.contextmanager
-def cached(table: ir.Table, memory_limit: int = MEMORY_LIMIT) -> Iterator[ir.Table]:
-    """``table`` computed once and kept by its engine for the passes that follow (Ibis ``cache``: a DuckDB
-    temporary table, a persisted Spark DataFrame), released on leaving the block. Meanwhile DuckDB holds
-    at most ``memory_limit`` bytes (unless its user set a limit) and spills the rest to its
-    ``temp_directory``, so memory stays bounded whatever the table's size."""
-    with _duckdb_memory(table.get_backend(), memory_limit):
-        # Ibis 12's PySpark cache compiles the expression without registering its in-memory tables
-        table.get_backend()._run_pre_execute_hooks(table)  # type: ignore[attr-defined]
-        kept = table.cache()
-        try:
-            yield kept
-        finally:
-            _release(kept)
-
-
-def _release(kept: ir.Table) -> None:
-    """Drop a cached table. Ibis 12 writes its DROP with sqlglot's former ``this`` argument, which sqlglot
-    30 renders without the name ("DROP TABLE IF EXISTS", a syntax error on DuckDB); the table is then
-    dropped here by name with the current ``tables`` argument."""
-    try:
-        kept.release()
-    except Exception:
-        name = kept.op().name  # type: ignore[attr-defined]
-        kept.get_backend().raw_sql(sge.Drop(kind="TABLE", tables=[sg.table(name, quoted=True)], exists=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,16 +173,29 @@ class TableFeatures:
         ]
         return t.filter(keep)
 
-    def scaled(self, table: ir.Table | None = None) -> list[ir.FloatingValue]:
-        """Per feature: (clip(x, lo, hi) - center) / scale over ``table`` (default :attr:`rows`)."""
-        t = self.rows if table is None else table
-        out = []
-        for j, name in enumerate(self.feature_names):
-            x = t[name].cast("float64")
-            lo, hi = const(self.raw_lower[j]), const(self.raw_upper[j])
-            clipped = ibis.cases((x < lo, lo), (x > hi, hi), else_=x)  # as np.clip (CASE: faster than LEAST)
-            out.append((clipped - const(self.center[j])) / const(self.scale[j]))
-        return out
+    @property
+    def dtype(self) -> type[np.floating]:
+        """The compact dtype of the raw feature values held in memory (:func:`~.feeds.compact_dtype`)."""
+        return compact_dtype(self.table, list(self.feature_names))
+
+    def raw(self) -> ir.Table:
+        """Columns x0..x{d-1}: the raw feature values of :attr:`rows`, as :attr:`dtype` (exact)."""
+        kind = "float32" if self.dtype == np.float32 else "float64"
+        t = self.rows
+        return t.select(**{f"x{j}": t[n].cast(kind) for j, n in enumerate(self.feature_names)})
+
+    @property
+    def scaling_map(self) -> Scaled:
+        """The kernel that scales raw blocks as ``prepare`` does."""
+        return Scaled(self.raw_lower, self.raw_upper, self.center, self.scale)
+
+    @contextlib.contextmanager
+    def feed(self) -> Iterator[Feed]:
+        """The feed of the raw feature rows for one release's passes (:func:`~.feeds.open_feed`: in memory
+        when they fit the budget, counted on the source's rows)."""
+        upper = 0 if is_spark(self.table) else int(self.table.count().execute())
+        with open_feed(self.raw(), upper, self.dtype) as feed:
+            yield feed
 
     def n_rows(self) -> int:
         """Number of rows with every feature present (one COUNT pass: the filter reads every row)."""
@@ -332,23 +208,12 @@ class TableFeatures:
 
     # -- passes -----------------------------------------------------------------------------------
 
-    def centred(self) -> ir.Table:
-        """Columns x0..x{d-1}: the scaled rows clipped to the scaled bounds and translated by their
-        centre m = (lower + upper) / 2, exactly as the noisy-Lloyd estimators centre their rows."""
+    def nearest_statistics(self, centres: NDArray, feed: Feed) -> tuple[NDArray, NDArray]:
+        """Per-cluster counts (B, K) and sums (B, K, d) of the prepared rows of ``feed``, clipped to the
+        scaled bounds and centred, under nearest-centre assignment to each of B centre sets (B, K, d): one
+        pass of :class:`~dpcore.outofcore.kernel.LloydPass`."""
         lower, upper = self.bounds
-        mid = (lower + upper) / 2.0
-        # The scaled rows already lie in [lower, upper] bit for bit (rounding is monotone and lower, upper
-        # are the bounds put through the same operations), so np.clip to them changes nothing.
-        return self.rows.select(
-            **{f"x{j}": x - const(mid[j]) if mid[j] else x for j, x in enumerate(self.scaled())}
-        )
-
-    def nearest_statistics(self, centres: NDArray, rows: ir.Table | None = None) -> tuple[NDArray, NDArray]:
-        """Per-cluster counts (B, K) and sums (B, K, d) of :meth:`centred` rows (or ``rows``, the same
-        columns, e.g. cached) under nearest-centre assignment to each of B centre sets (B, K, d) (centred
-        coordinates; ties to the lowest index). One GROUP BY pass over the rows per centre set: the label
-        is a SQL expression over the K public centres (:func:`nearest_label`)."""
-        return labelled_statistics(self.centred() if rows is None else rows, centres)
+        return fit_statistics(feed, self.scaling_map, lower, upper, inside=True)(centres)
 
     def local_release(
         self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
@@ -365,28 +230,15 @@ class TableFeatures:
             return white_release(self, key, params["n_clusters"], **kw).output
         raise ParameterError(f"{key} does not run out of core; the colored and white mechanisms do.")
 
-    @contextlib.contextmanager
-    def centred_rows(self, cache_limit: int = CACHE_LIMIT) -> Iterator[tuple[int, ir.Table]]:
-        """(n, the :meth:`centred` rows) for the passes of one release: computed once and :func:`cached`
-        when their values (8 bytes each, counted on the source's rows) fit ``cache_limit`` bytes, n then
-        their COUNT; otherwise the expression over the source, read again by every pass, and n from one
-        COUNT pass."""
-        if int(self.table.count().execute()) * self.n_features * 8 > cache_limit:
-            yield self.n_rows(), self.centred()
-            return
-        with cached(self.centred()) as rows:
-            yield int(rows.count().execute()), rows
-
     def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase:
-        """Fit DP-Lloyd or Blowfish k-means by T passes of :meth:`nearest_statistics` over the
-        :meth:`centred_rows` (cached once when they fit): the same budget schedule, initial centres and
-        noise draws as ``estimator.fit`` on the rows."""
+        """Fit DP-Lloyd or Blowfish k-means by T passes of the Lloyd kernel over the :meth:`feed` (read into
+        memory once when it fits): the same budget schedule, initial centres, statistics and noise draws
+        as ``estimator.fit`` on the rows."""
         if type(estimator) not in (DPLloydKMeans, BlowfishKMeans):
             raise ParameterError(
                 f"{type(estimator).__name__} does not run out of core; use DP-Lloyd or Blowfish k-means."
             )
-        with self.centred_rows() as (n, rows):
-            statistics: Callable[[NDArray], tuple[NDArray, NDArray]] = functools.partial(
-                self.nearest_statistics, rows=rows
-            )
-            return estimator.fit_statistics(n, self.n_features, statistics)
+        lower, upper = self.bounds
+        with self.feed() as feed:
+            statistics = fit_statistics(feed, self.scaling_map, lower, upper, inside=True)
+            return estimator.fit_statistics(feed.n, self.n_features, statistics)

@@ -22,15 +22,7 @@ from typing import Any
 import ibis.expr.types as ir
 import numpy as np
 
-from dpcore.outofcore.kernel import (
-    BLOCK_ROWS,
-    Feed,
-    MemoryFeed,
-    SparkFeed,
-    StreamFeed,
-    arrow_columns,
-    memory_budget,
-)
+from dpcore.outofcore.kernel import BLOCK_ROWS, Feed, MemoryFeed, SparkFeed, StreamFeed, memory_budget
 
 #: Source types whose every value a float32 holds exactly (the compact dtype's condition).
 FLOAT32_EXACT = frozenset({"float16", "float32", "int8", "int16", "uint8", "uint16", "boolean"})
@@ -70,9 +62,10 @@ def read_rows(expr: ir.Table, upper_rows: int, dtype: Any) -> np.ndarray:
     store = np.empty((c, upper_rows), dtype=dtype)
     n = 0
     for batch in _batches(expr):
-        cols = arrow_columns(batch)
-        store[:, n : n + cols.shape[1]] = cols
-        n += cols.shape[1]
+        m = batch.num_rows
+        for j, column in enumerate(batch.columns):  # one copy, straight from Arrow's buffer
+            store[j, n : n + m] = column.to_numpy(zero_copy_only=False)
+        n += m
     return store[:, :n].T
 
 
@@ -89,12 +82,13 @@ def open_feed(expr: ir.Table, upper_rows: int, dtype: Any = np.float64) -> Itera
     yield feed_of(expr, upper_rows, dtype)
 
 
-def feed_of(expr: ir.Table, upper_rows: int, dtype: Any = np.float64) -> Feed:
+def feed_of(expr: ir.Table, upper_rows: int, dtype: Any = np.float64, n: int | None = None) -> Feed:
     """A feed without a block to release: in memory when it fits the budget, else streamed (DuckDB) or
-    recomputed by each pass (Spark, not cached)."""
+    recomputed by each pass (Spark, not cached); ``n``, the number of rows when the caller knows it,
+    saves a COUNT."""
     if is_spark(expr):
         frame = spark_frame(expr)
-        return SparkFeed(frame, frame.count())
+        return SparkFeed(frame, frame.count() if n is None else n)
     if upper_rows * len(expr.columns) * np.dtype(dtype).itemsize <= memory_budget():
         return MemoryFeed(read_rows(expr, upper_rows, dtype))
-    return StreamFeed(lambda: _batches(expr), int(expr.count().execute()))
+    return StreamFeed(lambda: _batches(expr), int(expr.count().execute()) if n is None else n)

@@ -31,7 +31,9 @@ import os
 import pickle
 import re
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -83,13 +85,35 @@ def concatenate(a: Partial, b: Partial) -> Partial:
     return tuple(np.concatenate([x, y]) for x, y in zip(a, b, strict=True))
 
 
-def reduce_blocks(blocks: Iterable[NDArray], kernel: Kernel, combine: Combine = add) -> Partial | None:
-    """``kernel`` on each block, the partials combined left to right in the blocks' order (None: no block)."""
+def reduce_blocks(
+    blocks: Iterable[NDArray], kernel: Kernel, combine: Combine = add, workers: int = 1
+) -> Partial | None:
+    """``kernel`` on each block, the partials combined left to right in the blocks' order (None: no block).
+    With ``workers`` > 1 the kernel runs on that many threads (numpy releases the GIL), at most twice as
+    many blocks in flight; the partials are still combined in the blocks' order, so the result is the
+    same."""
     out: Partial | None = None
-    for block in blocks:
-        part = kernel(block)
-        out = part if out is None else combine(out, part)
+    if workers <= 1:
+        for blk in blocks:
+            part = kernel(blk)
+            out = part if out is None else combine(out, part)
+        return out
+    with ThreadPoolExecutor(workers) as pool:
+        flight: deque[Future[Partial]] = deque()
+        for blk in blocks:
+            flight.append(pool.submit(kernel, blk))
+            if len(flight) >= 2 * workers:
+                part = flight.popleft().result()
+                out = part if out is None else combine(out, part)
+        while flight:
+            part = flight.popleft().result()
+            out = part if out is None else combine(out, part)
     return out
+
+
+def workers() -> int:
+    """Threads a pass runs its kernel on: the machine's cores (``os.cpu_count``), at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 def block(a: NDArray) -> NDArray:
@@ -154,7 +178,7 @@ class MemoryFeed(Feed):
             yield block(self.rows[start : start + BLOCK_ROWS])
 
     def reduce(self, kernel: Kernel, combine: Combine = add) -> Partial | None:
-        return reduce_blocks(self.blocks(), kernel, combine)
+        return reduce_blocks(self.blocks(), kernel, combine, workers())
 
 
 class StreamFeed(Feed):
@@ -167,7 +191,7 @@ class StreamFeed(Feed):
 
     def reduce(self, kernel: Kernel, combine: Combine = add) -> Partial | None:
         arrays = (arrow_columns(b) for b in self.batches())
-        return reduce_blocks(rebatch(arrays), kernel, combine)
+        return reduce_blocks(rebatch(arrays), kernel, combine, workers())
 
 
 def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -216,16 +240,23 @@ class SparkFeed(Feed):
 
 def nearest_labels(X: NDArray, centres: NDArray) -> NDArray:
     """Index (B, m) of the nearest of K centres for each row of X (m, d) and each of B centre sets (B, K, d):
-    argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product; ties to the
-    lowest index (equal centres score equally)."""
+    argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product, then K
+    comparisons with the best so far (strictly smaller wins: ties to the lowest index, equal centres
+    score equally)."""
     b, k, d = centres.shape
-    labels = np.empty((b, X.shape[0]), dtype=np.intp)
-    step = max(1, DISTANCE_ENTRIES // (k * max(1, X.shape[0])))  # centre sets per product
+    m = X.shape[0]
+    labels = np.zeros((b, m), dtype=np.intp)
+    step = max(1, DISTANCE_ENTRIES // (k * max(1, m)))  # centre sets per product
     for start in range(0, b, step):
-        flat = centres[start : start + step].reshape(-1, d)
-        dist = (-2.0 * flat) @ X.T
-        dist += np.einsum("ij,ij->i", flat, flat)[:, None]
-        labels[start : start + step] = dist.reshape(-1, k, X.shape[0]).argmin(axis=1)
+        sets = centres[start : start + step]
+        flat = sets.reshape(-1, d)
+        dist = ((-2.0 * flat) @ X.T).reshape(len(sets), k, m)
+        dist += np.einsum("ij,ij->i", flat, flat).reshape(len(sets), k, 1)
+        for r in range(len(sets)):
+            best, lab = dist[r, 0].copy(), labels[start + r]
+            for j in range(1, k):
+                np.copyto(lab, j, where=dist[r, j] < best)
+                np.minimum(best, dist[r, j], out=best)
     return labels
 
 
@@ -266,23 +297,35 @@ class Scaled:
 
 class LloydPass:
     """The kernel of one noisy-Lloyd round on raw feature blocks: ``prepare`` (e.g. :class:`Scaled`), the
-    estimators' clip to [lower, upper] and centring on (lower + upper) / 2, then :func:`lloyd_partial`."""
+    estimators' clip to [lower, upper] and centring on (lower + upper) / 2, then :func:`lloyd_partial`.
+
+    ``inside``: ``prepare``'s values already lie in [lower, upper] bit for bit, so the clip changes nothing
+    and is skipped (:class:`Scaled` to its own scaled bounds: clip(x, lo, hi) >= lo and the rounded
+    subtraction and division are monotone, so x_s >= (lo - center) / scale = lower, and likewise <=
+    upper)."""
 
     def __init__(self, prepare: Callable[[NDArray], NDArray], lower: NDArray, upper: NDArray,
-                 centres: NDArray) -> None:
+                 centres: NDArray, inside: bool = False) -> None:
         self.prepare, self.lower, self.upper, self.centres = prepare, lower, upper, centres
+        self.inside = inside
 
     def __call__(self, raw: NDArray) -> Partial:
-        Xc = np.clip(self.prepare(raw), self.lower, self.upper) - (self.lower + self.upper) / 2.0
+        X = self.prepare(raw)
+        Xc = X if self.inside else np.clip(X, self.lower, self.upper)
+        mid = (self.lower + self.upper) / 2.0
+        if mid.any():  # x - 0.0 is x: a box centred on 0 (min-max scaling) needs no pass
+            Xc -= mid
         return lloyd_partial(Xc, self.centres)
 
 
-def fit_statistics(feed: Feed, prepare: Callable[[NDArray], NDArray], lower: NDArray, upper: NDArray):
+def fit_statistics(
+    feed: Feed, prepare: Callable[[NDArray], NDArray], lower: NDArray, upper: NDArray, inside: bool = False
+):
     """The ``statistics(centres)`` oracle of ``NoisyLloydBase.fit_statistics`` over ``feed``: one pass of
     :class:`LloydPass` per round."""
 
     def statistics(centres: NDArray) -> tuple[NDArray, NDArray]:
-        out = feed.reduce(LloydPass(prepare, lower, upper, centres))
+        out = feed.reduce(LloydPass(prepare, lower, upper, centres, inside))
         if out is None:
             b, k, d = centres.shape
             return np.zeros((b, k)), np.zeros((b, k, d))

@@ -14,21 +14,24 @@ expression with the same floating-point operations in the same order:
    sampler as in memory (:func:`~dpcore.location.contribution.draw_kept_ranks`: a uniformly random m of
    each such user's rows, whatever their values) and joined back to the rows ranked by (lat, lon) within
    their user (one window sort); the count of kept rows is sum over users of min(count, m);
-3. grids (Qardaji, Yang and Li 2013): each kept point clamped onto the region, then GROUP BY its cell
-   clip(floor((v - lo) / (hi - lo) * m), 0, m - 1); the adaptive grid's second level joins each row to
-   its level-1 cell's edges and split m2 (one more pass). Counts, hence releases, are identical;
+3. grids (Qardaji, Yang and Li 2013): a kernel pass (:class:`CellPass`) clamps each kept point onto the
+   region and counts its cells with the in-memory code (:class:`~dpcore.location.grids.ClampedPoints`);
+   the adaptive grid's second level is one more pass. Counts, hence releases, are identical;
 4. mean positions and hotspots (Machanavajjhala and Kifer 2015; Su et al. 2016): the kept points through
-   ``PlaneMap.forward`` (:mod:`dpcore.outofcore.plane`); the mean reads n and the two sums (one
-   aggregate), each DP-Lloyd / Blowfish round the per-cluster counts and sums (one GROUP BY). The engines'
-   libm and summation order differ from numpy's by ulps, so these releases agree with the in-memory ones
-   to about 1e-9 relative (same counts, sensitivities and budget log), not bit for bit.
+   ``PlaneMap.forward`` in numpy (:mod:`dpcore.outofcore.plane`); the mean reads n and the two sums (one
+   pass), each DP-Lloyd / Blowfish round the per-cluster counts and sums (one pass). With the rows in the
+   in-memory order the releases are the in-memory ones bit for bit; the per-user bounding's join may
+   hand the kept rows in another order, and the sums then differ by the rounding of that order.
 
-Noise is drawn in Python by the release's sampler, in the in-memory order. Planar Laplace and PriLocation
-read the rows in memory.
+The engine validates, groups users, ranks and joins (step 1 and 2); every value a release computes is
+computed by the kernels of :mod:`dpcore.outofcore.kernel` on the kept rows' feed (read into memory once
+when it fits the budget). Noise is drawn in Python by the release's sampler, in the in-memory order.
+Planar Laplace and PriLocation read the rows in memory.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -45,10 +48,12 @@ from dpcore.location.contribution import (
     scope_sentence,
 )
 from dpcore.location.geometry import Region
-from dpcore.location.grids import grid_edges
+from dpcore.location.grids import ClampedPoints
 from dpcore.location.registry import Counted, Projected
 from dpcore.mechanisms import Sampler
-from dpcore.outofcore.features import const, is_infinite, require_columns
+from dpcore.outofcore.features import is_infinite, require_columns
+from dpcore.outofcore.feeds import feed_of
+from dpcore.outofcore.kernel import Feed, Partial
 from dpcore.outofcore.plane import TablePlanePoints
 
 #: Location mechanisms whose passes run out of core: the density grids, the mean positions and hotspots.
@@ -57,62 +62,45 @@ AGGREGATE_KEYS = ("dp_mean", "blowfish_mean", "dp_hotspots", "blowfish_hotspots"
 KEYS = (*GRID_KEYS, *AGGREGATE_KEYS)
 
 
-def _cell(
-    v: ir.FloatingValue, lo: ir.FloatingValue, span: ir.FloatingValue, m: ir.FloatingValue, top: object
-):
-    """clip(floor((v - lo) / span * m), 0, top) as an int64 expression (``cell_index``'s operations)."""
-    raw = ((v - lo) / span * m).floor().cast("int64")
-    return ibis.cases((raw < 0, 0), (raw > top, top), else_=raw)
+class CellPass:
+    """Kernel: a block of (lat, lon) rows clamped onto ``region`` and counted per cell of the m x m grid
+    (``m2`` None), or per leaf when level-1 cell c of the m x m grid is cut into m2[c] x m2[c]: the
+    in-memory :class:`~dpcore.location.grids.ClampedPoints` counts."""
+
+    def __init__(self, region: Region, m: int, m2: NDArray | None = None) -> None:
+        self.region, self.m, self.m2 = region, m, m2
+
+    def __call__(self, raw: NDArray) -> Partial:
+        points = ClampedPoints(*self.region.clip(raw[:, 0], raw[:, 1]), self.region)
+        if self.m2 is None:
+            return (points.cell_counts(self.m),)
+        return (points.leaf_counts(self.m, self.m2),)
 
 
 @dataclass(frozen=True, eq=False)
 class TablePoints:
-    """Points of an Ibis table (columns ``la``, ``lo``: degrees, already clamped onto ``region``) counted by
-    the engine; the :class:`~dpcore.location.grids.PointCounts` of an out-of-core grid. ``n`` is given."""
+    """Kept points of an engine (``rows``: columns ``la``, ``lo`` in degrees), counted per cell by
+    :class:`CellPass`; the :class:`~dpcore.location.grids.PointCounts` of an out-of-core grid. ``n`` is
+    given."""
 
     rows: ir.Table
     region: Region
     n: int
 
-    def _level_one(self, m: int) -> ir.Table:
-        r, t, top = self.region, self.rows, m - 1
-        i = _cell(t.la, const(r.lat_min), const(r.lat_max - r.lat_min), const(float(m)), top)
-        j = _cell(t.lo, const(r.lon_min), const(r.lon_max - r.lon_min), const(float(m)), top)
-        return t.mutate(cell=i * m + j)
+    @functools.cached_property
+    def feed(self) -> Feed:
+        """The rows' feed, made on first use (read into memory when they fit the budget)."""
+        return feed_of(self.rows, self.n, n=self.n)
 
-    @staticmethod
-    def _counts(t: ir.Table, key: str, size: int) -> NDArray:
-        out = t.group_by(key).aggregate(n=t.count()).to_pandas()
-        counts = np.zeros(size, dtype=np.int64)
-        counts[out[key].to_numpy(dtype=np.int64)] = out["n"].to_numpy(dtype=np.int64)
-        return counts
+    def _count(self, pass_: CellPass, size: int) -> NDArray:
+        out = self.feed.reduce(pass_)
+        return np.zeros(size, dtype=np.int64) if out is None else out[0]
 
     def cell_counts(self, m: int) -> NDArray:
-        return self._counts(self._level_one(m), "cell", m * m)
+        return self._count(CellPass(self.region, m), m * m)
 
     def leaf_counts(self, m1: int, m2: NDArray) -> NDArray:
-        lat_e, lon_e = grid_edges(self.region, m1)
-        cells = np.arange(m1 * m1)
-        i, j = cells // m1, cells % m1
-        offset = np.concatenate([[0], np.cumsum(m2**2)])
-        per_cell = ibis.memtable(
-            {
-                "cell": cells.astype(np.int64),
-                "c_lat": lat_e[i],
-                "c_lat_span": lat_e[i + 1] - lat_e[i],
-                "c_lon": lon_e[j],
-                "c_lon_span": lon_e[j + 1] - lon_e[j],
-                "c_m2": m2.astype(np.float64),
-                "c_top": (m2 - 1).astype(np.int64),
-                "c_side": m2.astype(np.int64),
-                "c_offset": offset[:-1].astype(np.int64),
-            }
-        )
-        t = self._level_one(m1).join(per_cell, "cell")
-        sub_i = _cell(t.la, t.c_lat, t.c_lat_span, t.c_m2, t.c_top)
-        sub_j = _cell(t.lo, t.c_lon, t.c_lon_span, t.c_m2, t.c_top)
-        t = t.mutate(leaf=t.c_offset + sub_i * t.c_side + sub_j)
-        return self._counts(t, "leaf", int(offset[-1]))
+        return self._count(CellPass(self.region, m1, m2), int(np.sum(m2**2)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,23 +214,11 @@ class TableLocations:
     def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
         """The rows a grid counts (see the module docstring), with the sampler drawn as in memory."""
         rows, n, group, scope = self._kept(max_per_user, sampler)
-        r = self.region
-        clamp = {
-            "la": ibis.cases(
-                (rows.la < const(r.lat_min), const(r.lat_min)),
-                (rows.la > const(r.lat_max), const(r.lat_max)),
-                else_=rows.la,
-            ),
-            "lo": ibis.cases(
-                (rows.lo < const(r.lon_min), const(r.lon_min)),
-                (rows.lo > const(r.lon_max), const(r.lon_max)),
-                else_=rows.lo,
-            ),
-        }
-        return Counted(TablePoints(rows.select(**clamp), r, n), group, scope)
+        return Counted(TablePoints(rows, self.region, n), group, scope)
 
     def projected(self, max_per_user: int, sampler: Sampler) -> Projected:
-        """The rows a mean position or hotspots release: the kept rows through the region's ``PlaneMap``
-        (:func:`dpcore.outofcore.plane.plane_forward`), with the sampler drawn as in memory."""
+        """The rows a mean position or hotspots release: the kept rows, mapped by the region's ``PlaneMap``
+        in each pass (:class:`dpcore.outofcore.plane.TablePlanePoints`), with the sampler drawn as in
+        memory."""
         rows, n, group, scope = self._kept(max_per_user, sampler)
-        return Projected(TablePlanePoints.of(rows, self.region, n), group, scope)
+        return Projected(TablePlanePoints(self.region, rows, n), group, scope)

@@ -16,7 +16,7 @@ A mechanism without out-of-core passes (:data:`OUT_OF_CORE` lists those with the
 planar Laplace and PriLocation have none) runs in memory when the table, after the plan's dropped rows,
 has at most ``memory_rows`` rows (``--memory-rows``, else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000:
 :func:`dpcore.config.job_memory_rows`): one COUNT pass, then the engine's prepared rows (k-means: the
-scaled features of :meth:`~dpcore.outofcore.features.TableFeatures.scaled`, bit for bit those of
+features scaled by :attr:`~dpcore.outofcore.features.TableFeatures.scaling_map`, bit for bit those of
 ``dpcore.data.prepare``; locations: the coordinate and user columns validated by
 :class:`~dpcore.outofcore.locations.TableLocations`) are read into the in-memory inputs, so the release is
 the dashboard's on that table. Above the limit the job refuses before the mechanism runs and before any
@@ -246,9 +246,10 @@ def check_rows(plan: ReleasePlan, rows: int, memory_rows: int | None = None) -> 
 def kmeans_in_memory(features: TableFeatures) -> KMeansInputs:
     """The in-memory inputs of ``features``' rows: the scaled values (prepare's, bit for bit), in the
     table's order, with its public bounds, names and inverse scaling."""
-    scaled = features.rows.mutate(**{f"x{j}": x for j, x in enumerate(features.scaled())})
-    X = in_table_order(scaled, *(f"x{j}" for j in range(features.n_features))).to_numpy(dtype=np.float64)
-    return dataclasses.replace(features.described, X=X)
+    t = features.rows
+    raw = t.mutate(**{f"x{j}": t[n].cast("float64") for j, n in enumerate(features.feature_names)})
+    values = in_table_order(raw, *(f"x{j}" for j in range(features.n_features))).to_numpy(dtype=np.float64)
+    return dataclasses.replace(features.described, X=np.ascontiguousarray(features.scaling_map(values)))
 
 
 def locations_in_memory(locations: TableLocations) -> LocationInputs:

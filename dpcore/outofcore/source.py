@@ -21,6 +21,7 @@ A file removed or made unreadable between its listing and its reads is a ``DataE
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -62,9 +63,12 @@ SPARK_MASTER = "local[2]"
 
 def spark_session(master: str | None = None) -> Any:
     """A Spark session (``DPCORE_SPARK_MASTER`` or local[2]; no web UI or progress bars, few shuffle
-    partitions, its warehouse folder in the temporary directory rather than the working directory)."""
+    partitions, its warehouse folder in the temporary directory rather than the working directory; its
+    Python workers, which run the out-of-core kernels, on this interpreter unless ``PYSPARK_PYTHON`` names
+    another)."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read by the SparkContext, not from its conf
     return (
         SparkSession.builder.master(master or os.environ.get("DPCORE_SPARK_MASTER") or SPARK_MASTER)
         .appName("dpcore")

@@ -7,9 +7,9 @@ inequality with the analytic one of Balle & Wang 2018); not DP. Released: c_k + 
 (Delta_k^2 / gamma) I, Delta_k = max_p ||u_p|| over cluster k (``white_per_cluster``) or over every cluster
 (``white``), u_p = (x_p - c_k) / (n_k - 1).
 
-Passes (DuckDB or Spark through Ibis): the clustering and its moments pass
-(:func:`dpcore.outofcore.clustering.clustered_shifts`), then one pass for max ||u_p||^2 per cluster; the
-noise is drawn once in Python by the release's sampler.
+Passes (kernels of :mod:`dpcore.outofcore.kernel` over the table's feed): the clustering and its moments
+pass (:func:`dpcore.outofcore.clustering.clustered_shifts`), then one pass for max ||u_p||^2 per cluster
+(:class:`MaxShiftPass`); the noise is drawn once in Python by the release's sampler.
 """
 
 from __future__ import annotations
@@ -23,11 +23,28 @@ from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import NoiseCovariance, noise_gamma, rounding_margin
 from dpcore.kmeans.registry import check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.clustering import SAMPLE_ROWS, clustered_shifts, local_output
-from dpcore.outofcore.features import TableFeatures, total
+from dpcore.outofcore.clustering import SAMPLE_ROWS, Prepare, clustered_shifts, local_output, shifts
+from dpcore.outofcore.features import TableFeatures
+from dpcore.outofcore.kernel import Partial, maximum, nearest_labels
 from dpcore.registry import MechanismOutput
 
 KEYS = ("white", "white_per_cluster")
+
+
+class MaxShiftPass:
+    """Kernel: per cluster of the nearest ``centres`` the largest ||u_p||^2 of a block's rows (-inf for
+    none), u_p the shift to the cluster's true centroid (:func:`~dpcore.outofcore.clustering.shifts`)."""
+
+    def __init__(self, prepare: Prepare, centres: NDArray, centers: NDArray, counts: NDArray) -> None:
+        self.prepare, self.centres, self.centers, self.counts = prepare, centres, centers, counts
+
+    def __call__(self, raw: NDArray) -> Partial:
+        x = self.prepare(raw)
+        lab = nearest_labels(x, self.centres[None])[0]
+        u = shifts(x, lab, self.centers, self.counts)
+        out = np.full(len(self.centers), -np.inf)
+        np.maximum.at(out, lab, np.einsum("ij,ij->i", u, u))
+        return (out,)
 
 
 @dataclass
@@ -57,12 +74,15 @@ def white_release(
     if not delta > 0:
         raise ParameterError("White Gaussian noise is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)
-    shifts = clustered_shifts(features, n_clusters, sampler, sample_rows)
-    t, (k, d) = shifts.rows, shifts.centers.shape
-    norm2 = total([t[f"u{j}"] * t[f"u{j}"] for j in range(d)])
-    out = t.group_by("label").aggregate(m=norm2.max()).to_pandas()
-    sens2 = np.zeros(k)
-    sens2[out["label"].to_numpy(dtype=np.intp)] = out["m"].to_numpy(dtype=float)
+    with features.feed() as feed:
+        clustering = clustered_shifts(features, feed, n_clusters, sampler, sample_rows)
+        k, d = clustering.centers.shape
+        found = feed.reduce(
+            MaxShiftPass(features.scaling_map, clustering.centres, clustering.centers, clustering.counts),
+            maximum,
+        )
+    assert found is not None  # the clustering has rows
+    sens2 = np.maximum(found[0], 0.0)
     if not np.any(sens2 > 0):
         raise ParameterError(
             "every row equals its cluster centroid (constant data): there is nothing to protect or cluster. "
@@ -79,10 +99,10 @@ def white_release(
         calibration=calibration,
         gamma=gamma,
         gap=0.0,
-        centers=shifts.centers,
-        counts=shifts.counts.astype(int),
+        centers=clustering.centers,
+        counts=clustering.counts.astype(int),
         bases=bases,
         unit_eigenvalues=tuple(np.full(b.shape[1], s) for b, s in zip(bases, sens2, strict=True)),
         cluster_gaps=np.zeros(k),
     )
-    return WhiteRun(local_output(key, features, cov, sampler, sample_rows), cov, shifts.centres)
+    return WhiteRun(local_output(key, features, cov, sampler, sample_rows), cov, clustering.centres)
