@@ -168,6 +168,7 @@ def require(action: str, *roles: str) -> None:
     """Stop the page with the refusal when the user of this run holds none of ``roles``."""
     reason = refusal(action, *roles)
     if reason is not None:
+        st.title("Not available to your role")
         st.error(reason, icon=":material/block:")
         st.stop()
 

@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(skip)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -84,13 +84,16 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError(f"streamlit did not become healthy in {STARTUP_TIMEOUT_S:.0f} s:\n{log.read_text()}")
 
 
-def start_server(base: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], Server]:
+def start_server(
+    base: Path, port: int | None = None, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], Server]:
     """``streamlit run app.py`` on ``port`` (a free one by default) with its data in ``base/data``
-    (reused when it exists, as after a restart); returns once the server answers its health check."""
+    (reused when it exists, as after a restart) and ``extra_args`` (e.g. a secrets file); returns once the
+    server answers its health check."""
     data_dir = base / "data"
     data_dir.mkdir(exist_ok=True)
     ledger_url = f"sqlite:///{(data_dir / 'ledger.db').as_posix()}"
-    port = port or _free_port()
+    port = port or free_port()
     env = {
         **os.environ,
         "DPCORE_DATA_DIR": str(data_dir),
@@ -120,6 +123,7 @@ def start_server(base: Path, port: int | None = None) -> tuple[subprocess.Popen[
         str(UPLOAD_LIMIT_MB),
         "--browser.gatherUsageStats",
         "false",
+        *extra_args,
     ]
     log = base / "streamlit.log"
     with log.open("ab") as out:
