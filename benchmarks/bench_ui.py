@@ -15,7 +15,8 @@ the walks; the last line reads ``p95 <s> s, comparison <s> s, mcmc <s> s``: the 
 every page open and widget change, and the 95th percentiles of the full comparison and of the MCMC
 comparison (targets 1 s, 3 s, 10 s). Then ``prepare30 <n> interactions, <s> s``: breast cancer's 30
 features prepared from an imported bounds CSV on a fresh server, from choosing the upload to Prepare
-(target: at most 10 interactions).
+(target: at most 10 interactions). Last ``story <s> s, <n> interactions``: a fresh app (its first load
+included) to the Present page's first chart on another fresh server (targets 3 interactions, 5 s).
 
     .venv/bin/python benchmarks/bench_ui.py [--walks 3] [--mcmc-timeout 900]
 """
@@ -275,6 +276,29 @@ def prepare30(browser: object) -> str:
     return f"prepare30 {len(steps)} interactions, {seconds:.1f} s"
 
 
+def story(browser: object) -> str:
+    """The stakeholder's path in Chromium on a fresh server: open the app, click Present, until the first
+    chart of the Marketing sample's story is drawn; the clicks after the app opened and the seconds from
+    opening it (its first load included) to that chart."""
+    with tempfile.TemporaryDirectory(prefix="bench-ui-story-") as tmp, server(Path(tmp)) as url:
+        context = browser.new_context(viewport=VIEWPORT)  # type: ignore[attr-defined]
+        context.set_default_timeout(120_000)
+        try:
+            page = context.new_page()
+            start = time.perf_counter()
+            page.goto(url)
+            expect(page.get_by_role("heading", level=1).first).to_be_visible(timeout=120_000)
+            clicks = [lambda: page.get_by_test_id("stSidebarNav").get_by_role("link", name="Present").click()]
+            for click in clicks:
+                click()
+            expect(main(page).locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=120_000)
+            seconds = time.perf_counter() - start
+            expect(main(page).get_by_text("How much worse the customer segments").first).to_be_visible()
+        finally:
+            context.close()
+    return f"story {seconds:.1f} s, {len(clicks)} interactions"
+
+
 def report(times: dict[str, list[float]]) -> str:
     print(f"\n{'interaction':<44} {'n':>3} {'p50 s':>8} {'p95 s':>8}")
     for name, values in times.items():
@@ -320,6 +344,7 @@ def run() -> None:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             print(prepare30(browser), flush=True)
+            print(story(browser), flush=True)
         finally:
             browser.close()
 

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from ui.nav import ensure_entrypoint, registered_pages
+from ui.present_view import home_meaning_chart
 
 ensure_entrypoint()
 
@@ -39,6 +40,13 @@ with right:
         "with a manifest (definition, ε, δ, mechanism, calibration, bounds source, dataset fingerprint, "
         "time, sampling mode) and as a self-contained HTML report. These are the only outputs meant to leave."
     )
+
+st.header("What ε means")
+st.markdown(
+    "ε (epsilon) is the privacy loss a release is allowed: the smaller, the more privacy and the more noise. "
+    "The **Present** page tells the trade-off on a sample in three charts and downloads it as one file."
+)
+st.plotly_chart(home_meaning_chart(), key="home_meaning")
 
 st.header("Pages")
 for path, title, icon in registered_pages():

@@ -45,6 +45,7 @@ __all__ = [
     "default_choice",
     "demo_story",
     "download",
+    "home_meaning_chart",
     "released_story",
     "sample",
     "shipped",
@@ -208,6 +209,12 @@ def download(told: Told) -> tuple[str, functools.partial[bytes]]:
     name = f"{told.title}|{told.sentences}|{told.notes}|{told.banner}"
     prefix = "DEMO-" if told.banner else ""
     return f"{prefix}story-{_slug(told.title)}.html", functools.partial(_html, name, told)
+
+
+@st.cache_resource(show_spinner=False)
+def home_meaning_chart() -> go.Figure:
+    """What ε means (no data at all), for the Home page, built once per server."""
+    return meaning_chart(STORY_EPS)
 
 
 def released_table(ds: state.Dataset) -> pd.DataFrame:
