@@ -18,14 +18,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dpcore.errors import ParameterError
-
-if TYPE_CHECKING:
-    from dpcore.kmeans.registry import KMeansInputs
 
 __all__ = ["CANDIDATES", "MECHANISM", "BoundsStep"]
 
@@ -164,10 +161,15 @@ class BoundsStep:
             lower[j], upper[j] = lo, hi
         return lower, upper
 
-    def apply(self, inputs: KMeansInputs) -> tuple[KMeansInputs, dict[str, list[float]]]:
+    def apply(self, inputs: Any) -> tuple[Any, dict[str, list[float]]]:
         """The k-means inputs with :attr:`features` bounded by their estimates, clipped and scaled, and the
-        estimates per feature. Those columns of ``inputs`` must be in their own units (identity scaling:
-        ``dpcore.data.prepare`` with ``private_epsilon`` leaves them so)."""
+        estimates per feature. In memory (``KMeansInputs``), those columns must be in their own units
+        (identity scaling: ``dpcore.data.prepare`` with ``private_epsilon`` leaves them so); a batch job's
+        ``TableFeatures`` (:mod:`dpcore.outofcore.features`) gets the estimates as its bounds."""
+        from dpcore.kmeans.registry import KMeansInputs
+
+        if not isinstance(inputs, KMeansInputs):
+            return self._apply_table(inputs)
         names = list(inputs.feature_names)
         missing = [f for f in self.features if f not in names]
         if missing or inputs.lower is None:
@@ -197,4 +199,16 @@ class BoundsStep:
             inverse_transform=new_decode,
             data_bounds=hidden,
         )
+        return out, {f: [float(lo[j]), float(hi[j])] for j, f in enumerate(self.features)}
+
+    def _apply_table(self, features: Any) -> tuple[Any, dict[str, list[float]]]:
+        """A batch job's features with the estimated bounds (its pending columns read once, in any order:
+        a quantile does not depend on it); the scaling is the plan's."""
+        names = list(features.feature_names)
+        idx = [names.index(f) for f in self.features]
+        values = features.rows.select(*self.features).to_pandas()[list(self.features)]
+        lo, hi = self.estimate(values.to_numpy(dtype=float))
+        raw_lower, raw_upper = features.raw_lower.copy(), features.raw_upper.copy()
+        raw_lower[idx], raw_upper[idx] = lo, hi
+        out = replace(features, raw_lower=raw_lower, raw_upper=raw_upper, scaling=self.scaling)
         return out, {f: [float(lo[j]), float(hi[j])] for j, f in enumerate(self.features)}

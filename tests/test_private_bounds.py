@@ -16,7 +16,7 @@ from dpcore.data import infer_schema, prepare
 from dpcore.errors import DataError, ParameterError, PolicyError
 from dpcore.kmeans.registry import KMeansInputs
 from dpcore.ledger import BudgetExceeded, Ledger
-from dpcore.outofcore.run_plan import batch_refusal
+from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import Blowfish, PartitionGraph, PureDP
 from dpcore.private_bounds import MECHANISM, BoundsStep
@@ -67,7 +67,9 @@ def test_prepare_leaves_the_pending_feature_unscaled_and_the_plan_says_what_will
     assert any("estimated privately at release" in s.step for s in plan.preparation)
     assert "ε = 1:" in plan.guarantee and "ε_b = 0.1" in plan.guarantee
     assert ReleasePlan.from_manifest(json.loads(json.dumps(plan.to_manifest()))) == plan
-    assert "a batch job cannot replay that step yet" in batch_refusal(plan)  # said before any debit
+    assert batch_refusal(plan) is None  # DP-Lloyd runs out of core: the batch job replays the step
+    mcmc = _plan(prepared, mechanism="dp_lloyd_mcmc")
+    assert "out-of-core passes only" in batch_refusal(mcmc)  # said before any debit
     with pytest.raises(DataError, match="not both"):
         prepare(TABLE, infer_schema(TABLE), ["income"], data_bounds_ok=True, private_epsilon=0.1)
     with pytest.raises(DataError, match="Standardising"):
@@ -138,3 +140,18 @@ def test_estimates_come_from_the_grid_and_are_ordered() -> None:
         BoundsStep(("a",), 0.1, scaling="standardize")
     with pytest.raises(ParameterError):
         step.estimate(np.array([[1.0, np.nan]]))
+
+
+def test_the_batch_job_replays_the_bound_step_and_debits_it_with_the_release(
+    prepared, tmp_path: Path
+) -> None:
+    path = tmp_path / "people.parquet"
+    TABLE.to_parquet(path, index=False)
+    plan = _plan(prepared)
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, 1.0, 0.0)
+    release = run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch")
+    rows = sorted((r.mechanism, r.epsilon) for r in ledger.releases(plan.account))
+    assert rows == [("dp_lloyd", 0.9), (MECHANISM, 0.1)] and ledger.remaining(plan.account) == (0.0, 0.0)
+    lo, hi = release.manifest["estimated_bounds"]["income"]
+    assert lo < hi and release.manifest["private_bounds"]["features"] == ["income"]

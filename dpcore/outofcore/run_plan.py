@@ -51,13 +51,14 @@ from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
-from dpcore.plan import NO_EFFECT, ReleasePlan, registry
+from dpcore.plan import NO_EFFECT, PRIVATE_BOUNDS, ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
 
 #: Mechanisms whose passes run out of core, by domain.
 OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": LOCATION_KEYS}
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
+PLACEHOLDER = (-1.0, 1.0)  # bounds of a feature whose bounds the release estimates privately first
 _DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")
 
 
@@ -94,11 +95,12 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     """(public bounds per feature in order, scaling, columns whose missing rows are dropped) from the
     plan's preparation steps, as :func:`dpcore.plan.preparation_steps` wrote them; anything that cannot
     be recomputed out of core (data-derived steps, imputation, unparseable text) is refused."""
-    if plan.private_bounds:
+    private = list(plan.private_bounds.get("features", ())) if plan.private_bounds else []
+    if private and in_memory(plan):
         raise ParameterError(
-            f"The plan estimates the bounds of {', '.join(plan.private_bounds['features'])} privately at "
-            "release; a batch job cannot replay that step yet. Give those features public bounds on the Data "
-            "page, or release in the dashboard."
+            f"The plan estimates the bounds of {', '.join(private)} privately at release; a batch job "
+            "replays that step for mechanisms with out-of-core passes only. Choose DP-Lloyd, or release in "
+            "the dashboard."
         )
     derived = plan.data_derived_steps
     if derived:
@@ -109,6 +111,8 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
     bounds: dict[str, tuple[float, float]] | None = None
     scaling, dropped = "", []
     for step in (s.step for s in plan.preparation):
+        if private and step == plan.bounds_step.sentence():  # make_release runs it (dpcore.private_bounds)
+            continue
         if (m := _DROP.fullmatch(step)) is not None:
             dropped += m["columns"].split(", ")
             continue
@@ -119,6 +123,11 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
             raise ParameterError(f"The batch job cannot replay the preparation step {step!r}.")
         text, bounds = m["bounds"], {}
         while text:
+            pending = next((f for f in private if text.startswith(f"{f} {PRIVATE_BOUNDS}")), None)
+            if pending is not None:  # a placeholder box until the step estimates it, before the mechanism
+                bounds[pending] = PLACEHOLDER
+                text = text[len(f"{pending} {PRIVATE_BOUNDS}") :].removeprefix("; ")
+                continue
             b = _BOUND.match(text)
             if b is None:
                 raise ParameterError(f"Cannot read the public bounds in {step!r} (a name with '; ' or '[').")
