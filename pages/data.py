@@ -534,8 +534,8 @@ def _features(ds: state.Dataset) -> None:
         )
         st.caption(
             f"Each of the {2 * len(unbounded)} quantiles gets ε_b / {2 * len(unbounded) or 1}; a quantile "
-            "needs many rows at a small ε, so with few rows the bounds come out loose (Marketing's 2,216 rows, "
-            "4 features at ε_b = 0.1: covering the data but about 470 times wider), which means more noise "
+            "needs many rows at a small ε, so with few rows the bounds come out loose (Marketing's 2,216 "
+            "rows, 4 features at ε_b = 0.1: covering the data but about 470 times wider), so more noise "
             "in the release. Public bounds are better when you have them."
         )
     data_bounds = st.checkbox(
