@@ -112,9 +112,11 @@ def demo_story(ds: state.Dataset, prep: PreparedData) -> Story:
 
 
 def spent_epsilon(dataset_id: str) -> float:
-    """ε spent so far by the ε-DP and (ε, δ)-DP releases of ``dataset_id`` (the ledger's records)."""
+    """ε spent so far by the ε-DP and (ε, δ)-DP releases of ``dataset_id`` in the current sampling mode (the
+    ledger's records; demo releases spend the demo account only)."""
     records = state.ledger().releases(dataset_id=dataset_id)
-    return float(sum(r.epsilon for r in records if r.definition in DP_DEFINITIONS))
+    spent = [r.epsilon for r in records if r.definition in DP_DEFINITIONS and r.sampling_mode == state.mode()]
+    return float(sum(spent))
 
 
 def story_dataset_id(label: str, ds: state.Dataset | None) -> str:
