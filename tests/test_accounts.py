@@ -110,18 +110,26 @@ def test_plan_accounts_carry_the_unit_and_the_policy_page_reaches_them() -> None
 # -- factors, brute force --------------------------------------------------------------------------
 
 
-def _hops(start: object, goal: object, steps: Callable[[object], Iterable[object]]) -> int | None:
-    """Shortest path length from ``start`` to ``goal`` in the graph ``steps`` (BFS), None if unreachable."""
+def _distances(start: object, steps: Callable[[object], Iterable[object]]) -> dict[object, int]:
+    """Shortest path length from ``start`` to every node it reaches in the graph ``steps`` (BFS)."""
     seen, queue = {start: 0}, deque([start])
     while queue:
         node = queue.popleft()
-        if node == goal:
-            return seen[node]
         for nxt in steps(node):
             if nxt not in seen:
                 seen[nxt] = seen[node] + 1
                 queue.append(nxt)
-    return None
+    return seen
+
+
+def _longest_path(
+    pairs: list[tuple[object, object]], steps: Callable[[object], Iterable[object]]
+) -> int | None:
+    """The longest shortest path between the two nodes of a pair (one BFS per first node), None if some pair
+    is unreachable."""
+    reach = {x: _distances(x, steps) for x in dict.fromkeys(x for x, _ in pairs)}
+    paths = [reach[x].get(y) for x, y in pairs]
+    return None if None in paths else max(paths)  # type: ignore[type-var]
 
 
 def test_threshold_factors_are_path_lengths_on_a_line() -> None:
@@ -130,13 +138,13 @@ def test_threshold_factors_are_path_lengths_on_a_line() -> None:
     release; one theta = 0.30 release is two theta = 0.31 releases)."""
     step = Fraction(1, 100)
     points = [i * step for i in range(101)]
+    index = range(len(points))  # the graphs on the points' indices, their edges from exact comparisons
     for ts, tt in [("0.3", "0.31"), ("0.31", "0.3"), ("0.3", "0.9"), ("0.25", "0.6"), ("0.2", "0.2")]:
         s, t = Fraction(ts), Fraction(tt)
-
-        def near(p: Fraction, s: Fraction = s) -> list[Fraction]:
-            return [q for q in points if abs(q - p) <= s]
-
-        worst = max(_hops(p, q, near) for p in points for q in points if abs(p - q) <= t)  # type: ignore[type-var]
+        near = [[j for j in index if abs(points[j] - points[i]) <= s] for i in index]
+        pairs = [(i, j) for i in index for j in index if abs(points[i] - points[j]) <= t]
+        worst = _longest_path(pairs, near.__getitem__)
+        assert worst is not None
         for metric in ("l2", "l1", "haversine"):
             assert factor(_theta(float(ts), metric), _theta(float(tt), metric)) == worst
         assert factor(_theta(float(ts)), _geo(float(tt))) == worst  # a level within r metres
@@ -202,13 +210,9 @@ def test_dp_factors_are_shortest_paths_between_neighbours(source: Relation, targ
     ``source`` steps between two ``target`` neighbours is the factor (None: some pair is unreachable)."""
     data = _datasets()
 
-    def steps(x: tuple) -> list[tuple]:
-        return [y for y in data if _neighbours(source, x, y, capped=True)]
-
+    steps = {x: [y for y in data if _neighbours(source, x, y, capped=True)] for x in data}
     pairs = [(x, y) for x in data for y in data if _neighbours(target, x, y)]
-    paths = [_hops(x, y, steps) for x, y in pairs]
-    worst = None if None in paths else max(paths)  # type: ignore[type-var]
-    assert factor(source, target) == worst
+    assert factor(source, target) == _longest_path(pairs, steps.__getitem__)
 
 
 def test_group_conversion_of_delta() -> None:
