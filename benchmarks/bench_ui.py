@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_healthy, wait_for_app  # noqa: E402
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, _wait_healthy, free_port, wait_for_app  # noqa: E402
 from tests.browser.e2e import (  # noqa: E402
     MARKETING,
     breast_cancer_files,
@@ -102,7 +102,7 @@ COMPARED = (
 @contextmanager
 def server(data_dir: Path) -> Iterator[str]:
     """``streamlit run app.py`` on a free port (logs in ``data_dir``); stopped on exit."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DPCORE_DATA_DIR": str(data_dir),
@@ -338,7 +338,7 @@ def run() -> None:
                     print(f"  walk took {time.perf_counter() - start:.1f} s", flush=True)
         finally:
             browser.close()
-    if args.walks:  # --walks 0: only the prepare30 line
+    if args.walks:  # --walks 0: only the prepare30 and story lines
         print(report(times))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
