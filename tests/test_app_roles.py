@@ -9,6 +9,7 @@ AppTest injects ``at.secrets`` (``[auth]`` and ``[dpcore.roles]``) and ``at.user
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -221,3 +222,63 @@ def test_four_eyes_request_approve_release(app_path: str, dataset: Dataset) -> N
     shown = next(d.value for d in ledger_page.dataframe if "approved by" in d.value.columns)
     assert shown[["user", "approved by"]].values.tolist() == [["carla@example.org", "olivia@example.org"]]
     assert any("approved and released" in m.value for m in ledger_page.markdown)
+
+
+def test_dataset_access_lists_hide_folders_and_ledger_rows(
+    app_path: str, dataset: Dataset, tmp_path: Path
+) -> None:
+    open_folder, clinical = tmp_path / "open", tmp_path / "clinical"
+    for folder in (open_folder, clinical):
+        folder.mkdir()
+        pd.DataFrame({"x": [1.0, 2.0]}).to_csv(folder / f"{folder.name}.csv", index=False)
+    access = {str(clinical): ["group:clinical"], "dataset:tiny": ["group:clinical"]}
+    ledger = Ledger(config.ledger_url())
+    ledger.set_budget(policy_account(dataset.dataset_id, DEFAULT_POLICY), 1.0, user="olivia", reason="start")
+    ledger.register_dataset(dataset.dataset_id, dataset.name, dataset.fingerprint)
+
+    def data_page(user: dict[str, Any]) -> AppTest:
+        at = AppTest.from_file(app_path, default_timeout=TIMEOUT)
+        at.secrets["auth"] = AUTH
+        at.secrets["dpcore"] = {
+            "roles": ROLES,
+            "access": access,
+            "data_folders": [str(open_folder), str(clinical)],
+        }
+        at.user = user
+        at.run()
+        at.switch_page("pages/data.py").run()
+        at.radio(key="data_source").set_value("File in a data folder").run()
+        return at
+
+    carla = data_page(CARLA)
+    assert carla.selectbox(key="data_folder_file").options == ["open/open.csv"]
+    assert data_page({**CARLA, "groups": ["clinical"]}).selectbox(key="data_folder_file").options == [
+        "open/open.csv",
+        "clinical/clinical.csv",
+    ]
+    carla.switch_page("pages/ledger.py").run()
+    assert not carla.exception and "tiny" not in [h.value for h in carla.subheader]
+    olivia = data_page(OLIVIA)  # an officer sees every dataset
+    olivia.switch_page("pages/ledger.py").run()
+    assert "tiny" in [h.value for h in olivia.subheader]
+    # a curator's run loading from the hidden folder anyway (a restored session plan, a forged choice)
+    forced = AppTest.from_function(_load_hidden, args=(str(clinical),), default_timeout=TIMEOUT)
+    forced.secrets["auth"] = AUTH
+    forced.secrets["dpcore"] = {"roles": ROLES, "access": access, "data_folders": [str(clinical)]}
+    forced.user = CARLA
+    forced.run()
+    assert [m.value for m in forced.markdown] == ["refused: may not load"]
+
+
+def _load_hidden(folder: str) -> None:
+    import streamlit as st
+
+    from dpcore.data.sources import FolderFile
+    from dpcore.errors import DataError
+    from ui import datasets
+
+    try:
+        datasets.load_source_dataset(FolderFile(folder, "clinical.csv"))
+        st.markdown("loaded")
+    except DataError as err:
+        st.markdown("refused: may not load" if "may not load" in str(err) else str(err))

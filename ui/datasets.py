@@ -42,7 +42,7 @@ from dpcore.data.sources import (
 from dpcore.errors import DataError, DPCoreError
 from dpcore.plan import ReleasePlan, to_json
 from dpcore.sessions import store_table
-from ui import state
+from ui import roles, state
 
 SAMPLE_CHOICES: dict[str, str] = {
     "Sample: Marketing Campaign": "marketing_campaign",
@@ -219,6 +219,12 @@ def load_source_dataset(
     kept in the session plan), under the whole table's name and fingerprint (its ledger account is the whole
     table's); :func:`sample_of` says it is a sample. A database read is stopped at the operator's time limit
     (``query_timeout_s``) and kept per server for ``source_cache_ttl_s`` seconds; ``again`` reads it now."""
+    source = spec.folder if isinstance(spec, FolderFile) else spec.connection
+    if not roles.may_load(source):  # ui.roles, [dpcore.access]: also a restored session or a forged choice
+        raise DataError(
+            f"Your role may not load data from {Path(source).name or source!r} ([dpcore.access] in "
+            ".streamlit/secrets.toml); nothing was loaded. Ask the operator or a privacy officer."
+        )
     settings = source_settings()
     if sample_seed is None:
         key = (tuple(sorted(spec.to_dict().items())), settings.max_rows)
