@@ -97,3 +97,4 @@ def test_a_real_dataset_in_release_mode_shows_no_chart_from_its_rows(app_path: s
     released = at.dataframe[0].value
     assert isinstance(released, pd.DataFrame) and list(released["ε"]) == [0.5]
     assert not any("worse than without privacy" in m.value for m in at.markdown)
+    assert any("Released " in c.value and "DP-Lloyd (SuLQ) at ε = 0.5" in c.value for c in at.caption)

@@ -179,11 +179,10 @@ def _spent_note(spent: float) -> str:
 
 def released_story(ds: state.Dataset, epsilon: float, spent: float) -> Told:
     """A real dataset in release mode: what ε means and what was released, nothing from its rows."""
-    releases = state.ledger().releases(dataset_id=ds.dataset_id)
     listed = tuple(
-        f"Released {r.time[:10]}: {r.mechanism} at ε = {r.epsilon:g}"
-        + (f", δ = {r.delta:g}" if r.delta else "")
-        for r in releases
+        f"Released {row['time (UTC)']} UTC: {row['mechanism']} at ε = {row['ε']:g}"
+        + (f", δ = {row['δ']:g}" if row["δ"] else "")
+        for _, row in released_table(ds).iterrows()
     )
     return Told(
         f"{ds.name}: what the privacy budget means",
@@ -200,6 +199,7 @@ def _slug(text: str) -> str:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _html(name: str, _told: Told) -> bytes:
+    """The story's one-file HTML, once per ``name`` (which names every text of ``_told``)."""
     told = _told
     return story_html(
         told.title, list(told.sentences), list(told.figures), list(told.notes), told.banner
