@@ -68,14 +68,23 @@ def _path(pred: np.ndarray, a: int, b: int) -> list[int]:
 
 
 def road_trips(
-    n_people: int = 1000, *, seed: int = 0, region: Region = DEFAULT_REGION, step_s: float = _STEP_S
+    n_people: int = 1000,
+    *,
+    seed: int = 0,
+    region: Region = DEFAULT_REGION,
+    step_s: float = _STEP_S,
+    first_person: int = 0,
 ) -> pd.DataFrame:
     """Fixes of ``n_people`` people on the synthetic road network: columns ``person`` (text id), ``trip``
-    (1, 2, ... per person), ``time`` (UTC, tz-aware), ``lat``, ``lon``, one row per fix."""
+    (1, 2, ... per person), ``time`` (UTC, tz-aware), ``lat``, ``lon``, one row per fix. ``first_person``
+    > 0 numbers the people from there and draws them from their own stream, on the same network: a large
+    table is made in chunks."""
     if isinstance(n_people, bool) or not isinstance(n_people, int | np.integer) or n_people < 1:
         raise ParameterError(f"n_people must be a whole number >= 1 (got {n_people!r}).")
     rng = np.random.default_rng(seed)
     x, y, edges = _network(region, rng)
+    if first_person:
+        rng = np.random.default_rng([seed, first_person])
     n = x.size
     speed_of = {}
     for i, j, _, s in edges:
@@ -123,7 +132,7 @@ def road_trips(
             start = max(hour * 3600 + rng.normal(0, 2400), clock + 1800)
             clock = start + t[-1]
             frames.append((p, k + 1, start + t, px, py))
-    person = np.concatenate([np.full(f[2].size, f[0]) for f in frames])
+    person = np.concatenate([np.full(f[2].size, f[0]) for f in frames]) + first_person
     lat, lon = region.projection().inverse(
         np.concatenate([f[3] for f in frames]), np.concatenate([f[4] for f in frames])
     )
