@@ -59,3 +59,53 @@ def test_the_engine_release_is_the_in_memory_release(
     assert a.diagnostics == b.diagnostics and a.details == b.details
     assert a.diagnostics["trips_over_cap"] > 0  # the cap's draws were replayed
     assert engine.scans == 2
+
+
+def test_a_batch_job_releases_the_dashboard_s_trips(tmp_path: Path, fixes: pd.DataFrame) -> None:
+    """run-plan on the Parquet file gives the page's release (demo seed) byte for byte, debited once."""
+    from dpcore.data import fingerprint, load_table
+    from dpcore.ledger import Ledger
+    from dpcore.outofcore.run_plan import run_plan
+    from dpcore.plan import ReleasePlan
+    from dpcore.policy import PureDP
+    from dpcore.report import make_release
+    from dpcore.trajectory.plan_steps import columns_step, limits_step
+    from dpcore.trajectory.registry import scope_of
+
+    table = fixes.copy()
+    table["time"] = table.time.dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    path = tmp_path / "fixes.parquet"
+    table.to_parquet(path)
+    loaded = load_table(path.read_bytes(), filename=path.name)
+    steps = (columns_step("person", "time", "lat", "lon", None), limits_step(DEFAULT_REGION, 1200.0, 70.0))
+    plan = ReleasePlan(
+        "trajectory",
+        "dpt",
+        1.0,
+        PureDP(1.0),
+        "fixes",
+        fingerprint(loaded),
+        params={"max_trips": 2, "max_fixes": 30},
+        preparation=steps,
+        scope=scope_of(2, 30),
+        mode="demo",
+        seed=3,
+    )
+    memory = TrajectoryInputs(
+        loaded.person.to_numpy(),
+        parse_times(loaded.time),
+        loaded.lat.to_numpy(),
+        loaded.lon.to_numpy(),
+        None,
+        DEFAULT_REGION,
+    )
+    dash_ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'dash.db'}")
+    dash_ledger.set_budget(plan.account, epsilon=5.0)
+    dash = make_release(
+        dash_ledger, plan, memory, request_id="dash-traj", user="u", artifacts_dir=tmp_path / "d"
+    )
+    ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
+    ledger.set_budget(plan.account, epsilon=5.0)
+    batch = run_plan(dash.manifest, path, ledger=ledger, artifacts_dir=tmp_path / "b", user="batch")
+    pd.testing.assert_frame_equal(batch.table, dash.table)
+    assert ledger.budget(plan.account).epsilon_spent == 1.0

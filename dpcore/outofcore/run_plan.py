@@ -53,9 +53,15 @@ from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source,
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import NO_EFFECT, PRIVATE_BOUNDS, ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
+from dpcore.trajectory.outofcore import TrajectoryTable
+from dpcore.trajectory.plan_steps import read_trajectory_steps
 
 #: Mechanisms whose passes run out of core, by domain.
-OUT_OF_CORE = {"kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS), "location": LOCATION_KEYS}
+OUT_OF_CORE = {
+    "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS),
+    "location": LOCATION_KEYS,
+    "trajectory": ("dpt", "markov_grid"),
+}
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
 PLACEHOLDER = (-1.0, 1.0)  # bounds of a feature whose bounds the release estimates privately first
@@ -208,12 +214,36 @@ def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
     return TableLocations(drop_missing(table, dropped), lat, lon, user, region)
 
 
+def plan_trajectories(plan: ReleasePlan, table: Any) -> TrajectoryTable:
+    """The plan's trajectory input over ``table`` (DuckDB): its columns, zone, region, gap and speed limit,
+    read by the passes of :mod:`dpcore.trajectory.outofcore`."""
+    derived = plan.data_derived_steps
+    if derived:
+        raise ParameterError(
+            f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
+            "recompute it. Make the plan with dropped rows instead."
+        )
+    columns, region, gap, speed = read_trajectory_steps([s.step for s in plan.preparation])
+    backend = table.get_backend()
+    if getattr(backend, "name", None) != "duckdb":
+        raise ParameterError(
+            "Trajectory releases run out of core on DuckDB only: run the job with --engine duckdb."
+        )
+    backend._run_pre_execute_hooks(table)  # registers the expression's in-memory tables
+    tz = str(columns.pop("tz"))
+    source = f"({backend.compile(table)}) AS fixes"
+    return TrajectoryTable(backend.con, source, columns, region, gap, speed, tz=tz)
+
+
 def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
     """Why a batch job would refuse ``plan`` before running its mechanism (its preparation cannot be
     replayed, or it reads the rows in memory and ``rows``, the whole table's rows when known, is above
     :func:`dpcore.config.job_memory_rows` while the plan drops no rows), or None. A plan that drops rows
     is not refused on ``rows``: the job counts the rows left and decides then, before any debit."""
     try:
+        if plan.domain == "trajectory":
+            read_trajectory_steps([s.step for s in plan.preparation])
+            return None
         dropped = location_steps(plan)[0] if plan.domain == "location" else parse_preparation(plan)[2]
         if rows is not None and not dropped:
             check_rows(plan, rows)
@@ -357,7 +387,7 @@ def run_plan(
                 f"(dataset {plan.dataset_name!r}): it is not the table the plan was made on. Point --source "
                 "at that table, or make a new plan on this one."
             )
-        read = plan_locations if plan.domain == "location" else plan_features
+        read = {"location": plan_locations, "trajectory": plan_trajectories}.get(plan.domain, plan_features)
         where = "Spark" if engine == "spark" else "DuckDB"
         try:
             inputs: Any = read(plan, src.table)
