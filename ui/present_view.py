@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.data import PreparedData
+from dpcore.kmeans.sweep import diagnostic_rows
 from dpcore.ledger import dataset_id_for_name
 from dpcore.plots.story import centres_chart, clustering_chart, meaning_chart
 from dpcore.story import (
@@ -99,8 +100,8 @@ def shipped(key: str) -> Story:
 
 @st.cache_data(show_spinner="Computing the story on this dataset (demo mode, diagnostic noise)...")
 def _demo(key: str, name: str, _prep: PreparedData, k: int, seed: int) -> Story:
-    labels = true_clustering(key, _prep.X, k)[0]
-    trials = story_trials(_prep.X, labels, (_prep.lower, _prep.upper), STORY_EPS, DEMO_TRIALS, seed=seed)
+    X, labels = diagnostic_rows(_prep.X, true_clustering(key, _prep.X, k)[0], key)  # a sample of a large table
+    trials = story_trials(X, labels, (_prep.lower, _prep.upper), STORY_EPS, DEMO_TRIALS, seed=seed)
     provenance = f"DP-Lloyd, K = {k}, {DEMO_TRIALS} trials per ε, diagnostic noise with seed {seed}"
     return Story(f"{name} (demo mode)", "clusters", "", trials, provenance, demo=True)
 
