@@ -19,7 +19,7 @@ from dpcore import approvals
 from dpcore.__main__ import main
 from dpcore.errors import ParameterError
 from dpcore.kmeans.registry import KMeansInputs
-from dpcore.ledger import Account, Ledger, LedgerError
+from dpcore.ledger import Account, Ledger, LedgerBusy, LedgerError
 from dpcore.plan import ReleasePlan
 from dpcore.policy import PureDP
 
@@ -140,8 +140,14 @@ def test_two_officers_approving_at_once_release_and_debit_once(led: Ledger, tmp_
 
     def approve(officer: str) -> None:
         barrier.wait()
-        decided = approvals.decide(led, request.ticket, approve=True, user=officer, reason="ok")
-        results.append(approvals.release(led, decided, user=officer, artifacts_dir=tmp_path / "artifacts"))
+        for attempt in range(5):  # a lock held past LOCK_WAIT_S on a loaded machine: click again
+            try:
+                decided = approvals.decide(led, request.ticket, approve=True, user=officer, reason="ok")
+                results.append(approvals.release(led, decided, user=officer, artifacts_dir=tmp_path / "a"))
+                return
+            except LedgerBusy:
+                if attempt == 4:
+                    raise
 
     threads = [threading.Thread(target=approve, args=(o,)) for o in ("olivia", "omar")]
     [t.start() for t in threads]
@@ -193,3 +199,23 @@ def test_tampered_inputs_are_never_loaded(led: Ledger, tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="does not match"):
         approvals.release(led, approved, user="olivia", artifacts_dir=tmp_path / "artifacts")
     assert not led.releases(plan.account)
+
+
+def test_expected_error_reads_the_comparison_at_the_nearest_epsilon() -> None:
+    import pandas as pd
+
+    sweep = pd.DataFrame(
+        {
+            "mechanism": ["dp_lloyd"] * 4 + ["other"] * 2,
+            "epsilon": [0.5, 0.5, 1.0, 1.0, 0.5, 0.5],
+            "trial": [0, 1, 0, 1, 0, 1],
+            "wcss_loss": [0.2, 0.4, 0.1, 0.3, 9.0, 9.0],
+        }
+    )
+    text = approvals.expected_error(sweep, "dp_lloyd", 0.6)
+    assert (
+        text.startswith("At the compared ε = 0.5 (nearest 0.6), median of 2 trials")
+        and "wcss_loss 0.3" in text
+    )
+    assert "did not include" in approvals.expected_error(sweep, "planar_laplace", 0.6)
+    assert approvals.expected_error(None, "dp_lloyd", 0.6).startswith("No comparison")
