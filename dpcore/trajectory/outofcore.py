@@ -11,10 +11,12 @@ computed by the same numpy functions as in memory, block by block:
   release's sampler block after block, persons in canonical order, hence the same keys as in memory, and
   recorded;
 * the noisy selection of reference systems (in memory, from pass 1's counts);
-* pass 2: the same blocks prepared again with the recorded keys (the same trips kept, nothing drawn),
-  their start cells and prefix-tree grams counted (:meth:`DPT.true_counts`) and added up.
+* the start cells and prefix-tree grams of the kept trips counted (:meth:`DPT.true_counts`) and added up:
+  from pass 1's prepared trips when they fit ``cache_bytes`` (one scan in all), else by pass 2, which
+  prepares the same blocks again with the recorded keys (the same trips kept, nothing drawn).
 
-Two scans, memory bounded by a few blocks and the counts (at most the cells x 9^phi grams of the model):
+One or two scans, memory bounded by a few blocks, the cache and the counts (at most the cells x 9^phi
+grams of the model):
 the same release as in memory with the same demo seed (rows with the same person, trip and time stamp
 aside: their order decides which one the speed filter drops).
 """
@@ -38,6 +40,7 @@ __all__ = ["TrajectoryTable", "merge_counts", "person_blocks"]
 Counts = dict[str, tuple[np.ndarray, np.ndarray]]
 BATCH_ROWS = 1 << 18
 BLOCK_ROWS = 1 << 20  # at least this many rows per block (whole persons)
+CACHE_BYTES = 256 * 10**6  # pass 1's prepared trips kept for the counts while they fit (else pass 2)
 
 
 def person_blocks(batches: Iterable[Any], min_rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
@@ -126,6 +129,7 @@ class TrajectoryTable:
     tz: str = "UTC"
     batch_rows: int = BATCH_ROWS
     block_rows: int = BLOCK_ROWS
+    cache_bytes: int = CACHE_BYTES
     scans: int = field(default=0, init=False)
 
     def _query(self) -> str:
@@ -169,10 +173,18 @@ class TrajectoryTable:
             codes, tcodes = b[0].astype(np.int64), b[1].astype(np.int64)
             return prepare_block(codes, tcodes, b[2] / 1e6, b[3], b[4], limits, draws, has_trip)
 
+        kept: list[Any] | None = []  # pass 1's prepared trips while they fit ``cache_bytes``
+        held = 0
         for b in self._blocks():
             start = len(recorder.draws)
             out = prepare(b, recorder)
             per_block.append(recorder.draws[start:])
+            if kept is not None:
+                held += out.trips.x.nbytes * 3 + out.trips.offsets.nbytes * 2
+                if held <= self.cache_bytes:
+                    kept.append(out.trips)
+                else:
+                    kept = None
             if out.trips.n_trips:
                 true_rs += np.bincount(own_levels(out.trips, hier), minlength=hier.levels)
             for k, v in out.counts.items():
@@ -180,8 +192,13 @@ class TrajectoryTable:
 
         def counts_of(selected: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             total: Counts | None = None
-            for b, draws in zip(self._blocks(), per_block, strict=True):
-                trips = prepare(b, _Replay(draws)).trips
+            if kept is not None:
+                blocks = iter(kept)
+            else:
+                blocks = (
+                    prepare(b, _Replay(d)).trips for b, d in zip(self._blocks(), per_block, strict=True)
+                )
+            for trips in blocks:
                 total = merge_counts(total, model.true_counts(trips, selected))
             if total is None:
                 empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
