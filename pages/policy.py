@@ -169,8 +169,9 @@ def _per_user() -> int | None:
         list(UNITS),
         format_func=UNITS.__getitem__,
         key=state.persist("pol_unit", "row", UNITS.__contains__),
-        help="A per-user release (Locations page, with a user column and its public maximum m) spends a "
-        "budget of its own; a per-row release counts m times its ε there, one user's rows being m rows.",
+        help="A per-user release (Locations page, with a user column and its public maximum m; Trajectories "
+        "page, with m = most trips x most fixes per trip) spends a budget of its own; a per-row release "
+        "counts m times its ε there, one user's rows being m rows.",
     )
     if unit == "row":
         return None
