@@ -39,7 +39,7 @@ GRID = "Uniform density grid"
 ACCOUNT = policy_account(sample_dataset_id("us_airports"), DEFAULT_POLICY)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def provider() -> Iterator[str]:
     """A real OIDC provider on 127.0.0.1 (its own thread), with a curator and an officer; its base URL."""
     from oidc_provider_mock import User, app
@@ -58,7 +58,7 @@ def provider() -> Iterator[str]:
         thread.join()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def signed_app(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The app with sign-in through ``provider`` and roles; the airports DP account has a budget of 5 and
     needs approval above ε = 0.3."""
@@ -118,7 +118,7 @@ def _new_page(browser: Browser) -> Page:
     return context.new_page()
 
 
-def test_curator_requests_officer_approves_ledger_shows_both(browser: Browser, signed_app: Server) -> None:
+def _four_eyes_walk(browser: Browser, signed_app: Server) -> None:
     page = _new_page(browser)
     try:
         _sign_in(page, signed_app, "carla")
@@ -152,7 +152,7 @@ def test_curator_requests_officer_approves_ledger_shows_both(browser: Browser, s
         page.context.close()
 
 
-def test_a_signed_in_curator_cannot_raise_a_budget(browser: Browser, signed_app: Server) -> None:
+def _curator_refused_walk(browser: Browser, signed_app: Server) -> None:
     page = _new_page(browser)
     try:
         _sign_in(page, signed_app, "carla")
@@ -166,9 +166,15 @@ def test_a_signed_in_curator_cannot_raise_a_budget(browser: Browser, signed_app:
         expect(body.get_by_text("Only a privacy officer may open the Requests page").first).to_be_visible()
         ledger = Ledger(signed_app.ledger_url)
         try:
-            assert [e.user for e in ledger.budget_history(ACCOUNT)] == [OFFICER]
+            assert [e.user for e in ledger.budget_history(ACCOUNT)] == [OFFICER]  # unchanged
         finally:
             ledger.close()
     finally:
         screenshot(page, "test_walk_roles_curator_refused")
         page.context.close()
+
+
+def test_sign_in_walks(browser: Browser, signed_app: Server) -> None:
+    """Both walks on one app and provider (each in its own browser context): one server start."""
+    _curator_refused_walk(browser, signed_app)
+    _four_eyes_walk(browser, signed_app)
