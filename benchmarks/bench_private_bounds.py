@@ -5,7 +5,9 @@ cancer (30, 569) and the Marketing sample (4 features the walks use, and all 26 
 Per data set, over ``--runs`` estimates: the median over features of the share of the true range [min, max]
 the estimate covers, the share of values inside the estimate, and the estimate's width over the true
 range's; the baseline in the same run is the data's own min and max (non-private: coverage 1, width 1).
-More features split ε_b further (ε_b / 2d per quantile), so fewer rows per feature mean worse bounds.
+More features split ε_b further (ε_b / 2d per quantile), so fewer rows per feature mean worse bounds. Each
+data set's row count is printed next to the rank error R the Data page states before spending
+(``BoundsStep.rank_error``): where R exceeds the rows, the quantiles are near-uniform picks from the grid.
 
     .venv/bin/python benchmarks/bench_private_bounds.py [--runs 20] [--epsilon 0.1]
 """
@@ -53,6 +55,8 @@ def measure(X: np.ndarray, epsilon: float, runs: int, alpha: float) -> dict[str,
         inside.append(((X >= lo) & (X <= hi)).mean(axis=0))
         width.append((hi - lo) / span)
     return {
+        "rows": X.shape[0],
+        "stated rank error R (95%)": step.rank_error(),  # what the Data page says before spending
         "coverage": float(np.median(cover)),
         "rows inside": float(np.median(inside)),
         "width / true range": float(np.median(width)),

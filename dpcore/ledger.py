@@ -243,6 +243,7 @@ for _table in ADDED_TABLES:  # a past event is never rewritten or deleted, whoev
         ).execute_if(dialect="postgresql"),
     )
 _COST_COLS = (_releases.c.epsilon, _releases.c.delta, _releases.c.parallel_group)
+_PART_JSON = '{"part_of": '  # how a preparation step's parameters start (json.dumps of {"part_of": id})
 
 
 @dataclass(frozen=True)
@@ -366,6 +367,13 @@ class ReleaseRecord:
     partition_key: str | None
     inserted: bool = field(default=False, compare=False)
 
+    @property
+    def part_of(self) -> str | None:
+        """The request id of the release this row is a private preparation step of (``spend``'s
+        ``preparation``: its own row, e.g. bounds estimated privately), or None for a release."""
+        parent = self.parameters.get("part_of")
+        return parent if isinstance(parent, str) else None
+
 
 #: The stored fields of a release (the columns of ``releases`` that :class:`ReleaseRecord` reads).
 _STORED = tuple(f.name for f in fields(ReleaseRecord) if f.name != "inserted")
@@ -403,7 +411,7 @@ class BudgetStatus:
     delta_spent: float
     epsilon_left: float
     delta_left: float
-    n_releases: int
+    n_releases: int  # by request: a release's preparation steps (its extra rows) are part of it
     created: str
     updated: str
     n_charged: int = 0  # releases of related accounts charged here (dpcore.accounts)
@@ -774,7 +782,7 @@ class Ledger:
                     "calibration": "",
                     "epsilon": _epsilon(eps, f"The epsilon of the {step} step"),
                     "delta": 0.0,
-                    "parameters": _to_json({"part_of": row["request_id"]}),
+                    "parameters": _to_json({"part_of": row["request_id"]}),  # starts with _PART_JSON
                     "artifact_path": None,
                     "artifact_hash": None,
                 }
@@ -1094,14 +1102,19 @@ class _Spend(NamedTuple):
     epsilon: float
     delta: float
     group: str | None
+    part: bool = False  # a private preparation step of a release (its own row), not a release
 
 
 def _spends(conn: sa.Connection, dataset_id: str | None) -> list[_Spend]:
     """The checked debits of every release of ``dataset_id`` (of all datasets for None), oldest first."""
-    query = sa.select(_releases.c.account, _releases.c.id, *_COST_COLS).order_by(_releases.c.id)
+    part = _releases.c.parameters.startswith(_PART_JSON, autoescape=True)
+    query = sa.select(_releases.c.account, _releases.c.id, *_COST_COLS, part).order_by(_releases.c.id)
     if dataset_id is not None:
         query = query.where(_releases.c.dataset_id == dataset_id)
-    return [_Spend(key, row_id, *_checked_spend(row_id, *cost)) for key, row_id, *cost in conn.execute(query)]
+    return [
+        _Spend(key, row_id, *_checked_spend(row_id, *cost), bool(is_part))
+        for key, row_id, *cost, is_part in conn.execute(query)
+    ]
 
 
 def _invalid(what: str) -> LedgerUnavailable:
@@ -1214,7 +1227,8 @@ _Charge = tuple[Fraction, Fraction, tuple[str, str] | None]  # eps, delta, (acco
 
 @dataclass(frozen=True)
 class _Charged:
-    """What ``target`` is charged: one (eps, delta, group) per release, and how many are its own."""
+    """What ``target`` is charged: one (eps, delta, group) per ledger row, and how many releases (by
+    request: without their preparation steps' rows) are its own and of related accounts."""
 
     charges: list[_Charge]
     own: int
@@ -1226,18 +1240,19 @@ def _charges(target: Account, spends: Iterable[_Spend]) -> _Charged:
     :func:`dpcore.accounts.convert`. A parallel group stays one (by its account and name) where both
     units are one row; charged to or from an account of users it composes sequentially."""
     charges: list[_Charge] = []
-    own = 0
+    own = related = 0  # releases, by request: a release's preparation steps are not counted again
     for spend in spends:
         source = Account.parse(spend.account)
         k = relation_factor(source, target)
         converted = None if k is None else convert(_exact(spend.epsilon), _exact(spend.delta), k)
         if converted is None:
             continue
-        own += source.key == target.key
+        own += source.key == target.key and not spend.part
+        related += source.key != target.key and not spend.part
         keep = source.key == target.key or _row_units(source, target)
         group = (source.key, spend.group) if spend.group is not None and keep else None
         charges.append((*converted, group))
-    return _Charged(charges, own, len(charges) - own)
+    return _Charged(charges, own, related)
 
 
 def _row_units(*accounts: Account) -> bool:

@@ -232,7 +232,8 @@ class ReleasePlan:
 
     def _check_private_bounds(self) -> None:
         """A private bounds step (:mod:`dpcore.private_bounds`) bounds k-means features under differential
-        privacy; its neighbours are the release's."""
+        privacy; its neighbours are the release's. Refused in demo mode: OpenDP draws from its own entropy,
+        so the seed could not reproduce the release."""
         from dpcore.private_bounds import BoundsStep
 
         family = _ACCOUNT_FAMILY[self.definition]
@@ -240,6 +241,12 @@ class ReleasePlan:
             raise PolicyError(
                 "Bounds estimated privately are a differential privacy step of a k-means release; give "
                 f"public bounds for {self.spec.label} under {self.definition_label}."
+            )
+        if self.mode == "demo":
+            raise PolicyError(
+                "Bounds estimated privately are not available in demo mode: OpenDP's quantile draws from "
+                "its own randomness, so the release could not be reproduced from the demo seed. Switch to "
+                "secure mode to release with private bounds, or give public bounds on the Data page."
             )
         step = BoundsStep.from_dict({**self.private_bounds, "neighbours": self._relation().kind})
         if "neighbours" in self.private_bounds and self.private_bounds["neighbours"] != step.neighbours:

@@ -24,12 +24,12 @@ import numpy as np
 
 from dpcore.errors import ParameterError
 
-__all__ = ["CANDIDATES", "MECHANISM", "BoundsStep"]
+__all__ = ["CANDIDATES", "LABEL", "MECHANISM", "BoundsStep"]
 
 MECHANISM = "private_bounds"
 _POWERS = 10.0 ** (np.arange(-24, 57) / 8)  # 1e-3 .. 1e7, 8 per decade
 CANDIDATES: np.ndarray = np.concatenate([-_POWERS[::-1], [0.0], _POWERS])
-LABEL = "Bounds estimated privately (OpenDP DP quantile)"
+LABEL = "bounds estimated privately (OpenDP quantile)"  # its ledger row, in words
 
 
 def _exact(x: float) -> Fraction:
@@ -85,6 +85,23 @@ class BoundsStep:
             q = math.nextafter(q, 0.0)
         return q
 
+    def rank_error(self, beta: float = 0.05) -> float:
+        """Rows by which each quantile may miss its target rank, with probability 1 - ``beta`` whatever the
+        table: the exponential mechanism's bound 2 d_in (ln |C| + ln(1/beta)) / (epsilon_b / 2k) for a rank
+        score of sensitivity d_in over |C| candidates (McSherry & Talwar 2007). A table with not many more
+        rows than this gets bounds close to random picks from the grid, which may miss its data entirely."""
+        return 2 * self.d_in * (math.log(len(self.candidates)) + math.log(1 / beta)) / self.per_quantile
+
+    def accuracy(self) -> str:
+        """What ε_b buys, in words a curator can check against the table's size (which is not public)."""
+        rows = self.rank_error()
+        return (
+            f"each quantile may be off by up to {rows:,.0f} rows (95%), so only a table with many more rows "
+            f"than {rows:,.0f} gets bounds near its {self.alpha:.0%}–{1 - self.alpha:.0%} range; with fewer, "
+            "the bounds are close to random values of the grid and can miss the data entirely (a larger ε_b "
+            "or fewer features help)"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "features": list(self.features),
@@ -112,7 +129,8 @@ class BoundsStep:
         return (
             f"lower and upper bounds of {', '.join(self.features)} estimated privately at release: OpenDP's "
             f"DP quantile at {self.alpha:g} and {1 - self.alpha:g} on a fixed grid (±1e-3..1e7), ε_b = "
-            f"{self.epsilon:g} in all ({len(self.features) * 2} quantiles), then scaling: {self.scaling}"
+            f"{self.epsilon:g} in all ({len(self.features) * 2} quantiles), then scaling: {self.scaling}; "
+            f"{self.accuracy()}"
         )
 
     def _measurement(self, alpha: float, scale: float) -> Any:

@@ -668,7 +668,7 @@ def make_release(
     from dpcore.mechanisms import Sampler
 
     folder = artifacts_folder(artifacts_dir)
-    previous = ledger.release_by_request(request_id)
+    previous = ledger.release_by_request(check_request_id(request_id))  # never a step's "<id>/<step>" row
     if previous is not None:
         if previous.account != plan.account.key:
             raise LedgerError(

@@ -17,6 +17,7 @@ from dpcore.data import (
 from dpcore.data.dictionary import MAX_DICTIONARY_BYTES
 from dpcore.data.io import NOTES_ATTR
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
+from dpcore.private_bounds import BoundsStep
 from ui import datasets, roles, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
@@ -532,11 +533,12 @@ def _features(ds: state.Dataset) -> None:
             format="%.3f",
             key=state.persist(datasets.PRIVATE_EPS_KEY, 0.1, _eps_b_ok),
         )
+        buys = f": {BoundsStep(tuple(unbounded), eps_b).accuracy()}" if unbounded else ""
         st.caption(
-            f"Each of the {2 * len(unbounded)} quantiles gets ε_b / {2 * len(unbounded) or 1}; a quantile "
-            "needs many rows at a small ε, so with few rows the bounds come out loose (Marketing's 2,216 "
-            "rows, 4 features at ε_b = 0.1: covering the data but about 470 times wider), so more noise "
-            "in the release. Public bounds are better when you have them."
+            f"Each of the {2 * len(unbounded)} quantiles gets ε_b / {2 * len(unbounded) or 1}{buys}. Even on "
+            "a large table the bounds come out wider than the data (Marketing's 2,216 rows, 4 features at "
+            "ε_b = 0.1: hundreds of times wider), so more noise in the release. Public bounds are better "
+            "when you have them."
         )
     data_bounds = st.checkbox(
         f"Use bounds from the data (leaks information: not private; {DATA_DERIVED})",
@@ -589,7 +591,8 @@ def _prepared(ds: state.Dataset) -> None:
         st.info(
             f"The bounds of {md(', '.join(p.private_bounds['features']))} will be estimated privately when a "
             f"release runs (ε_b = {p.private_bounds['epsilon']:g}, debited with it); comparisons use the "
-            "data's range until then."
+            "data's range until then. Not available in demo mode (OpenDP's randomness is not the demo "
+            "seed's, so the release could not be reproduced)."
         )
     for leak in p.leaks:
         st.warning(f"Leak: {md(leak)}")

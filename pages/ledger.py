@@ -34,7 +34,9 @@ NUMBERS = {
 }
 IDS = {
     column: st.column_config.TextColumn(column, width="small")
-    for column in ("request id", "dataset id", "account", "artifact SHA-256", "dataset fingerprint")
+    for column in (
+        "request id", "part of request", "dataset id", "account", "artifact SHA-256", "dataset fingerprint"
+    )
 }
 WORDS = {  # long sentences: cut to the column, shown in full on hover
     column: st.column_config.TextColumn(column, width="medium")
@@ -116,7 +118,10 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
         st.info("No releases yet. Releases are made on the K-means and Locations pages.")
         return
     st.dataframe(frame, hide_index=True, column_config={**NUMBERS, **IDS, **WORDS})
-    st.caption("Mode DEMO: made in demo mode with a fixed seed, on a demo account; not a privacy release.")
+    st.caption(
+        "Mode DEMO: made in demo mode with a fixed seed, on a demo account; not a privacy release. A row "
+        "marked ↳ is a private step of the release above it (its own ε, debited with it)."
+    )
     st.download_button(
         "Download the ledger as CSV",
         data=csv_bytes(_visible(releases_frame(ledger, shown, for_csv=True), approvers)),
@@ -130,7 +135,8 @@ def _releases(ledger: Ledger, ds: state.Dataset | None) -> None:
 def _visible(frame: pd.DataFrame, approvers: dict[str, str]) -> pd.DataFrame:
     """The rows of datasets this user may see, with who approved each release (empty without approval)."""
     frame = frame[frame["dataset id"].map(roles.may_see_dataset).astype(bool)].copy()
-    frame.insert(frame.columns.get_loc("user") + 1, "approved by", frame["request id"].map(approvers))
+    release = frame["part of request"].fillna(frame["request id"])  # a step was approved with its release
+    frame.insert(frame.columns.get_loc("user") + 1, "approved by", release.map(approvers))
     return frame
 
 

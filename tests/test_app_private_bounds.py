@@ -12,7 +12,7 @@ import pandas as pd
 
 from dpcore import config
 from dpcore.ledger import Ledger
-from dpcore.private_bounds import MECHANISM
+from dpcore.private_bounds import LABEL, MECHANISM
 from tests.prep_table import edit_table
 from tests.test_app_dataset_name import _ok, _open, _release, _save_budget, _upload
 
@@ -25,6 +25,7 @@ def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_tran
     edit_table(at, features=["x", "y"], bounds={"y": ("0", "10")})
     at.checkbox(key="data_private_bounds").check().run()
     at.number_input(key="data_private_eps").set_value(0.25).run()
+    assert any("off by up to 129 rows (95%)" in c.value for c in at.caption)  # what ε_b buys, before spending
     at.radio(key="data_scaling").set_value("minmax").run()
     at.button(key="data_prepare").click().run()
     prepared = _ok(at).session_state["dp_dataset"].prepared
@@ -51,5 +52,10 @@ def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_tran
         ledger.close()
     lo, hi = manifest["estimated_bounds"]["x"]
     assert lo < hi and manifest["private_bounds"]["epsilon"] == 0.25
+    at.switch_page("pages/ledger.py").run()  # the bound step reads as part of its release, not a release
+    (rows,) = [d.value for d in _ok(at).dataframe if "request id" in d.value.columns]
+    assert rows["mechanism"].tolist() == ["DP-Lloyd (SuLQ)", f"↳ {LABEL} for {release.request_id}"]
+    (accounts,) = [d.value for d in at.dataframe if "ε left" in d.value.columns]
+    assert accounts["releases"].tolist() == [1] and accounts["ε left"].tolist() == [0.0]
     again = _open(at.query_params["s"])  # a reload restores the choice of private bounds with its ε_b
     assert again.session_state["dp_dataset"].prepared.private_bounds == prepared.private_bounds

@@ -16,6 +16,8 @@ import pandas as pd
 from dpcore.ledger import Account, BudgetStatus, Ledger, ReleaseRecord, relation_factor
 from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
+from dpcore.private_bounds import LABEL as PRIVATE_BOUNDS_LABEL
+from dpcore.private_bounds import MECHANISM as PRIVATE_BOUNDS
 from dpcore.report import short_id
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "dataset_label",
     "definition_words",
     "fingerprints",
+    "grouped",
+    "mechanism_words",
     "release_labels",
     "releases_frame",
     "unbounded_notes",
@@ -52,6 +56,7 @@ _RELEASE_COLUMNS = [
     "calibration",
     "composition",
     "request id",
+    "part of request",
     "dataset id",
     "account",
     "artifact SHA-256",
@@ -71,24 +76,46 @@ def dataset_label(dataset_id: str, names: Mapping[str, str]) -> str:
     return names.get(dataset_id) or f"dataset {dataset_id} (name not recorded)"
 
 
+#: A release's private preparation steps (``ReleaseRecord.part_of``), in words.
+_STEPS = {PRIVATE_BOUNDS: PRIVATE_BOUNDS_LABEL}
+
+
 def _mechanism_labels() -> dict[str, str]:
     return {key: label for domain in DOMAINS for key, label in registry(domain).labels().items()}
 
 
+def mechanism_words(record: ReleaseRecord, labels: Mapping[str, str]) -> str:
+    """A ledger row's mechanism in words; a preparation step says which release it is part of."""
+    if record.part_of is not None:
+        return f"↳ {_STEPS.get(record.mechanism, record.mechanism)} for {record.part_of}"
+    return labels.get(record.mechanism, record.mechanism)
+
+
+def grouped(records: list[ReleaseRecord]) -> list[ReleaseRecord]:
+    """Ledger rows newest first, each release's preparation steps right under it."""
+    parent = {r.request_id: r.id for r in records if r.part_of is None}
+    def key(r: ReleaseRecord) -> tuple[int, bool]:
+        return -parent.get(r.part_of or r.request_id, r.id), r.part_of is not None
+
+    return sorted(records, key=key)
+
+
 def releases_frame(ledger: Ledger, dataset_id: str | None = None, *, for_csv: bool = False) -> pd.DataFrame:
-    """Releases (of one dataset, or all), newest first, one readable column per fact, identifiers last.
+    """Releases (of one dataset, or all), newest first, one readable column per fact, identifiers last;
+    a release's preparation steps (e.g. bounds estimated privately, its own ε) on rows right under it, with
+    its request id in "part of request".
 
     ``for_csv`` adds the release parameters (JSON), the stored zip's file name (its folder is the server's
     business) and the parallel-composition group and partition, for an audit trail that needs nothing else.
     """
-    records: list[ReleaseRecord] = ledger.releases(dataset_id=dataset_id)[::-1]
+    records = grouped(ledger.releases(dataset_id=dataset_id))
     names = ledger.dataset_names()
     labels = _mechanism_labels()
     frame = pd.DataFrame(
         {
             "time (UTC)": [r.time[:19].replace("T", " ") for r in records],
             "dataset": [dataset_label(r.dataset_id, names) for r in records],
-            "mechanism": [labels.get(r.mechanism, r.mechanism) for r in records],
+            "mechanism": [mechanism_words(r, labels) for r in records],
             "privacy definition": [definition_words(r.definition) for r in records],
             "neighbour relation": [r.relation for r in records],
             "ε": [r.epsilon for r in records],
@@ -98,6 +125,7 @@ def releases_frame(ledger: Ledger, dataset_id: str | None = None, *, for_csv: bo
             "calibration": [r.calibration for r in records],
             "composition": [r.composition for r in records],
             "request id": [r.request_id for r in records],
+            "part of request": [r.part_of for r in records],
             "dataset id": [r.dataset_id for r in records],
             "account": [r.account for r in records],
             "artifact SHA-256": [r.artifact_hash for r in records],
