@@ -43,6 +43,19 @@ def _decide(request: approvals.Request, verdict: str) -> None:
     st.rerun()
 
 
+def _retry(request: approvals.Request) -> None:
+    """Run an approved request's release again (the same request id: debited once, whoever runs it)."""
+    refused = roles.refusal("release an approved request", roles.OFFICER)
+    if refused is not None:
+        st.error(refused)
+        return
+    with user_errors("releasing the approved request") as outcome:
+        message = approve(request)
+    if not outcome.failed:
+        st.session_state[FLASH_KEY] = message
+        st.rerun()
+
+
 def _pending(request: approvals.Request, confirmed: tuple[str, str] | None) -> None:
     st.text_input(
         "Reason (required to deny; recorded with your name)",
@@ -89,6 +102,24 @@ with user_errors("reading the requests"):
             st.markdown(state_line(request))
             render_request(request, request.ticket)
             _pending(request, confirmed)
+    stuck = [  # approved, but its release did not finish (a fault after the approval): run it again
+        r
+        for r in everything
+        if r.state == "approved"
+        and not (r.origin or {}).get("whole")
+        and ledger.release_by_request(r.request_id) is None
+    ]
+    for request in stuck:
+        with st.container(border=True):
+            st.markdown(state_line(request))
+            clicked = st.button(
+                "Release the approved request",
+                key=f"req_retry_{request.ticket}",
+                on_click=_confirm,
+                args=(request.ticket, "retry"),
+            )
+            if clicked and confirmed == (request.ticket, "retry"):
+                _retry(request)
     decided = [r for r in everything if r.state != "pending"]
     if decided:
         st.header("Decided and expired, newest first")

@@ -282,3 +282,24 @@ def _load_hidden(folder: str) -> None:
         st.markdown("loaded")
     except DataError as err:
         st.markdown("refused: may not load" if "may not load" in str(err) else str(err))
+
+
+def test_an_approval_whose_release_did_not_finish_is_released_from_the_requests_page(
+    app_path: str, dataset: Dataset
+) -> None:
+    ledger = Ledger(config.ledger_url())
+    plan_account = policy_account(dataset.dataset_id, DEFAULT_POLICY)
+    ledger.set_budget(plan_account, 1.0, user="olivia@example.org", reason="start")
+    approvals.set_rule(ledger, plan_account, "all", user="olivia@example.org", reason="review")
+    curator = _panel(CARLA, dataset)
+    next(b for b in curator.button if b.key.startswith("fake_request_")).click().run()
+    [request] = approvals.requests(ledger)
+    approvals.decide(
+        ledger, request.ticket, approve=True, user="omar@example.org", reason="ok"
+    )  # then a fault
+    officer = _app(app_path, OLIVIA, None, "pages/requests.py")
+    next(b for b in officer.button if b.label == "Release the approved request").click().run()
+    assert not _errors(officer) and any("Approved and released" in s.value for s in officer.success)
+    assert [r.user for r in ledger.releases(plan_account)] == ["carla@example.org"]
+    officer.run()
+    assert "Release the approved request" not in [b.label for b in officer.button]
