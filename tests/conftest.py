@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# One OpenMP and one BLAS thread per test process, as app.py and ui/serve.py give the app: with two xdist
+# workers on two cores, scikit-learn's spinning OpenMP threads made k-means fits 10-20x slower under load
+# (20 s instead of 1 s for test_limits' MCMC chains). Set before numpy and scikit-learn load them (they read
+# these once); subprocesses (batch jobs, spawned writers) inherit them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 pytest_plugins = ["tests.postgres_server"]  # postgres_server and ledger_url fixtures
 
