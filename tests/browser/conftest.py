@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -37,6 +38,7 @@ CHROMIUM_ARGS = [
 UPLOAD_LIMIT_MB = 1
 STARTUP_TIMEOUT_S = 60.0
 APP_TIMEOUT_MS = 90_000  # a wait on page state: long enough for a rerun on a loaded 2-core machine
+expect.set_options(timeout=APP_TIMEOUT_MS)  # assertions wait as long as actions (Playwright's default: 5 s)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

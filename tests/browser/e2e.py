@@ -106,6 +106,12 @@ def select(page: Page, label: str, option: str, *, scope: Locator | None = None)
     expect(box.locator("input").first).to_have_value(option)
 
 
+def table_uploader(page: Page) -> Locator:
+    """The Data page's file input for a table (not the data dictionary's, drawn once a table is loaded)."""
+    box = main(page).get_by_test_id("stFileUploader").filter(has_text="Upload a table")
+    return box.get_by_test_id("stFileUploaderDropzoneInput")
+
+
 def import_dictionary(page: Page, text: str, name: str = "dictionary.csv") -> None:
     """On the Data page: import a data dictionary CSV (one upload) and wait until it is applied."""
     box = main(page).get_by_test_id("stFileUploader").filter(has_text="Import a data dictionary")

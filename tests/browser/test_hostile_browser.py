@@ -9,7 +9,16 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import UPLOAD_LIMIT_MB, wait_for_app
-from tests.browser.e2e import MARKETING, assert_no_exception, choose_radio, go, load_sample, main, set_number
+from tests.browser.e2e import (
+    MARKETING,
+    assert_no_exception,
+    choose_radio,
+    go,
+    load_sample,
+    main,
+    set_number,
+    table_uploader,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -24,8 +33,7 @@ BAD_UPLOADS = [
 
 
 def _upload(page: Page, name: str, content: bytes, mime: str = "text/csv") -> None:
-    chooser = main(page).get_by_test_id("stFileUploaderDropzoneInput")
-    chooser.set_input_files(files=[{"name": name, "mimeType": mime, "buffer": content}])
+    table_uploader(page).set_input_files(files=[{"name": name, "mimeType": mime, "buffer": content}])
     wait_for_app(page)
 
 

@@ -25,6 +25,7 @@ from tests.browser.e2e import (
     main,
     release_file_names,
     set_number,
+    table_uploader,
 )
 
 pytestmark = pytest.mark.browser
@@ -48,7 +49,7 @@ def test_trajectories_upload_compare_release_and_ledger(page: Page, server: Serv
 
     go(page, "Data")
     choose_radio(page, "Upload a file")
-    body.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(data))
+    table_uploader(page).set_input_files(str(data))
     wait_for_app(page)
     expect(page.get_by_test_id("stSidebar").get_by_text(data.name).first).to_be_visible()
 

@@ -32,6 +32,7 @@ from tests.browser.e2e import (
     release_file_names,
     select,
     set_number,
+    table_uploader,
 )
 
 pytestmark = pytest.mark.browser
@@ -128,7 +129,7 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     # 1. Data: upload the file; latitude/longitude inferred, no missing values
     go(page, "Data")
     choose_radio(page, "Upload a file")
-    body.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(DATA))
+    table_uploader(page).set_input_files(str(DATA))
     wait_for_app(page)
     expect(sidebar.get_by_text(NAME).first).to_be_visible()
     n_rows = len(pd.read_csv(DATA))
