@@ -33,6 +33,8 @@ DEFINITIONS = {
     "dp_lloyd": "pure_dp",
     "blowfish": "blowfish",
     "dp_lloyd_mcmc": "pure_dp",
+    "gaussian_lloyd": "approx_dp",
+    "lsh_coreset": "approx_dp",
 }
 FORBIDDEN = ("seed 0", "MECHANISMS", "Sigma =", "Σ =", "Σ_k =", "||u_p||")
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -77,7 +79,7 @@ def test_every_mechanism_is_one_module_with_a_definition_and_a_plain_summary() -
         module = importlib.import_module(f"dpcore.kmeans.mechanisms.{key}")
         assert module.SPEC is spec and spec.key == key and spec.domain == "kmeans"
         assert spec.definition == DEFINITIONS[key] and spec.is_dp == (DEFINITIONS[key] != "local_pdp")
-        assert spec.needs_delta == (not spec.is_dp)  # the local mechanisms add Gaussian noise
+        assert spec.needs_delta == (DEFINITIONS[key] in ("local_pdp", "approx_dp"))  # Gaussian noise
         assert callable(spec.release) and callable(spec.trial)
         for text in (spec.summary, spec.formula, spec.citation):
             assert text and not any(word in text for word in ("seed", "MECHANISMS", ".md"))
@@ -165,6 +167,10 @@ def test_each_release_holds_only_released_centroids(key: str, inputs: KMeansInpu
     if not KMEANS[key].is_dp:  # ... and the data-dependent values stay in the diagnostics
         np.testing.assert_allclose(out.diagnostics["true_centers"], true_centers)
         assert out.details["calibration"] == "analytic"
+    elif DEFINITIONS[key] == "approx_dp":  # composed exactly; the accountant stays within the budget
+        assert out.details["budget_spent"] == 1.0 and out.details["delta_spent"] == 1e-6
+        assert out.details["gaussian_accounting"]["epsilon_accounted"] <= 1.0
+        assert np.all((centers >= -4) & (centers <= 4))
     else:
         assert math.fsum(e for _, e in out.details["budget_log"]) == 1.0
         assert out.details["budget_spent"] == 1.0

@@ -146,7 +146,7 @@ def _prepare(
             inputs.require_bounds(spec.label)
         if spec.needs_delta:
             for eps in grid:
-                gaussian_ratio(float(eps), delta, params[key]["calibration"])
+                gaussian_ratio(float(eps), delta, params[key].get("calibration", "analytic"))
     return params
 
 
