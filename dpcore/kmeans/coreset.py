@@ -53,6 +53,7 @@ from dpcore.mechanisms import Sampler
 __all__ = [
     "COUNT_SHARE",
     "INIT_SHARE",
+    "FeedRows",
     "GaussianLloydKMeans",
     "InMemoryRows",
     "LSHCoresetKMeans",
@@ -97,6 +98,60 @@ class InMemoryRows:
 
     def nearest(self, centres: NDArray) -> tuple[NDArray, NDArray]:
         return nearest_statistics(self.y, centres)
+
+
+class _CodePass:
+    """Kernel of one tree pass on a block of raw rows: prepared, clipped to the ball, hashed; counts (and
+    sums) of the rows whose code at ``level`` is one of ``nodes``. Picklable (it travels to executors)."""
+
+    def __init__(self, rows: FeedRows, level: int, nodes: NDArray, with_sums: bool) -> None:
+        self.prepare, self.centre, self.radius = rows.prepare, rows.centre, rows.radius
+        self.normals, self.offsets = rows.normals[:level], rows.offsets[:level]
+        self.level, self.nodes, self.with_sums = level, nodes, with_sums
+
+    def __call__(self, raw: NDArray) -> tuple[NDArray, ...]:
+        y = clip_to_ball(self.prepare(raw), self.centre, self.radius)
+        codes = prefix_codes(y, self.normals, self.offsets)[:, self.level]
+        counts, sums = code_statistics(y, codes, self.nodes, self.with_sums)
+        return (counts,) if sums is None else (counts, sums)
+
+
+class _NearestPass:
+    """Kernel of one Gaussian Lloyd round on a block of raw rows: counts and sums by nearest centre."""
+
+    def __init__(self, rows: FeedRows, centres: NDArray) -> None:
+        self.prepare, self.centre, self.radius, self.centres = rows.prepare, rows.centre, rows.radius, centres
+
+    def __call__(self, raw: NDArray) -> tuple[NDArray, ...]:
+        return nearest_statistics(clip_to_ball(self.prepare(raw), self.centre, self.radius), self.centres)
+
+
+class FeedRows:
+    """:class:`RowStatistics` by passes over a feed of raw row blocks (``dpcore.outofcore.kernel.Feed``:
+    in memory, streamed from an engine, or on Spark executors): ``prepare`` maps a raw block to the
+    feature space; each statistic is the sum of the blocks' partials."""
+
+    def __init__(
+        self, feed: Any, prepare: Any, centre: NDArray, radius: float, normals: NDArray, offsets: NDArray
+    ) -> None:
+        self.feed, self.prepare, self.centre, self.radius = feed, prepare, centre, radius
+        self.normals, self.offsets = normals, offsets
+
+    def _reduce(self, kernel: Any, shapes: tuple[tuple[int, ...], ...]) -> tuple[NDArray, ...]:
+        out = self.feed.reduce(kernel)
+        return tuple(np.zeros(s) for s in shapes) if out is None else out
+
+    def level_counts(self, level: int, nodes: NDArray) -> NDArray:
+        return self._reduce(_CodePass(self, level, nodes, False), ((nodes.size,),))[0]
+
+    def leaf_statistics(self, level: int, nodes: NDArray) -> tuple[NDArray, NDArray]:
+        d = self.normals.shape[1]
+        counts, sums = self._reduce(_CodePass(self, level, nodes, True), ((nodes.size,), (nodes.size, d)))
+        return counts, sums
+
+    def nearest(self, centres: NDArray) -> tuple[NDArray, NDArray]:
+        counts, sums = self._reduce(_NearestPass(self, centres), (centres.shape[:1], centres.shape))
+        return counts, sums
 
 
 def sensitivities(neighbours: str, radius: float) -> tuple[float, float]:
@@ -238,6 +293,15 @@ class _BallGaussianBase(BaseEstimator, ABC):
         normals, offsets = self._hyperplanes(sampler, data.shape[1], radius)
         rows = InMemoryRows(clip_to_ball(data, centre, radius), normals, offsets)
         return self._fit_rows(rows, data.shape[1], (lower, upper), centre, radius, sampler)
+
+    def fit_feed(self, feed: Any, prepare: Any, n_features: int) -> _BallGaussianBase:
+        """Fit by passes over ``feed`` (blocks of raw rows, ``prepare`` mapping them to the feature space):
+        the same mechanism, for tables that do not fit in memory."""
+        lower, upper, centre, radius = self._check(n_features)
+        sampler = make_sampler(self.random_state)
+        normals, offsets = self._hyperplanes(sampler, n_features, radius)
+        rows = FeedRows(feed, prepare, centre, radius, normals, offsets)
+        return self._fit_rows(rows, n_features, (lower, upper), centre, radius, sampler)
 
     def _hyperplanes(self, sampler: Sampler, d: int, radius: float) -> tuple[NDArray, NDArray]:
         """Public random hyperplanes, one per level: unit normals v_l and offsets b_l = <v_l, u_l> for u_l
