@@ -472,6 +472,18 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
             format_func=view.CALIBRATIONS.__getitem__,
             key=state.persist("km_rel_calibration", "analytic", view.CALIBRATIONS.__contains__),
         )
+    if takes(spec, "radius"):  # the L2-ball mechanisms: the curator's public radius, in the prepared features
+        (radius,) = [p for p in spec.params if p.name == "radius"]
+        params["radius"] = float(
+            st.number_input(
+                radius.label + " (0 = half the bounds box's diagonal)",
+                min_value=0.0,
+                max_value=float(radius.high),
+                format="%.4g",
+                key=state.persist("km_rel_radius", 0.0),
+                help=radius.help,
+            )
+        )
     _mechanism_header(mech, summary=False)
     if takes(spec, "graph"):
         graph = _graph()

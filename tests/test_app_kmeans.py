@@ -244,8 +244,8 @@ def test_singleton_cluster_blocks_only_the_local_mechanisms(tiny: Dataset):
         "DP-Lloyd (SuLQ)",
         "Blowfish k-means",
         "DP-Lloyd + MCMC",
-        "DP-Lloyd (L2 ball, Gaussian)",
-        "Private summary (LSH tree) + k-means++",
+        "Gaussian DP-Lloyd (L2 ball)",
+        "Private summary + k-means++",
     ]
     at.select_slider(key="km_eps_range").set_value((1.0, 2.0))
     at.number_input(key="km_trials").set_value(2)

@@ -52,7 +52,7 @@ SPEC = KMEANS.register(
     MechanismSpec(
         domain="kmeans",
         key=KEY,
-        label="DP-Lloyd (L2 ball, Gaussian)",
+        label="Gaussian DP-Lloyd (L2 ball)",
         definition="approx_dp",
         summary=(
             "Starts from centres found on a private summary of the rows (so they lie where the data are), "

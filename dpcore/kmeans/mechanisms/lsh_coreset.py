@@ -42,7 +42,7 @@ SPEC = KMEANS.register(
     MechanismSpec(
         domain="kmeans",
         key=KEY,
-        label="Private summary (LSH tree) + k-means++",
+        label="Private summary + k-means++",
         definition="approx_dp",
         summary=(
             "Builds one private summary of the rows, a few hundred weighted points found by splitting "
