@@ -8,9 +8,12 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from dpcore.data import infer_schema, prepare
 from dpcore.errors import ParameterError
+from dpcore.kmeans import KMeansInputs
 from dpcore.kmeans.ball import (
     ball_geometry,
     clip_to_ball,
@@ -23,7 +26,9 @@ from dpcore.kmeans.gaussian_accounting import accountant_epsilon, gaussian_spend
 from dpcore.kmeans.mechanisms.dp_lloyd import build as dp_lloyd_build
 from dpcore.ledger import Ledger
 from dpcore.mechanisms import Sampler, analytic_delta, gaussian_ratio
-from dpcore.outofcore.run_plan import run_plan
+from dpcore.outofcore.run_plan import in_memory, run_plan
+from dpcore.report import make_release
+from tests.test_outofcore import BOUNDS
 from tests.test_run_plan import approx_plan, dashboard_release, people_source
 
 SHARES = {"counts": (0.2, 21), "sums": (0.8, 1)}
@@ -225,15 +230,21 @@ def test_both_beat_box_dp_lloyd_in_many_dimensions() -> None:
 # ---------------------------------------------------------------- plan, ledger and run-plan
 
 
-def test_run_plan_releases_a_gaussian_plan_and_debits_epsilon_and_delta(tmp_path: Path) -> None:
+def test_run_plan_releases_a_gaussian_plan_out_of_core_as_the_dashboard_does(tmp_path: Path) -> None:
     df, path = people_source(tmp_path, 600)
     manifest, _ = dashboard_release(tmp_path, df)
     plan = approx_plan(manifest, "lsh_coreset")
-    assert plan.definition == "approx_dp" and "δ = 1e-06" in plan.guarantee
+    assert plan.definition == "approx_dp" and "δ = 1e-06" in plan.guarantee and not in_memory(plan)
+    prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
+    dash = Ledger.initialise(f"sqlite:///{tmp_path / 'dash.db'}")
+    dash.set_budget(plan.account, epsilon=5.0, delta=1e-3)
+    kw = {"user": "u", "name": "kmeans", "request_id": "dash-2"}
+    memory = make_release(dash, plan, KMeansInputs.from_prepared(prep), artifacts_dir=tmp_path / "m", **kw)
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     ledger.set_budget(plan.account, epsilon=5.0, delta=1e-3)
     rel = run_plan(plan.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path / "out", user="u")
     assert len(rel.table) == 3 and not rel.manifest["is_local"]
+    pd.testing.assert_frame_equal(rel.table, memory.table, check_exact=False, rtol=1e-9)
     accounting = rel.manifest["details"]["gaussian_accounting"]
     assert accounting["epsilon_accounted"] <= 1.0 and accounting["delta"] == 1e-6
     status = ledger.budget(plan.account)

@@ -58,7 +58,7 @@ from dpcore.trajectory.plan_steps import read_trajectory_steps
 
 #: Mechanisms whose passes run out of core, by domain.
 OUT_OF_CORE = {
-    "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS),
+    "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS, "gaussian_lloyd", "lsh_coreset"),
     "location": LOCATION_KEYS,
     "trajectory": ("dpt", "markov_grid"),
 }

@@ -1,7 +1,8 @@
 """Shared by the Gaussian L2-ball mechanisms (private LSH coreset, Gaussian DP-Lloyd): release and trial.
 
 Each builds its estimator with ``build(epsilon, delta, bounds, params, sampler)``; a release fits it once
-with the sampler it is given and publishes its centres with the exact Gaussian accounting in the manifest
+with the sampler it is given (on ``inputs.X``, or by passes over the feed of a :class:`FeedSource`, e.g. a
+table in an out-of-core engine) and publishes its centres with the exact Gaussian accounting in the manifest
 (:meth:`dpcore.kmeans.gaussian_accounting.GaussianSpend.details`); a trial fits it once per (eps, trial)
 with diagnostic noise and matches the centres to the true ones.
 """
@@ -9,7 +10,8 @@ with diagnostic noise and matches the centres to the true ones.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +42,21 @@ TREE_DEPTH = Param(
     high=MAX_DEPTH,
     help="Levels of random splits of the private summary (Chang et al. use 20).",
 )
+
+
+@runtime_checkable
+class FeedSource(Protocol):
+    """Inputs read by passes over a feed of raw row blocks (``dpcore.outofcore.features.TableFeatures``):
+    ``feed()`` opens it, ``scaling_map`` maps a raw block to the feature space."""
+
+    scaling_map: Any
+    n_features: int
+
+    def require_bounds(self, label: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def feed(self) -> AbstractContextManager[Any]: ...
+
+
 Build = Callable[[float, float, tuple[np.ndarray, np.ndarray], dict, Sampler], Any]
 FEW_CENTRES = (
     "the private summary had only {m} distinct points, fewer than K = {k}: some released centres repeat. "
@@ -50,7 +67,7 @@ FEW_CENTRES = (
 def ball_release(
     key: str,
     build: Build,
-    inputs: KMeansInputs,
+    inputs: KMeansInputs | FeedSource,
     *,
     epsilon: float,
     delta: float,
@@ -62,7 +79,12 @@ def ball_release(
     check_release_sampler(sampler)
     if not delta > 0:
         raise ParameterError(f"{label} adds Gaussian noise: give δ > 0 (e.g. 1e-6, below 1/n).")
-    est = build(float(epsilon), float(delta), inputs.require_bounds(label), params, sampler).fit(inputs.X)
+    est = build(float(epsilon), float(delta), inputs.require_bounds(label), params, sampler)
+    if isinstance(inputs, FeedSource):
+        with inputs.feed() as feed:
+            est.fit_feed(feed, inputs.scaling_map, inputs.n_features)
+    else:
+        est.fit(inputs.X)
     spend = est.spend_
     details: dict[str, Any] = {
         "n_clusters": int(params["n_clusters"]),
