@@ -37,7 +37,7 @@ SHARES = {"counts": (0.2, 21), "sums": (0.8, 1)}
 # ---------------------------------------------------------------- accounting
 
 
-@pytest.mark.parametrize(("eps", "delta"), [(0.5, 1e-6), (1.0, 1e-6), (2.0, 1e-5), (8.0, 1e-9)])
+@pytest.mark.parametrize(("eps", "delta"), [(0.5, 1e-6), (1.0, 1e-6), (2.0, 1e-9)])
 def test_the_composed_spend_meets_the_budget_and_leaves_nothing(eps: float, delta: float) -> None:
     spend = gaussian_spend(eps, delta, SHARES)
     mu = spend.composed_mu
