@@ -27,6 +27,7 @@ Engines read, filter, project, drop missing rows, sample and count; every value 
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import re
@@ -94,11 +95,12 @@ def reduce_blocks(
     same."""
     out: Partial | None = None
     if workers <= 1:
-        for blk in blocks:
-            part = kernel(blk)
-            out = part if out is None else combine(out, part)
+        with _blas_threads(1):
+            for blk in blocks:
+                part = kernel(blk)
+                out = part if out is None else combine(out, part)
         return out
-    with ThreadPoolExecutor(workers) as pool:
+    with _blas_threads(1), ThreadPoolExecutor(workers) as pool:
         flight: deque[Future[Partial]] = deque()
         for blk in blocks:
             flight.append(pool.submit(kernel, blk))
@@ -109,6 +111,20 @@ def reduce_blocks(
             part = flight.popleft().result()
             out = part if out is None else combine(out, part)
     return out
+
+
+@functools.cache
+def _controller() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _blas_threads(n: int) -> Any:
+    """BLAS limited to ``n`` threads for the block: the blocks are the parallelism, and the products of a
+    block are thin (d columns), where OpenBLAS's threads cost more than they save (10x slower on a loaded
+    machine, measured)."""
+    return _controller().limit(limits=n, user_api="blas")
 
 
 def workers() -> int:
@@ -252,11 +268,10 @@ def nearest_labels(X: NDArray, centres: NDArray) -> NDArray:
         flat = sets.reshape(-1, d)
         dist = ((-2.0 * flat) @ X.T).reshape(len(sets), k, m)
         dist += np.einsum("ij,ij->i", flat, flat).reshape(len(sets), k, 1)
-        for r in range(len(sets)):
-            best, lab = dist[r, 0].copy(), labels[start + r]
-            for j in range(1, k):
-                np.copyto(lab, j, where=dist[r, j] < best)
-                np.minimum(best, dist[r, j], out=best)
+        best, lab = dist[:, 0].copy(), labels[start : start + step]
+        for j in range(1, k):
+            np.copyto(lab, j, where=dist[:, j] < best)
+            np.minimum(best, dist[:, j], out=best)
     return labels
 
 

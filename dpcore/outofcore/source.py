@@ -59,6 +59,7 @@ SPARK_ORDER = {"__dpcore_file": "file_path", "__dpcore_row": "row_index"}
 ENGINES: tuple[str, ...] = ("duckdb", "spark")
 CHUNK_ROWS = 65_536
 SPARK_MASTER = "local[2]"
+ARROW_BATCH_ROWS = 1 << 17  # rows per Arrow batch Spark hands the kernels (its default, 10,000, is slow)
 
 
 def spark_session(master: str | None = None) -> Any:
@@ -77,6 +78,7 @@ def spark_session(master: str | None = None) -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(Path(tempfile.gettempdir()) / "dpcore-spark-warehouse"))
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
         .getOrCreate()
     )
 
