@@ -16,6 +16,7 @@ and dropped the missing rows) into a :class:`~dpcore.outofcore.kernel.Feed`:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,13 +83,21 @@ def open_feed(expr: ir.Table, upper_rows: int, dtype: Any = np.float64) -> Itera
     yield feed_of(expr, upper_rows, dtype)
 
 
+def _unpersist(frame: Any) -> None:
+    with contextlib.suppress(Exception):  # the session may be gone
+        frame.unpersist()
+
+
 def feed_of(expr: ir.Table, upper_rows: int, dtype: Any = np.float64, n: int | None = None) -> Feed:
     """A feed without a block to release: in memory when it fits the budget, else streamed (DuckDB) or
-    recomputed by each pass (Spark, not cached); ``n``, the number of rows when the caller knows it,
-    saves a COUNT."""
+    cached by Spark until the feed is collected; ``n``, the number of rows when the caller knows it,
+    saves a COUNT (Spark counts anyway: the count builds its cache)."""
     if is_spark(expr):
-        frame = spark_frame(expr)
-        return SparkFeed(frame, frame.count() if n is None else n)
+        frame = spark_frame(expr).cache()  # computed once (a per-user cap's window and join), not per pass
+        count = frame.count()
+        feed = SparkFeed(frame, count if n is None else n)
+        weakref.finalize(feed, _unpersist, frame)
+        return feed
     if upper_rows * len(expr.columns) * np.dtype(dtype).itemsize <= memory_budget():
         return MemoryFeed(read_rows(expr, upper_rows, dtype))
     return StreamFeed(lambda: _batches(expr), int(expr.count().execute()) if n is None else n)
