@@ -76,7 +76,9 @@ def _ledger(ds: Dataset, eps: float, delta: float, policy: Policy = DEFAULT_POLI
 
 
 def _titles(at: AppTest) -> list[str]:
-    return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+    """Each chart's title as one line (dpcore.plots.style.wrap_title breaks long ones with <br>)."""
+    specs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return [spec["layout"]["title"]["text"].replace("<br>", " ") for spec in specs]
 
 
 def _errors(at: AppTest) -> list[str]:
