@@ -236,7 +236,7 @@ def test_one_person_is_not_distinguishable_beyond_the_claim() -> None:
     cand = _candidate_trips()
     base = [cand[1], cand[4], cand[5]] * 3
     person = [cand[3], cand[3]]
-    eps, runs = 2.0, 300
+    eps, runs = 2.0, 200
     x0, y0, side = plane_box(TINY)
     hits = []
     for table in (base, base + person):
