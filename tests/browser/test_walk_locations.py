@@ -48,7 +48,7 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
     before = ledger.budget(account)  # another test on this server may have spent some already
     spent, n_before = (before.epsilon_spent, before.n_releases) if before else (0.0, 0)
     for other in ledger.budgets(dataset_id):  # the ledger also charges the dataset's related accounts
-        if other.account != account.key and other.mode == "release":  # (geo-indistinguishability, set
+        if other.account != account.key and other.mode == account.mode:  # (geo-indistinguishability, set
             ledger.set_budget(other.account, other.epsilon_spent + 10.0, other.delta_total)  # by other tests)
     set_budget(page, spent + 2.0, 0.0)
 
