@@ -25,8 +25,8 @@ MAX_ROWS = 100  # the table has more rows: the dataset is a sample, drawn with t
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    """No test sees another's kept reads, sample seeds or table lists (kept by connection name)."""
-    kept = (datasets._database_table, datasets._sample_seeds, datasets.database_tables)
+    """No test sees another's kept reads, sample seeds or table lists (kept by connection name and URL)."""
+    kept = (datasets._database_table, datasets._sample_seeds, datasets._database_tables)
     for cache in kept:
         cache.clear()
     yield
@@ -199,3 +199,19 @@ def test_the_ttl_setting_comes_from_the_config_or_the_environment() -> None:
     for bad in (-1, "soon", True, float("inf")):
         with pytest.raises(DataError, match=r"source_cache_ttl_s must be a number of seconds, 0 or more"):
             SourceSettings.from_config({"source_cache_ttl_s": bad}, {})
+
+
+def test_a_connection_given_another_url_is_listed_afresh(warehouse: str, tmp_path: Path) -> None:
+    """The table list is kept by connection name and URL: the same name pointed at another database within
+    the minute lists that database (before, the first database's tables were shown under the new URL)."""
+    at = _open(_secrets(warehouse))
+    at.radio(key="data_source").set_value(DATABASE).run()
+    assert "people" in _ok(at).selectbox(key="data_db_table_warehouse").options
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    engine = sa.create_engine(other)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE visits (n INTEGER)"))
+    engine.dispose()
+    at = _open(_secrets(other))
+    at.radio(key="data_source").set_value(DATABASE).run()
+    assert _ok(at).selectbox(key="data_db_table_warehouse").options == ["visits"]

@@ -133,11 +133,17 @@ def folder_files(folders: tuple[str, ...]) -> dict[str, FolderFile]:
     return {(s.label if labels.count(s.label) == 1 else f"{s.folder}/{s.path}"): s for s in files}
 
 
-@st.cache_data(ttl=60, show_spinner=False)
 def database_tables(name: str) -> list[str]:
     """Tables and views of an allow-listed database (listed again after a minute), stopped at the
     operator's database time limit (``query_timeout_s``)."""
-    return list_tables(database_engine(name), timeout_s=source_settings().query_timeout_s)
+    engine = database_engine(name)
+    return _database_tables(name, engine.url.render_as_string(hide_password=False), engine)
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _database_tables(name: str, url: str, _engine: sa.Engine) -> list[str]:
+    """The listing kept per connection name and URL: a connection given another URL is listed afresh."""
+    return list_tables(_engine, timeout_s=source_settings().query_timeout_s)
 
 
 def _plain(section: Mapping[str, Any]) -> dict[str, Any]:
