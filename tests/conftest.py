@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import ROOT
+
 # One OpenMP and one BLAS thread per test process, as app.py and ui/serve.py give the app: with two xdist
 # workers on two cores, scikit-learn's spinning OpenMP threads made k-means fits 10-20x slower under load
 # (20 s instead of 1 s for test_limits' MCMC chains). Set before numpy and scikit-learn load them (they read
@@ -17,7 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 pytest_plugins = ["tests.postgres_server"]  # postgres_server and ledger_url fixtures
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = ROOT / "app.py"
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@
 format the loader reads (CSV, TSV, semicolon CSV with BOM, gzip CSV, Excel .xlsx, Parquet), byte-level
 pathologies (encodings, NUL bytes, line endings, ragged rows, quoting, truncation, wrong extensions, bombs,
 JSON, which is not a supported format), Parquet-only column types, and the hand-made files of
-``tests.test_hostile_engine.BAD_FILES``. :func:`run_case` pushes one file through
+``tests.system.test_hostile_engine.BAD_FILES``. :func:`run_case` pushes one file through
 ``load_table -> infer_schema -> handle_missing -> prepare`` with the defaults a curator would pick (every
 usable column a feature, rows with missing values dropped, bounds from the data, min-max scaling) and
 classifies the outcome: only a success or a ``DPCoreError`` is acceptable; anything else is a crash, and a
@@ -607,7 +607,7 @@ def seeded_cases(seed: int) -> Iterator[Case]:
 def corpus(seed: int = 0) -> tuple[Case, ...]:
     """Every generated case (issue 25's drawn from ``seed``), then ``BAD_FILES`` of the engine tests (built
     once per process and seed)."""
-    from tests.test_hostile_engine import BAD_FILES
+    from tests.system.test_hostile_engine import BAD_FILES
 
     cases = [*_table_cases(), *_byte_cases(), *_parquet_cases(), *_xlsx_cases(), *seeded_cases(seed)]
     cases += [Case(f"bad file: {case}", name, data) for case, data, name, _ in BAD_FILES]

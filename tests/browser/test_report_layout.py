@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from dpcore.report import html_report
-from tests.test_report import manifest
+from tests.dpcore.test_report import manifest
 
 pytestmark = pytest.mark.browser
 

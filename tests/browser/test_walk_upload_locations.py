@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,10 +33,11 @@ from tests.browser.e2e import (
     set_number,
     table_uploader,
 )
+from tests.paths import DATA as TEST_DATA
 
 pytestmark = pytest.mark.browser
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "la_points.csv"
+DATA = TEST_DATA / "la_points.csv"
 NAME = DATA.name
 GEO = "Geo-indistinguishability (level l within radius r)"
 CUSTOM = "Custom (enter the box below)"
