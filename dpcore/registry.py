@@ -2,17 +2,22 @@
 
 Each mechanism module builds one :class:`MechanismSpec` and registers it in its domain's
 :class:`Registry` (``dpcore.kmeans.registry.KMEANS``, ``dpcore.location.registry.LOCATIONS``). The spec
-declares what the release plan (:mod:`dpcore.plan`) and the pages need: a key, a label, the privacy
-definition the mechanism satisfies, a plain sentence for the curator, the formula (shown on request), the
-papers it comes from (author and year), its parameters (validated once, here), and the callable that
-runs one release. Adding a mechanism is adding one module and importing it from the domain package.
+declares everything a caller needs: a key, a label, the privacy definition the mechanism satisfies, a
+plain sentence for the curator, the formula (shown on request), the papers it comes from (author and
+year), its parameters (validated once, here; the pages draw their widgets from them), the callable that
+runs one release, and optional capabilities: its calibration and neighbour relation (from which
+:func:`guarantee_name` words the guarantee), the diagnostic trial with its metrics, its background cost,
+a noise covariance (for the ellipses), an out-of-core release, a note for the page and a plot colour.
+Pages, ui/, sweeps, plots, plans and batch jobs ask the spec; none of them names a mechanism. Adding a
+mechanism is adding one module and importing it from the domain package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import pandas as pd
 
@@ -20,16 +25,34 @@ from dpcore.errors import ParameterError
 
 __all__ = [
     "DEFINITIONS_DP",
+    "DEFINITION_NAMES",
+    "Calibration",
+    "Covariance",
     "Definition",
     "MechanismOutput",
     "MechanismSpec",
+    "Metric",
     "Param",
     "Registry",
+    "TableInputs",
+    "calibration_name",
+    "guarantee_name",
 ]
 
 Definition = Literal["pure_dp", "approx_dp", "local_pdp", "blowfish", "geo_ind"]
 #: Definitions whose guarantee does not depend on the data it protects (everything but local PDP).
 DEFINITIONS_DP: frozenset[str] = frozenset({"pure_dp", "approx_dp", "blowfish", "geo_ind"})
+#: What a release under each definition satisfies, in words, unless its :class:`Calibration` says more.
+DEFINITION_NAMES: dict[str, str] = {
+    "pure_dp": "differential privacy",
+    "approx_dp": "differential privacy",
+    "blowfish": "Blowfish privacy",
+    "geo_ind": "geo-indistinguishability",
+    "local_pdp": "a local indistinguishability bound",
+}
+#: What a guarantee under each definition does not cover, appended to its name.
+_DEFINITION_LIMITS: dict[str, str] = {"local_pdp": " for this dataset only, not differential privacy"}
+_HEX = re.compile(r"#[0-9a-fA-F]{6}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,12 @@ class Param:
     help: str = ""
     choices: tuple[Any, ...] | None = None
     zero: str = ""  # what the value 0 stands for, in words (e.g. "automatic"), shown in its place
+    #: The value follows the privacy policy: ``from_policy(policy)`` (pages draw no widget for it).
+    from_policy: Callable[[Any], Any] | None = None
+    #: A choice in words, for the widget (default: the value itself).
+    choice_label: Callable[[Any], str] | None = None
+    #: Pages draw no widget for it (a value set elsewhere on the page, e.g. the number of clusters).
+    hidden: bool = False
 
     @property
     def numeric(self) -> bool:
@@ -81,6 +110,53 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Metric:
+    """One score of a mechanism's diagnostic trial: its column in the comparison table, the axis title
+    and the value axis (``"auto"``: log when every value is > 0; ``"unit"``: linear up to 1, e.g. an
+    adjusted Rand index; ``"linear"``). Plots draw any declared metric with its own title."""
+
+    name: str
+    title: str
+    scale: Literal["auto", "unit", "linear"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or not self.title:
+            raise ParameterError(f"A metric needs an identifier name and a title; got {self.name!r}.")
+        if self.scale not in ("auto", "unit", "linear"):
+            raise ParameterError(f"metric {self.name}: scale is auto, unit or linear, not {self.scale!r}.")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a release's noise is calibrated: ``name`` as the ledger's calibration column records it
+    (e.g. "analytic", "laplace"), ``guarantee`` what the mechanism's definition amounts to under it, in
+    words (e.g. "probabilistic differential privacy (PDP)"; empty: the definition's own name)."""
+
+    name: str
+    guarantee: str = ""
+
+
+@runtime_checkable
+class Covariance(Protocol):
+    """The noise covariance of one release (a ``covariance`` capability's result): one covariance matrix
+    per released point (``blocks``), their total variance, the optimality gap of the solve (None if exact
+    by construction) and caveats in words."""
+
+    blocks: Sequence[Any]
+    trace: float
+    gap: float | None
+    caveats: Sequence[str]
+
+
+@runtime_checkable
+class TableInputs(Protocol):
+    """Inputs an out-of-core engine reads by passes (:mod:`dpcore.outofcore`), not rows in memory: a
+    release on them runs the spec's ``out_of_core`` capability (:meth:`MechanismSpec.run`)."""
+
+    out_of_core: Literal[True]
+
+
+@dataclass(frozen=True)
 class MechanismOutput:
     """What one run of a mechanism releases: the table that leaves, its figures, manifest details.
 
@@ -107,6 +183,24 @@ class MechanismSpec:
     curator (no formulas, acronyms spelled out); ``formula`` the mathematics, shown in a details expander;
     ``citation`` the papers by author and year. ``release(inputs, *, epsilon, delta, params, sampler)``
     runs it once and returns a :class:`MechanismOutput`; ``params`` were validated against ``params``.
+
+    Optional capabilities (None or empty: the mechanism has none):
+
+    - ``calibration(params) -> Calibration``: its noise calibration (the guarantee's wording and the
+      ledger's calibration column: :func:`guarantee_name`, :func:`calibration_name`).
+    - ``relation(params, policy) -> dpcore.accounts.Relation``: the neighbour relation when its
+      parameters fix it (default: the policy's, for its definition).
+    - ``trial(inputs, eps_grid, trials, *, delta, params, sampler, progress)``: the comparison's
+      diagnostic (never released), scored by ``metrics``; ``trials``: a parameter for its own number of
+      trials per ε when not the comparison's (e.g. MCMC chains); ``background_cost``: the work of one
+      trial at one ε relative to one noisy-Lloyd fit (comparisons above a threshold run in the
+      background; 0 for noise added in closed form).
+    - ``covariance(inputs, epsilon, delta, params) -> Covariance``: its noise covariance (ellipses).
+    - ``out_of_core(table, *, epsilon, delta, params, sampler)``: its release on :class:`TableInputs`.
+    - ``note(inputs, params) -> str``: a diagnostic sentence the page shows beside it (may read the
+      data; costs no budget, never released).
+    - ``color``: its colour on the charts, ``#rrggbb``; ``aliases``: former keys that still resolve
+      (manifests, plans and ledger rows written with them load).
     """
 
     domain: str
@@ -120,6 +214,27 @@ class MechanismSpec:
     params: tuple[Param, ...] = ()
     needs_delta: bool = False
     trial: Callable[..., Any] | None = None
+    calibration: Callable[[Mapping[str, Any]], Calibration] | None = None
+    relation: Callable[[Mapping[str, Any], Any], Any] | None = None
+    metrics: tuple[Metric, ...] = ()
+    trials: Param | None = None
+    background_cost: float = 0.0
+    covariance: Callable[..., Covariance] | None = None
+    out_of_core: Callable[..., MechanismOutput] | None = None
+    note: Callable[..., str] | None = None
+    color: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.color is not None and not _HEX.fullmatch(self.color):
+            raise ParameterError(f"{self.key}: color must be a hex colour '#rrggbb', not {self.color!r}.")
+        names = [m.name for m in self.metrics]
+        if len(set(names)) != len(names):
+            raise ParameterError(f"{self.key}: each metric is declared once; got {names}.")
+        if self.metrics and self.trial is None:
+            raise ParameterError(f"{self.key}: metrics score a diagnostic trial; declare the trial too.")
+        if not (self.background_cost >= 0 and self.background_cost != float("inf")):
+            raise ParameterError(f"{self.key}: background_cost must be a finite number >= 0.")
 
     @property
     def is_dp(self) -> bool:
@@ -136,6 +251,34 @@ class MechanismSpec:
             )
         return {name: p.validate(values.get(name, p.default)) for name, p in known.items()}
 
+    def param(self, name: str) -> Param | None:
+        """The declared parameter called ``name``, or None."""
+        return next((p for p in self.params if p.name == name), None)
+
+    def run(
+        self, inputs: Any, *, epsilon: float, delta: float, params: Mapping[str, Any], sampler: Any
+    ) -> MechanismOutput:
+        """One release: ``out_of_core`` on :class:`TableInputs`, ``release`` on rows in memory."""
+        if isinstance(inputs, TableInputs):
+            if self.out_of_core is None:
+                raise ParameterError(
+                    f"{self.label} has no out-of-core release; read the rows into memory first."
+                )
+            return self.out_of_core(inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
+        return self.release(inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
+
+
+def guarantee_name(spec: MechanismSpec, params: Mapping[str, Any]) -> str:
+    """What a release of ``spec`` with ``params`` satisfies, in words: its definition as its calibration
+    meets it, and what that does not cover (the plan's guarantee sentence, the page and the manifest)."""
+    calibrated = spec.calibration(params).guarantee if spec.calibration is not None else ""
+    return (calibrated or DEFINITION_NAMES[spec.definition]) + _DEFINITION_LIMITS.get(spec.definition, "")
+
+
+def calibration_name(spec: MechanismSpec, params: Mapping[str, Any]) -> str:
+    """The calibration the ledger records for a release of ``spec`` with ``params`` ("" without one)."""
+    return spec.calibration(params).name if spec.calibration is not None else ""
+
 
 class Registry(Mapping[str, MechanismSpec]):
     """The mechanisms of one domain, by key, in registration order."""
@@ -143,6 +286,7 @@ class Registry(Mapping[str, MechanismSpec]):
     def __init__(self, domain: str) -> None:
         self.domain = domain
         self._specs: dict[str, MechanismSpec] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, spec: MechanismSpec) -> MechanismSpec:
         """Add ``spec``; every numeric parameter must declare its range (a resource limit for the server)."""
@@ -153,18 +297,34 @@ class Registry(Mapping[str, MechanismSpec]):
             )
         if spec.domain != self.domain:
             raise ParameterError(f"{spec.key} belongs to {spec.domain}, not {self.domain}.")
-        if spec.key in self._specs:
-            raise ParameterError(f"A {self.domain} mechanism named {spec.key!r} is already registered.")
+        for name in (spec.key, *spec.aliases):
+            if name in self._specs or name in self._aliases:
+                raise ParameterError(f"A {self.domain} mechanism named {name!r} is already registered.")
         self._specs[spec.key] = spec
+        self._aliases.update(dict.fromkeys(spec.aliases, spec.key))
         return spec
+
+    def unregister(self, key: str) -> None:
+        """Remove mechanism ``key`` and its aliases (a test's own mechanism, after the test)."""
+        spec = self[key]
+        del self._specs[spec.key]
+        for alias in spec.aliases:
+            self._aliases.pop(alias, None)
+
+    def canonical(self, key: str) -> str:
+        """The current key of ``key`` (itself, or the mechanism an alias names)."""
+        return self[key].key
 
     def __getitem__(self, key: str) -> MechanismSpec:
         try:
-            return self._specs[key]
+            return self._specs[self._aliases.get(key, key)]
         except KeyError:
             raise ParameterError(
                 f"Unknown {self.domain} mechanism {key!r}; choose one of {', '.join(self._specs)}."
             ) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._specs or key in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._specs)
