@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from dpcore.accounts import Relation
+from dpcore.accounts import Relation, factor
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
 from dpcore.location.budget import per_member_epsilon
@@ -232,35 +232,63 @@ class ReleasePlan:
 
     def _check_private_bounds(self) -> None:
         """A private bounds step (:mod:`dpcore.private_bounds`) bounds k-means features under differential
-        privacy; its neighbours are the release's. Refused in demo mode: OpenDP draws from its own entropy,
-        so the seed could not reproduce the release."""
-        from dpcore.private_bounds import BoundsStep
-
+        privacy; its neighbours are the release's. A private region step
+        (:mod:`dpcore.location.private_region`) estimates a location release's region with ordinary
+        differential privacy on the rows, for the
+        release's unit (one location, or all rows of one user): under the release's neighbours for a
+        differentially private release, else bounded ones (one location replaced by any other), whose
+        epsilon_b the ledger charges on the release's account at the conversion factor 1
+        (:func:`dpcore.accounts.factor`, checked here). Refused in demo mode: OpenDP draws from its own
+        entropy, so the seed could not reproduce the release."""
         family = _ACCOUNT_FAMILY[self.definition]
-        if self.domain != "kmeans" or family != "dp":
+        what = "A private region" if self.domain == "location" else "Bounds estimated privately"
+        if self.domain == "location" and family in ("dp", "blowfish", "geo_ind"):
+            from dpcore.location.private_region import RegionStep
+
+            kind = self._relation().kind if family == "dp" else "bounded"
+            given = RegionStep.from_dict(self.private_bounds)
+            step = replace(given, neighbours=kind, per_user=self.per_user)
+            source = Relation("dp", kind, per_user=self.per_user)
+            if factor(source, replace(self._relation(), per_user=self.per_user)) != 1:
+                raise PolicyError(
+                    f"A private region step (ε-DP, {source.text}) does not bound {self.relation} at its ε: "
+                    "give a public region."
+                )
+        elif self.domain == "kmeans" and family == "dp":
+            from dpcore.private_bounds import BoundsStep
+
+            given = BoundsStep.from_dict(self.private_bounds)
+            step = replace(given, neighbours=self._relation().kind)
+        else:
             raise PolicyError(
-                "Bounds estimated privately are a differential privacy step of a k-means release; give "
-                f"public bounds for {self.spec.label} under {self.definition_label}."
+                f"{what} is a differential privacy step of a k-means or location release; give public "
+                f"bounds for {self.spec.label} under {self.definition_label}."
             )
         if self.mode == "demo":
             raise PolicyError(
-                "Bounds estimated privately are not available in demo mode: OpenDP's quantile draws from "
-                "its own randomness, so the release could not be reproduced from the demo seed. Switch to "
-                "secure mode to release with private bounds, or give public bounds on the Data page."
+                f"{what} is not available in demo mode: OpenDP's quantile draws from its own randomness, so "
+                "the release could not be reproduced from the demo seed. Switch to secure mode to release "
+                "with it, or give public bounds (a public region on the Locations page, public bounds on the "
+                "Data page)."
             )
-        step = BoundsStep.from_dict({**self.private_bounds, "neighbours": self._relation().kind})
-        if "neighbours" in self.private_bounds and self.private_bounds["neighbours"] != step.neighbours:
-            raise PolicyError(
-                "The private bounds step protects other neighbours than the release; it was altered."
-            )
+        for name in ("neighbours", "per_user"):
+            if name in self.private_bounds and self.private_bounds[name] != getattr(step, name):
+                raise PolicyError(f"{what} step protects other neighbours than the release; it was altered.")
         object.__setattr__(self, "private_bounds", step.to_dict())
 
     @property
     def bounds_step(self) -> Any:
-        """The :class:`dpcore.private_bounds.BoundsStep` this release runs first, or None."""
+        """The private step this release runs first (:class:`dpcore.private_bounds.BoundsStep`, or for a
+        location release :class:`dpcore.location.private_region.RegionStep`), or None."""
+        if not self.private_bounds:
+            return None
+        if self.domain == "location":
+            from dpcore.location.private_region import RegionStep
+
+            return RegionStep.from_dict(self.private_bounds)
         from dpcore.private_bounds import BoundsStep
 
-        return BoundsStep.from_dict(self.private_bounds) if self.private_bounds else None
+        return BoundsStep.from_dict(self.private_bounds)
 
     # -- what the plan is -------------------------------------------------------------------------
 
@@ -376,8 +404,8 @@ class ReleasePlan:
                 f"metre){scope}: two locations at most {r:g} m apart are at most e^{eps:.3g} = {odds:.3g} "
                 "times more likely to produce any output than each other; farther apart, less protected."
             )
-            if self.mechanism == "planar_laplace":
-                text += " " + grid_note(per_member_epsilon(eps, self.per_user or 1), r)
+            if self.mechanism == "planar_laplace":  # its own level, without a private region step's
+                text += " " + grid_note(per_member_epsilon(self.epsilon, self.per_user or 1), r)
         else:
             what = {
                 "dp": "differential privacy",
@@ -392,11 +420,7 @@ class ReleasePlan:
             )
         notes = []
         if self.private_bounds:
-            eps_b = float(self.private_bounds["epsilon"])
-            notes.append(
-                f"The bounds of {', '.join(self.private_bounds['features'])} were estimated privately first "
-                f"(ε_b = {eps_b:g}, the same neighbours), then the release ran at ε = {self.epsilon:.4g}."
-            )
+            notes.append(self.bounds_step.note(self.unit, self.epsilon))
         derived = self.data_derived_steps
         if derived:
             notes.append(_DATA_DERIVED_NOTE.format(steps="; ".join(derived)))
@@ -504,10 +528,7 @@ class ReleasePlan:
             (self.unit, f"{self.epsilon:.6g}"),
             *([(f"{self.unit} chosen with", self.epsilon_source)] if self.epsilon_source else []),
             *(
-                [
-                    ("ε_b (private bounds)", f"{self.private_bounds['epsilon']:.6g}"),
-                    ("ε in all", f"{self.cost[0]:.6g}"),
-                ]
+                [*self.bounds_step.summary_rows(), (f"{self.unit} in all", f"{self.cost[0]:.6g}")]
                 if self.private_bounds
                 else []
             ),

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,8 +40,12 @@ def _exact(x: float) -> Fraction:
 @dataclass(frozen=True)
 class BoundsStep:
     """Estimate (lower, upper) of ``features`` with epsilon_b = ``epsilon`` (pure DP) under ``neighbours``
-    ("unbounded": a row added or removed; "bounded": a row replaced), at quantiles ``alpha`` and
-    ``1 - alpha``; then clip and apply ``scaling`` ("none" or "minmax") with them."""
+    ("unbounded": a row added or removed; "bounded": a row replaced) for ``group`` rows of one person at
+    once (group privacy: OpenDP's d_in times ``group``), at quantiles ``alpha`` and ``1 - alpha``; then
+    clip and apply ``scaling`` ("none" or "minmax") with them."""
+
+    mechanism: ClassVar[str] = MECHANISM  # its ledger row
+    title: ClassVar[str] = "private bounds"
 
     features: tuple[str, ...]
     epsilon: float
@@ -49,6 +53,7 @@ class BoundsStep:
     alpha: float = 0.01
     scaling: str = "minmax"
     candidates: np.ndarray = field(default_factory=lambda: CANDIDATES, repr=False, compare=False)
+    group: int = 1
 
     def __post_init__(self) -> None:
         names = tuple(str(f) for f in self.features)
@@ -70,11 +75,14 @@ class BoundsStep:
                 f"Private bounds take scaling 'none' or 'minmax', not {self.scaling!r} (standardising reads "
                 "the data's mean and standard deviation)."
             )
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 1:
+            raise ParameterError(f"group must be a whole number of rows >= 1, got {self.group!r}.")
 
     @property
     def d_in(self) -> int:
-        """The symmetric distance between neighbouring tables: 1 row added or removed, 2 for a replacement."""
-        return 1 if self.neighbours == "unbounded" else 2
+        """The symmetric distance between neighbouring tables: 1 row added or removed, 2 for a replacement,
+        times :attr:`group`."""
+        return (1 if self.neighbours == "unbounded" else 2) * self.group
 
     @property
     def per_quantile(self) -> float:
@@ -131,6 +139,18 @@ class BoundsStep:
             f"DP quantile at {self.alpha:g} and {1 - self.alpha:g} on a fixed grid (±1e-3..1e7), ε_b = "
             f"{self.epsilon:g} in all ({len(self.features) * 2} quantiles), then scaling: {self.scaling}; "
             f"{self.accuracy()}"
+        )
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The step's rows of "What will run"."""
+        return [("ε_b (private bounds)", f"{self.epsilon:.6g}")]
+
+    def note(self, unit: str, release_epsilon: float) -> str:
+        """The step in the release's guarantee (``unit``: what the release's epsilon counts)."""
+        return (
+            f"The bounds of {', '.join(self.features)} were estimated privately first "
+            f"(ε_b = {self.epsilon:g}, the same neighbours), then the release ran at {unit} = "
+            f"{release_epsilon:.4g}."
         )
 
     def _measurement(self, alpha: float, scale: float) -> Any:

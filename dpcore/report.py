@@ -47,7 +47,6 @@ from dpcore import __version__
 from dpcore.errors import ParameterError
 from dpcore.ledger import BudgetNotSet, LedgerError
 from dpcore.policy import DEFINITIONS
-from dpcore.private_bounds import MECHANISM
 from dpcore.safe_text import csv_bytes
 
 if TYPE_CHECKING:
@@ -706,8 +705,8 @@ def make_release(
         verify()
     out = rounded_output(out, plan.epsilon)
     manifest = build_manifest(plan, user=user, request_id=request_id, details=out.details)
-    if estimated is not None:
-        manifest["estimated_bounds"] = estimated  # ε_b-DP outputs: the clip box the mechanism used
+    if estimated is not None:  # ε_b-DP outputs: the clip box the mechanism used
+        manifest["estimated_region" if plan.domain == "location" else "estimated_bounds"] = estimated
     earlier = {r.dataset_fingerprint for r in ledger.releases(dataset_id=plan.dataset_id)}
     if earlier - {plan.fingerprint, None}:  # the name carries the budget; the table changed under it
         manifest["earlier_fingerprints"] = sorted(earlier - {plan.fingerprint, None})
@@ -734,7 +733,7 @@ def make_release(
             parameters={"plan_key": plan.key, **manifest["parameters"]},
             artifact_path=path,
             artifact_hash=digest,
-            preparation=() if step is None else ((MECHANISM, step.epsilon),),
+            preparation=() if step is None else ((step.mechanism, step.epsilon),),
         )
     except BaseException:
         staged.unlink(missing_ok=True)

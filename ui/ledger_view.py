@@ -14,6 +14,8 @@ from pathlib import PurePath
 import pandas as pd
 
 from dpcore.ledger import Account, BudgetStatus, Ledger, ReleaseRecord, relation_factor
+from dpcore.location.private_region import LABEL as PRIVATE_REGION_LABEL
+from dpcore.location.private_region import MECHANISM as PRIVATE_REGION
 from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
 from dpcore.private_bounds import LABEL as PRIVATE_BOUNDS_LABEL
@@ -77,7 +79,7 @@ def dataset_label(dataset_id: str, names: Mapping[str, str]) -> str:
 
 
 #: A release's private preparation steps (``ReleaseRecord.part_of``), in words.
-_STEPS = {PRIVATE_BOUNDS: PRIVATE_BOUNDS_LABEL}
+_STEPS = {PRIVATE_BOUNDS: PRIVATE_BOUNDS_LABEL, PRIVATE_REGION: PRIVATE_REGION_LABEL}
 
 
 def _mechanism_labels() -> dict[str, str]:

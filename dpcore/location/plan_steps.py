@@ -39,9 +39,13 @@ def columns_step(lat: str, lon: str, user: str | None) -> PrepStep:
     )
 
 
-def read_location_steps(steps: Iterable[str]) -> tuple[str, str, str | None, Region]:
+def read_location_steps(
+    steps: Iterable[str], *, private_region: bool = False
+) -> tuple[str, str, str | None, Region]:
     """(latitude column, longitude column, user column or None, region) from a plan's steps; a plan made
-    before the columns were recorded, or with a step that does not parse, is refused with the fix."""
+    before the columns were recorded, or with a step that does not parse, is refused with the fix. With
+    ``private_region`` (the plan estimates its region privately at release: no public region step), the
+    region is :data:`~dpcore.location.private_region.WHOLE_EARTH` until the step replaces it."""
     columns: tuple[str, str, str | None] | None = None
     region: Region | None = None
     for step in steps:
@@ -53,6 +57,15 @@ def read_location_steps(steps: Iterable[str]) -> tuple[str, str, str | None, Reg
                 columns = (json.loads(m["lat"]), json.loads(m["lon"]), user)
             except ValueError as err:
                 raise ParameterError(f"Cannot read the location columns in {step!r}.") from err
+    if private_region:
+        from dpcore.location.private_region import WHOLE_EARTH
+
+        if region is not None:
+            raise ParameterError(
+                "The plan records a public region and estimates one privately; make the plan again on the "
+                "Locations page."
+            )
+        region = WHOLE_EARTH
     if columns is None or region is None:
         raise ParameterError(
             "The plan does not record its location columns and public region; make the plan again on the "

@@ -196,9 +196,10 @@ def location_steps(plan: ReleasePlan) -> tuple[list[str], str, str, str | None, 
             f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
             "recompute it. Make the plan with dropped rows instead."
         )
-    steps = [s.step for s in plan.preparation]
+    private = plan.bounds_step  # a region estimated privately: make_release runs it before the mechanism
+    steps = [s.step for s in plan.preparation if private is None or s.step != private.sentence()]
     dropped = [c for step in steps if (m := _DROP.fullmatch(step)) for c in m["columns"].split(", ")]
-    lat, lon, user, region = read_location_steps(steps)
+    lat, lon, user, region = read_location_steps(steps, private_region=private is not None)
     if not plan.scope:  # every location release protects a unit: the release checks it is the plan's
         raise ParameterError(
             "The plan does not say what it protects (its scope, e.g. 'per user (at most 5 locations each)'), "

@@ -78,7 +78,7 @@ def test_prepare_leaves_the_pending_feature_unscaled_and_the_plan_says_what_will
 
 
 def test_a_private_bounds_step_is_refused_outside_differential_privacy(prepared) -> None:
-    with pytest.raises(PolicyError, match="differential privacy step of a k-means release"):
+    with pytest.raises(PolicyError, match="differential privacy step of a k-means or location release"):
         graph = PartitionGraph(0.5)
         _plan(
             prepared,
