@@ -515,16 +515,23 @@ def _features(ds: state.Dataset) -> None:
     st.markdown(f"**Features** ({len(features)}): {md(', '.join(features))}.")
     if unbounded:
         st.caption(f"No public bounds for: {md(', '.join(unbounded))}.")
+    demo = state.mode() == "demo"
+    refused = datasets.PRIVATE_IN_DEMO.format(public="public bounds in the table above")
     private = st.checkbox(
         "Estimate the missing bounds privately, spending ε_b from this dataset's budget (with the release)",
         key=state.persist(datasets.PRIVATE_KEY, False),
-        help="Each feature without public bounds gets its lower and upper bound from OpenDP's differentially "
+        disabled=demo,
+        help=refused
+        if demo
+        else "Each feature without public bounds gets its lower and upper bound from OpenDP's differentially "
         "private quantile (1% and 99%) when a release runs: ε_b is debited with the release's ε, in the same "
         "ledger transaction, and the bounds are recorded in its manifest. Until then comparisons use the "
         "data's range (not private).",
     )
+    if demo:
+        st.caption(f"Estimating bounds privately: {refused}")
     eps_b = None
-    if private:
+    if private and not demo:
         eps_b = st.number_input(
             "ε_b for the private bounds (split over 2 quantiles per feature)",
             min_value=0.001,

@@ -13,7 +13,6 @@ import numpy as np
 import streamlit as st
 
 from dpcore.location.geometry import Region
-from dpcore.location.plan_steps import columns_step, region_step
 from dpcore.location.prilocation import LEVELS
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER
 from dpcore.location.sweep import MAX_TRIALS, MECHANISMS
@@ -126,6 +125,44 @@ def _region(ds: state.Dataset) -> Region:
     if outcome.failed:
         st.stop()
     return region
+
+
+def _private_region() -> float | None:
+    """ε_b when the curator has no public region and the release estimates one privately, else None."""
+    demo = state.mode() == "demo"
+    refused = datasets.PRIVATE_IN_DEMO.format(public="a public region below")
+    ticked = st.checkbox(
+        "No public region: estimate it privately at release, spending ε_b from this dataset's budget",
+        key=state.persist("loc_private_region", False),
+        disabled=demo,
+        help=refused
+        if demo
+        else "The release first estimates the region's edges with OpenDP's differentially private quantile "
+        "(1% and 99% of the latitudes and of the longitudes): ε_b is debited with the release, on its "
+        "account, in the same ledger transaction, and the region is recorded in its manifest.",
+    )
+    if demo:
+        st.caption(f"Estimating the region privately: {refused}")
+        return None
+    if not ticked:
+        return None
+    eps_b = float(
+        st.number_input(
+            "ε_b for the private region (split over 4 quantiles)",
+            min_value=0.001,
+            max_value=10.0,
+            step=0.05,
+            format="%.3f",
+            key=state.persist("loc_private_eps", 0.1, _number_in(0.001, 10.0)),
+        )
+    )
+    st.info(
+        "The release estimates its region privately (what ε_b buys is under What will run, below). Until "
+        "then the comparison and the maps use the data's own extent (not private: for you only). A public "
+        "region is better when you have one: with few locations the estimate can be far wider than the data "
+        "or cut it."
+    )
+    return eps_b
 
 
 def _known_region(value: object) -> bool:
@@ -444,7 +481,9 @@ def _compared_settings(key: str) -> dict[str, object] | None:
 _SETTING_NAMES = ("region", "HS", "clusters", "clustering grid", "hotspots K", "θ", "radius r")
 
 
-def _release(key: str, coords: view.Coordinates, region: Region, params: view.Params) -> None:
+def _release(
+    key: str, coords: view.Coordinates, region: Region, params: view.Params, private_eps: float | None
+) -> None:
     st.header("4. Release (the only output meant to leave)")
     a, b = st.columns(2)
     keys = list(LOCATIONS)
@@ -488,15 +527,22 @@ def _release(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     scope = view.release_scope(coords, params)
     st.caption(f"Protection: {scope}.")
     with user_errors("reading the locations to release") as outcome:
-        inputs = view.release_inputs(coords, region)
+        inputs = view.release_inputs(coords, None if private_eps is not None else region)
     if outcome.failed:
         return
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
-    public = (columns_step(*coords.columns), region_step(region))
+    public, private = view.release_steps(coords, region, private_eps)
     release_params = view.release_params(mech, params)
     used = [c for c in coords.columns if c is not None]
     plan = current_plan(
-        "location", mech, epsilon=eps, params=release_params, scope=scope, steps=public, used=used
+        "location",
+        mech,
+        epsilon=eps,
+        params=release_params,
+        scope=scope,
+        steps=public,
+        used=used,
+        private=private,
     )
     now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
     now += (params.radius_m,)
@@ -520,7 +566,8 @@ if (dataset.origin or {}).get("sample") != "us_airports":  # by where it came fr
     _sample_button("Use the US airports sample instead")
 coordinates = _coordinates(dataset)
 st.header("2. Public region and parameters")
-public_region = _region(dataset)
+private_epsilon = _private_region()
+public_region = view.data_extent(coordinates) if private_epsilon is not None else _region(dataset)
 outside = int((~public_region.contains(coordinates.lat, coordinates.lon)).sum())
 if outside:
     st.warning(
@@ -532,4 +579,4 @@ use_tiles = st.checkbox("Tile basemap for maps (needs internet)", key=state.pers
 data_key = view.data_key(dataset.fingerprint, dataset.cleaning, coordinates.columns)
 _compare(data_key, coordinates, public_region, parameters, use_tiles)
 st.divider()
-_release(data_key, coordinates, public_region, parameters)
+_release(data_key, coordinates, public_region, parameters, private_epsilon)

@@ -586,3 +586,8 @@ def use_saved(saved: SavedPreparation) -> state.Dataset:
 
 PRIVATE_KEY = "data_private_bounds"
 PRIVATE_EPS_KEY = "data_private_eps"
+PRIVATE_IN_DEMO = (
+    "Not available in demo mode: the private estimate draws OpenDP's own randomness, not the demo seed, so "
+    "the release could not be reproduced (a demo release refuses it). Switch the sidebar's Sampling mode to "
+    "Release mode to use it, or give {public}."
+)

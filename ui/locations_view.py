@@ -31,10 +31,13 @@ from dpcore.location.hotspots import (
     true_hotspots,
 )
 from dpcore.location.laplace import PlanarLaplace
+from dpcore.location.plan_steps import columns_step, region_step
 from dpcore.location.prilocation import PriLocation
+from dpcore.location.private_region import WHOLE_EARTH, RegionStep
 from dpcore.location.registry import LOCATIONS, LocationInputs
 from dpcore.location.sweep import location_sweep
 from dpcore.mechanisms import Sampler
+from dpcore.plan import PrepStep
 
 __all__ = [
     "CUSTOM_REGION",
@@ -45,6 +48,7 @@ __all__ = [
     "HotspotDiagnostics",
     "Params",
     "coordinates",
+    "data_extent",
     "data_key",
     "default_region",
     "diagnostics",
@@ -52,6 +56,7 @@ __all__ = [
     "release_inputs",
     "release_params",
     "release_scope",
+    "release_steps",
     "sample_note",
     "sweep",
 ]
@@ -254,10 +259,37 @@ def hotspot_diagnostics(
     return HotspotDiagnostics(true, released, dist)
 
 
-def release_inputs(coords: Coordinates, region: Region) -> LocationInputs:
+def data_extent(coords: Coordinates) -> Region:
+    """The data's own box (min and max, widened by 0.01 degree where they are equal): the comparison's
+    region when the release estimates one privately. Not private: diagnostics only, never released."""
+    lo_lat, hi_lat = float(coords.lat.min()), float(coords.lat.max())
+    lo_lon, hi_lon = float(coords.lon.min()), float(coords.lon.max())
+    if hi_lat <= lo_lat:
+        lo_lat, hi_lat = max(lo_lat - 0.01, -90.0), min(hi_lat + 0.01, 90.0)
+    if hi_lon <= lo_lon:
+        lo_lon, hi_lon = max(lo_lon - 0.01, -180.0), min(hi_lon + 0.01, 180.0)
+    return Region(lo_lat, hi_lat, lo_lon, hi_lon)
+
+
+def release_steps(
+    coords: Coordinates, region: Region, private_eps: float | None
+) -> tuple[tuple[PrepStep, ...], dict[str, Any]]:
+    """A release's public steps (its columns, and its public region unless it is estimated privately) and
+    its private region step (:class:`~dpcore.location.private_region.RegionStep` with ε_b =
+    ``private_eps``, completed by the plan; empty without one)."""
+    columns = columns_step(*coords.columns)
+    if private_eps is None:
+        return (columns, region_step(region)), {}
+    step = RegionStep(private_eps)
+    return (columns, PrepStep(step.sentence(), False)), step.asked()
+
+
+def release_inputs(coords: Coordinates, region: Region | None) -> LocationInputs:
     """What a location release reads: the coordinates, the user column's ids (None without one: each row
-    is then a different person) and the public region."""
-    return LocationInputs(coords.lat, coords.lon, coords.users if coords.user_column else None, region)
+    is then a different person) and the public region (None: estimated privately at release, the whole
+    Earth until then)."""
+    users = coords.users if coords.user_column else None
+    return LocationInputs(coords.lat, coords.lon, users, WHOLE_EARTH if region is None else region)
 
 
 def release_params(mech: str, params: Params) -> dict[str, Any]:

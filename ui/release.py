@@ -136,11 +136,13 @@ def current_plan(
     scope: str = "",
     steps: tuple[PrepStep, ...] = (),
     used: Collection[str] | None = None,
+    private: Mapping[str, Any] | None = None,
 ) -> ReleasePlan | None:
     """The plan of a release from the session (dataset, preparation, policy, mode) and the page's choices
     (``steps``: public inputs the page adds, e.g. the region; ``used``: the columns the release reads, by
-    default the prepared features); None, with the reason shown, when invalid. A missing-value step on
-    columns the release does not read is recorded as having no effect on it."""
+    default the prepared features; ``private``: a private step the page adds, e.g. a region estimated
+    privately, else the prepared features' private bounds); None, with the reason shown, when invalid. A
+    missing-value step on columns the release does not read is recorded as having no effect on it."""
     ds = state.dataset()
     if ds is None:
         return None
@@ -163,7 +165,7 @@ def current_plan(
             seed=state.demo_seed(),
             scope=scope,
             epsilon_source=state.epsilon_source(domain, mechanism, epsilon),
-            private_bounds=(prepared.private_bounds or {}) if prepared is not None else {},
+            private_bounds=private or ((prepared.private_bounds or {}) if prepared is not None else {}),
         )
     return None if outcome.failed else plan
 

@@ -128,6 +128,11 @@ class RegionStep:
             "alpha": float(self.alpha),
         }
 
+    def asked(self) -> dict[str, Any]:
+        """What a page asks for (:meth:`to_dict` without the neighbours and unit, which the plan sets from
+        its release)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("neighbours", "per_user")}
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RegionStep:
         try:

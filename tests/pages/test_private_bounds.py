@@ -15,6 +15,7 @@ from dpcore.ledger import Ledger
 from dpcore.private_bounds import LABEL, MECHANISM
 from tests.pages.test_dataset_name import _ok, _open, _release, _save_budget, _upload
 from tests.prep_table import edit_table
+from ui.state import MODE_KEY
 
 
 def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_transaction() -> None:
@@ -23,6 +24,12 @@ def test_a_dp_lloyd_release_with_private_bounds_spends_its_two_parts_in_one_tran
     at = _open()
     _upload(at, "private.csv", table.to_csv(index=False).encode())
     edit_table(at, features=["x", "y"], bounds={"y": ("0", "10")})
+    at.session_state[MODE_KEY] = "demo"  # demo mode refuses private bounds at the checkbox, saying why
+    at.run()
+    assert at.checkbox(key="data_private_bounds").disabled
+    assert any(c.value.startswith("Estimating bounds privately: Not available in demo") for c in at.caption)
+    at.session_state[MODE_KEY] = "secure"
+    at.run()
     at.checkbox(key="data_private_bounds").check().run()
     at.number_input(key="data_private_eps").set_value(0.25).run()
     assert any("off by up to 129 rows (95%)" in c.value for c in at.caption)  # what ε_b buys, before spending
