@@ -165,9 +165,16 @@ def test_with_users_the_step_reads_at_most_m_rows_each_and_gives_a_grid_region()
 
 
 def test_the_batch_job_replays_the_region_step_and_debits_it_with_the_release(tmp_path: Path) -> None:
+    """Out of core (DuckDB), per user: the step reads each user's at most m = 2 kept rows from the engine."""
     path = tmp_path / "spots.parquet"
-    TABLE.to_parquet(path, index=False)
-    plan = _plan(fingerprint=fingerprint(load_table(path)))
+    TABLE.assign(user=np.arange(N) % 500).to_parquet(path, index=False)
+    plan = _plan(
+        fingerprint=fingerprint(load_table(path)),
+        params={"neighbours": "unbounded", "max_per_user": 2},
+        preparation=(columns_step("lat", "lon", "user"), STEPS[1]),
+        scope=scope_sentence(True, 2),
+    )
+    assert plan.bounds_step.per_user == 2
     both = plan.to_manifest()
     both["preparation"].append(region_step(WHOLE_EARTH).to_dict())
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
