@@ -176,8 +176,16 @@ class LocalProjection:
         validate_latlon(self.lat0, self.lon0)
 
     def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
-        rho = haversine_m(self.lat0, self.lon0, lat, lon)
-        beta = np.radians(initial_bearing_deg(self.lat0, self.lon0, lat, lon))
+        """rho = :func:`haversine_m` and beta = :func:`initial_bearing_deg` from the reference, their common
+        terms computed once (the same operations, so the same values bit for bit)."""
+        p1, l1 = np.radians(float(self.lat0)), np.radians(float(self.lon0))
+        p2, l2 = np.radians(np.asarray(lat, dtype=float)), np.radians(np.asarray(lon, dtype=float))
+        dl, cos_p2 = l2 - l1, np.cos(p2)
+        h = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * cos_p2 * np.sin(dl / 2) ** 2
+        rho = 2.0 * EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
+        y = np.sin(dl) * cos_p2
+        x = np.cos(p1) * np.sin(p2) - np.sin(p1) * cos_p2 * np.cos(dl)
+        beta = np.radians(np.degrees(np.arctan2(y, x)) % 360.0)
         return rho * np.sin(beta), rho * np.cos(beta)
 
     def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:

@@ -47,13 +47,14 @@ from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.features import SCALINGS, TableFeatures, is_infinite, require_columns
+from dpcore.outofcore.feeds import is_spark, spark_frame
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import NO_EFFECT, PRIVATE_BOUNDS, ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
-from dpcore.trajectory.outofcore import TrajectoryTable
+from dpcore.trajectory.outofcore import SparkTrajectories, TrajectoryTable
 from dpcore.trajectory.plan_steps import read_trajectory_steps
 
 #: Mechanisms whose passes run out of core, by domain.
@@ -215,9 +216,9 @@ def plan_locations(plan: ReleasePlan, table: Any) -> TableLocations:
     return TableLocations(drop_missing(table, dropped), lat, lon, user, region)
 
 
-def plan_trajectories(plan: ReleasePlan, table: Any) -> TrajectoryTable:
-    """The plan's trajectory input over ``table`` (DuckDB): its columns, zone, region, gap and speed limit,
-    read by the passes of :mod:`dpcore.trajectory.outofcore`."""
+def plan_trajectories(plan: ReleasePlan, table: Any) -> TrajectoryTable | SparkTrajectories:
+    """The plan's trajectory input over ``table`` (DuckDB or Spark): its columns, zone, region, gap and
+    speed limit, read by the passes of :mod:`dpcore.trajectory.outofcore`."""
     derived = plan.data_derived_steps
     if derived:
         raise ParameterError(
@@ -225,13 +226,11 @@ def plan_trajectories(plan: ReleasePlan, table: Any) -> TrajectoryTable:
             "recompute it. Make the plan with dropped rows instead."
         )
     columns, region, gap, speed = read_trajectory_steps([s.step for s in plan.preparation])
-    backend = table.get_backend()
-    if getattr(backend, "name", None) != "duckdb":
-        raise ParameterError(
-            "Trajectory releases run out of core on DuckDB only: run the job with --engine duckdb."
-        )
-    backend._run_pre_execute_hooks(table)  # registers the expression's in-memory tables
     tz = str(columns.pop("tz"))
+    if is_spark(table):
+        return SparkTrajectories(spark_frame(table), columns, region, gap, speed, tz=tz)
+    backend = table.get_backend()
+    backend._run_pre_execute_hooks(table)  # registers the expression's in-memory tables
     source = f"({backend.compile(table)}) AS fixes"
     return TrajectoryTable(backend.con, source, columns, region, gap, speed, tz=tz)
 

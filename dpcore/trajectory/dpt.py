@@ -45,9 +45,8 @@ counts the start cells, the rest is shared equally by the phi + 1 levels of the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -73,6 +72,7 @@ class Hierarchy:
     side: float
     finest: int = 64
     levels: int = 4
+    offsets: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.levels < 1 or self.finest < 2 or self.finest % (1 << (self.levels - 1)):
@@ -80,14 +80,14 @@ class Hierarchy:
                 f"the finest grid ({self.finest} cells a side) must halve {self.levels - 1} times into "
                 "whole cells; choose e.g. 64 cells and 4 levels."
             )
+        # first global cell id of each level (and the total at the end); a field, not a cached_property,
+        # whose lock could not travel to Spark's executors with the passes (Python 3.11)
+        offsets = np.r_[0, np.cumsum([int(self.cells(k)) ** 2 for k in range(self.levels)])]
+        object.__setattr__(self, "offsets", offsets.astype(np.int64))
 
     def cells(self, k: int | np.ndarray) -> Any:
         return self.finest >> np.asarray(k)
 
-    @cached_property
-    def offsets(self) -> np.ndarray:
-        """First global cell id of each level (and the total at the end)."""
-        return np.r_[0, np.cumsum([int(self.cells(k)) ** 2 for k in range(self.levels)])].astype(np.int64)
 
     @property
     def n_cells(self) -> int:

@@ -1,29 +1,38 @@
-"""DPT's counts by passes over a table in DuckDB, for tables above the in-memory row limit.
+"""DPT's counts by passes over a table in DuckDB or Spark, for tables above the in-memory row limit.
 
-The engine only reads, orders and numbers: each pass runs one query that gives every fix its canonical
-person code (the rank of the person id as text, :func:`dpcore.trajectory.prepare.person_codes`), its trip
-code, its UTC time in whole microseconds, latitude and longitude, ordered by person, trip and time, and
-streams Arrow batches. :func:`person_blocks` cuts them into blocks of whole persons; every value is
+The engine only reads, converts and orders: every fix's person id as text, its trip id as text (with a
+trip column), its UTC time in whole microseconds, latitude and longitude, ordered by person, trip and time
+(text in code-point order, as :func:`dpcore.trajectory.prepare.person_codes` ranks it). :func:`fix_blocks`
+numbers persons and trips in that order and cuts the rows into blocks of whole persons; every value is
 computed by the same numpy functions as in memory, block by block:
+:func:`~dpcore.trajectory.prepare.prepare_block` (region, trips, speed filter, the per-person cap,
+truncation), the trips per own reference system, then, after the noisy selection of reference systems
+(in memory), the start cells and prefix-tree grams of the kept trips (:meth:`DPT.true_counts`), added up.
+The cap's uniform keys come from the release's sampler in the persons' canonical order, so they are the
+keys drawn in memory:
 
-* pass 1: :func:`~dpcore.trajectory.prepare.prepare_block` (region, trips, speed filter, the per-person
-  cap, truncation) and the trips per own reference system; the cap's uniform keys are drawn from the
-  release's sampler block after block, persons in canonical order, hence the same keys as in memory, and
-  recorded;
-* the noisy selection of reference systems (in memory, from pass 1's counts);
-* the start cells and prefix-tree grams of the kept trips counted (:meth:`DPT.true_counts`) and added up:
-  from pass 1's prepared trips when they fit ``cache_bytes`` (one scan in all), else by pass 2, which
-  prepares the same blocks again with the recorded keys (the same trips kept, nothing drawn).
+* **DuckDB** (:class:`TrajectoryTable`): one ORDER BY streamed as Arrow batches; pass 1 prepares each
+  block with keys drawn block after block (and recorded) and keeps the prepared trips while they fit
+  ``cache_bytes``, from which the counts are taken (one scan in all); otherwise pass 2 prepares the same
+  blocks again with the recorded keys (nothing drawn).
+* **Spark** (:class:`SparkTrajectories`): the rows range-partitioned by person (partition i holds whole
+  persons, all before those of partition i + 1), sorted within partitions and cached; each pass runs the
+  kernels on the executors (``mapInArrow``), one partial per partition, added by the driver in partition
+  order. Pass 1 counts the keys each partition's cap needs; the driver draws them partition after
+  partition; pass 2 prepares with them (trips per own system, diagnostics); pass 3 counts after the
+  selection. The sampler never leaves the driver: executors receive their keys only.
 
-One or two scans, memory bounded by a few blocks, the cache and the counts (at most the cells x 9^phi
-grams of the model):
-the same release as in memory with the same demo seed (rows with the same person, trip and time stamp
-aside: their order decides which one the speed filter drops).
+Memory is bounded by a few blocks, the cache (DuckDB) and the counts (at most the cells x 9^phi grams of
+the model). The release is the in-memory one with the same demo seed (rows with the same person, trip and
+time stamp aside: their order decides which one the speed filter drops).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import pickle
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,39 +41,84 @@ import numpy as np
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
 from dpcore.mechanisms import Sampler
+from dpcore.outofcore.kernel import workers
 from dpcore.trajectory.dpt import DPT, Hierarchy, own_levels
-from dpcore.trajectory.prepare import TripLimits, prepare_block
+from dpcore.trajectory.prepare import (
+    Candidates,
+    Prepared,
+    TripLimits,
+    TripSet,
+    cap_trips,
+    find_trips,
+    prepare_block,
+)
 
-__all__ = ["TrajectoryTable", "merge_counts", "person_blocks"]
+__all__ = ["SparkTrajectories", "TrajectoryTable", "fix_blocks", "merge_counts"]
 
 Counts = dict[str, tuple[np.ndarray, np.ndarray]]
+Block = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # code, tcode, seconds, lat, lon
 BATCH_ROWS = 1 << 18
 BLOCK_ROWS = 1 << 20  # at least this many rows per block (whole persons)
 CACHE_BYTES = 256 * 10**6  # pass 1's prepared trips kept for the counts while they fit (else pass 2)
+_THREADS = min(workers(), 4)  # a block in flight per thread: about 200 MB each
 
 
-def person_blocks(batches: Iterable[Any], min_rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
-    """Arrow batches of (code, tcode, micros, lat, lon) ordered by code, as arrays (5, m) of whole persons
-    with at least ``min_rows`` rows (the last one shorter)."""
-    held: list[np.ndarray] = []
-    count = 0
+def _changes(column: Any, last: Any) -> np.ndarray:
+    """True where a sorted Arrow column's value differs from the one before (``last``: the previous
+    batch's last value, None at the start)."""
+    import pyarrow.compute as pc
+
+    n = len(column)
+    out = np.empty(n, dtype=bool)
+    out[0] = last is None or column[0].as_py() != last
+    if n > 1:
+        out[1:] = pc.not_equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return out
+
+
+def fix_blocks(batches: Iterable[Any], has_trip: bool, min_rows: int = BLOCK_ROWS) -> Iterator[Block]:
+    """Arrow batches of (p, [t,] us, lat, lon) ordered by person text p, trip text t and time us, as blocks
+    (person codes, trip codes, seconds, lat, lon) of whole persons with at least ``min_rows`` rows (the
+    last one shorter); codes rise with the text (only their order and equality matter)."""
+    held: list[Block] = []
+    count, code, tcode = 0, -1, -1
+    last_p = last_t = None
     for batch in batches:
-        arr = np.empty((batch.num_columns, batch.num_rows))
-        for j, column in enumerate(batch.columns):
-            arr[j] = column.to_numpy(zero_copy_only=False)
-        held.append(arr)
-        count += arr.shape[1]
+        n = batch.num_rows
+        if not n:
+            continue
+        p = batch.column("p")
+        new = _changes(p, last_p)
+        codes = code + np.cumsum(new)
+        if has_trip:
+            t = batch.column("t")
+            new |= _changes(t, last_t)
+            last_t = t[n - 1].as_py()
+        tcodes = tcode + np.cumsum(new)
+        code, tcode, last_p = int(codes[-1]), int(tcodes[-1]), p[n - 1].as_py()
+        sec = batch.column("us").to_numpy(zero_copy_only=False) / 1e6  # as prepare_trips reads times
+        lat = batch.column("lat").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        lon = batch.column("lon").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        held.append((codes, tcodes, sec, lat, lon))
+        count += n
         if count < min_rows:
             continue
-        joined = np.concatenate(held, axis=1) if len(held) > 1 else held[0]
-        cut = int(np.searchsorted(joined[0], joined[0, -1], side="left"))  # the last person waits
+        joined = _join(held)
+        cut = int(np.searchsorted(joined[0], joined[0][-1], side="left"))  # the last person waits
         if cut == 0:
-            held, count = [joined], joined.shape[1]
+            held = [joined]
             continue
-        yield joined[:, :cut]
-        held, count = [joined[:, cut:]], joined.shape[1] - cut
+        yield tuple(a[:cut] for a in joined)  # type: ignore[misc]
+        held = [tuple(a[cut:] for a in joined)]  # type: ignore[list-item]
+        count = joined[0].size - cut
     if count:
-        yield np.concatenate(held, axis=1) if len(held) > 1 else held[0]
+        yield _join(held)
+
+
+def _join(held: list[Block]) -> Block:
+    if len(held) == 1:
+        return held[0]
+    return tuple(np.concatenate(parts) for parts in zip(*held, strict=True))  # type: ignore[return-value]
 
 
 def merge_counts(a: Counts | None, b: Counts) -> Counts:
@@ -80,8 +134,12 @@ def merge_counts(a: Counts | None, b: Counts) -> Counts:
     return out
 
 
+def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in (*a, *(k for k in b if k not in a))}
+
+
 class _Recorder:
-    """The sampler's generator seen by the cap: draws from it and records them (pass 1)."""
+    """The sampler's generator seen by the cap: draws from it and records them (DuckDB's pass 1)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng_ = rng
@@ -98,20 +156,93 @@ class _Recorder:
 
 
 class _Replay:
-    """The recorded draws given back in order (pass 2)."""
+    """Keys given back in order, from recorded draws or one array cut as asked (``done`` checks all were
+    read: a table that changed between passes asks for other numbers)."""
 
-    def __init__(self, draws: list[np.ndarray]) -> None:
-        self.draws = iter(draws)
+    def __init__(self, draws: Iterable[np.ndarray]) -> None:
+        self.keys = np.concatenate([np.zeros(0), *draws])
+        self.at = 0
 
     @property
     def rng(self) -> _Replay:
         return self
 
     def random(self, size: int) -> np.ndarray:
-        out = next(self.draws)
+        out = self.keys[self.at : self.at + size]
+        self.at += size
         if out.size != size:
             raise ParameterError("The table changed between two passes of the release; run it again.")
         return out
+
+    def done(self) -> None:
+        if self.at != self.keys.size:
+            raise ParameterError("The table changed between two passes of the release; run it again.")
+
+
+class _Tally:
+    """Counts the keys the cap asks for, without drawing (Spark's pass 1; the trips it keeps are unused)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    @property
+    def rng(self) -> _Tally:
+        return self
+
+    def random(self, size: int) -> np.ndarray:
+        self.n += size
+        return np.zeros(size)
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    """The per-block functions of the passes (picklable: the limits and the model's public shape only, no
+    sampler)."""
+
+    limits: TripLimits
+    has_trip: bool
+    model: dict[str, Any]  # DPT's keyword arguments but epsilon and random_state
+
+    @property
+    def hier(self) -> Hierarchy:
+        return Hierarchy(*self.model["box"], finest=self.model["finest"], levels=self.model["levels"])
+
+    def prepare(self, b: Block, draws: Any) -> Prepared:
+        return prepare_block(*b, self.limits, draws, self.has_trip)
+
+    def find(self, b: Block) -> Candidates:
+        return find_trips(*b, self.limits, self.has_trip)
+
+    def cap(self, found: Candidates, draws: Any) -> Prepared:
+        return cap_trips(found, self.limits, draws)
+
+    def own(self, trips: TripSet) -> np.ndarray:
+        """Trips per own reference system."""
+        hier = self.hier
+        if not trips.n_trips:
+            return np.zeros(hier.levels)
+        return np.bincount(own_levels(trips, hier), minlength=hier.levels).astype(float)
+
+    def counts(self, trips: TripSet, selected: np.ndarray) -> Counts:
+        return DPT(1.0, **self.model).true_counts(trips, selected)
+
+    def empty(self) -> Counts:
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        levels = (f"level {j}" for j in range(1, self.model["order"] + 2))
+        return {name: none for name in ("start cells", *levels)}
+
+
+def _kernels(model: DPT, params: dict[str, Any], region: Region, gap_s: float, speed: float,
+             has_trip: bool) -> _Kernels:
+    limits = TripLimits(
+        region, max_trips=params["max_trips"], max_fixes=params["max_fixes"], gap_s=gap_s, max_speed_mps=speed
+    )
+    shape = {k: getattr(model, k) for k in ("max_trips", "max_fixes", "box", "finest", "levels", "order")}
+    return _Kernels(limits, has_trip, shape)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass
@@ -133,80 +264,217 @@ class TrajectoryTable:
     scans: int = field(default=0, init=False)
 
     def _query(self) -> str:
-        q = {k: (None if v is None else '"' + v.replace('"', '""') + '"') for k, v in self.columns.items()}
-        trip = "0" if q.get("trip") is None else f"DENSE_RANK() OVER (ORDER BY CAST({q['trip']} AS VARCHAR))"
-        time = f"epoch_us(CAST({q['time']} AS TIMESTAMPTZ))"
+        q = {k: (None if v is None else _quote(v)) for k, v in self.columns.items()}
+        trip = "" if q.get("trip") is None else f"CAST({q['trip']} AS VARCHAR) AS t, "
         return (
-            "SELECT CAST(DENSE_RANK() OVER "
-            f"(ORDER BY CAST({q['person']} AS VARCHAR)) - 1 AS DOUBLE) AS code, "
-            f"CAST({trip} AS DOUBLE) AS tcode, CAST({time} AS DOUBLE) AS us, "
+            f"SELECT CAST({q['person']} AS VARCHAR) AS p, {trip}"
+            f"epoch_us(CAST({q['time']} AS TIMESTAMPTZ)) AS us, "
             f"CAST({q['lat']} AS DOUBLE) AS lat, CAST({q['lon']} AS DOUBLE) AS lon FROM {self.source} "
             f"WHERE {q['person']} IS NOT NULL AND {q['time']} IS NOT NULL AND {q['lat']} IS NOT NULL "
-            f"AND {q['lon']} IS NOT NULL ORDER BY code, tcode, us"
+            f"AND {q['lon']} IS NOT NULL ORDER BY p, {'t, ' if trip else ''}us"
         )
 
-    def _blocks(self) -> Iterator[np.ndarray]:
+    def _blocks(self) -> Iterator[Block]:
         self.scans += 1
         self.con.execute(f"SET TimeZone = '{self.tz}'")
         reader = self.con.sql(self._query()).to_arrow_reader(self.batch_rows)
-        return person_blocks(reader, self.block_rows)
+        return fix_blocks(reader, self.columns.get("trip") is not None, self.block_rows)
 
     def fit_model(
         self, model: DPT, params: dict[str, Any], sampler: Sampler
     ) -> tuple[TripLimits, dict[str, int]]:
-        """Fit ``model`` on the table's trips under the limits of ``params``: two passes."""
-        limits = TripLimits(
-            self.region,
-            max_trips=params["max_trips"],
-            max_fixes=params["max_fixes"],
-            gap_s=self.gap_s,
-            max_speed_mps=self.max_speed_mps,
-        )
-        hier = Hierarchy(*model.box, finest=model.finest, levels=model.levels)
+        """Fit ``model`` on the table's trips under the limits of ``params``: one or two scans. Steps
+        that draw nothing (finding the trips, counting) run on threads (the machine's cores, at most 4),
+        the cap's draws in the blocks' order."""
         has_trip = self.columns.get("trip") is not None
+        k = _kernels(model, params, self.region, self.gap_s, self.max_speed_mps, has_trip)
         recorder = _Recorder(sampler.rng)
         per_block: list[list[np.ndarray]] = []
-        true_rs = np.zeros(hier.levels)
+        true_rs = np.zeros(model.levels)
         counts: dict[str, int] = {}
-
-        def prepare(b: np.ndarray, draws: Any) -> Any:
-            codes, tcodes = b[0].astype(np.int64), b[1].astype(np.int64)
-            return prepare_block(codes, tcodes, b[2] / 1e6, b[3], b[4], limits, draws, has_trip)
-
-        kept: list[Any] | None = []  # pass 1's prepared trips while they fit ``cache_bytes``
+        kept: list[TripSet] | None = []  # pass 1's prepared trips while they fit ``cache_bytes``
         held = 0
-        for b in self._blocks():
-            start = len(recorder.draws)
-            out = prepare(b, recorder)
-            per_block.append(recorder.draws[start:])
-            if kept is not None:
-                held += out.trips.x.nbytes * 3 + out.trips.offsets.nbytes * 2
-                if held <= self.cache_bytes:
-                    kept.append(out.trips)
+        with ThreadPoolExecutor(_THREADS) as pool:
+            for found in _in_order(pool, k.find, self._blocks()):
+                start = len(recorder.draws)
+                out = k.cap(found, recorder)
+                per_block.append(recorder.draws[start:])
+                if kept is not None:
+                    held += out.trips.x.nbytes * 3 + out.trips.offsets.nbytes * 2
+                    if held <= self.cache_bytes:
+                        kept.append(out.trips)
+                    else:
+                        kept = None
+                true_rs += k.own(out.trips)
+                counts = _add_counts(counts, out.counts)
+
+            def counts_of(selected: np.ndarray) -> Counts:
+                if kept is not None:
+                    trips: Iterable[TripSet] = kept
                 else:
-                    kept = None
-            if out.trips.n_trips:
-                true_rs += np.bincount(own_levels(out.trips, hier), minlength=hier.levels)
-            for k, v in out.counts.items():
-                counts[k] = counts.get(k, 0) + v
+                    found = _in_order(pool, k.find, self._blocks())
+                    trips = (k.cap(f, _Replay(d)).trips for f, d in zip(found, per_block, strict=True))
+                total: Counts | None = None
+                for part in _in_order(pool, lambda t: k.counts(t, selected), trips):
+                    total = merge_counts(total, part)
+                return k.empty() if total is None else total
 
-        def counts_of(selected: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-            total: Counts | None = None
-            if kept is not None:
-                blocks = iter(kept)
-            else:
-                blocks = (
-                    prepare(b, _Replay(d)).trips for b, d in zip(self._blocks(), per_block, strict=True)
-                )
-            for trips in blocks:
-                total = merge_counts(total, model.true_counts(trips, selected))
-            if total is None:
-                empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-                return {
-                    name: empty
-                    for name in ("start cells", *(f"level {j}" for j in range(1, model.order + 2)))
-                }
-            return total
+            model.fit_counts(true_rs, counts_of)
+        return k.limits, counts
 
-        model.fit_counts(true_rs, counts_of)
-        return limits, counts
+
+def _in_order(pool: ThreadPoolExecutor, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    """``fn`` of each item, run on ``pool`` (one item per thread in flight ahead), in the items' order."""
+    flight: deque[Future[Any]] = deque()
+    for item in items:
+        flight.append(pool.submit(fn, item))
+        if len(flight) > _THREADS:
+            yield flight.popleft().result()
+    while flight:
+        yield flight.popleft().result()
+
+
+def _spark_pass(job: Callable[[int, Iterator[Block]], Any], has_trip: bool, block_rows: int) -> Any:
+    """The function ``mapInArrow`` runs on an executor: ``job(partition id, blocks of whole persons)``,
+    one row (partition id, pickled partial) out."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        part = job(pid, fix_blocks(batches, has_trip, block_rows))
+        yield pa.RecordBatch.from_pydict({"part": [pid], "value": [pickle.dumps(part)]})
+
+    return run
+
+
+class _KeyCount:
+    """Spark's pass 1 job: the keys the cap asks for in a partition."""
+
+    def __init__(self, k: _Kernels) -> None:
+        self.k = k
+
+    def __call__(self, pid: int, blocks: Iterator[Block]) -> int:
+        tally = _Tally()
+        for b in blocks:
+            self.k.prepare(b, tally)
+        return tally.n
+
+
+class _OwnSystems:
+    """Spark's pass 2 job: trips per own system and the curator-only counts, with the partition's keys."""
+
+    def __init__(self, k: _Kernels, keys: dict[int, np.ndarray]) -> None:
+        self.k, self.keys = k, keys
+
+    def __call__(self, pid: int, blocks: Iterator[Block]) -> tuple[np.ndarray, dict[str, int]]:
+        replay = _Replay([self.keys.get(pid, np.zeros(0))])
+        rs, counts = np.zeros(self.k.hier.levels), {}
+        for b in blocks:
+            out = self.k.prepare(b, replay)
+            rs += self.k.own(out.trips)
+            counts = _add_counts(counts, out.counts)
+        replay.done()
+        return rs, counts
+
+
+class _GramCounts:
+    """Spark's pass 3 job: the counts after the selection, with the partition's keys."""
+
+    def __init__(self, k: _Kernels, keys: dict[int, np.ndarray], selected: np.ndarray) -> None:
+        self.k, self.keys, self.selected = k, keys, selected
+
+    def __call__(self, pid: int, blocks: Iterator[Block]) -> Counts | None:
+        replay = _Replay([self.keys.get(pid, np.zeros(0))])
+        total: Counts | None = None
+        for b in blocks:
+            total = merge_counts(total, self.k.counts(self.k.prepare(b, replay).trips, self.selected))
+        replay.done()
+        return total
+
+
+@dataclass
+class SparkTrajectories:
+    """Fixes in a Spark DataFrame ``frame`` with the columns named by ``columns`` (``person``, ``time``:
+    a timestamp, or text read in ``tz``; ``lat``, ``lon``, optionally ``trip``); the public region, time
+    gap and speed limit; ``partitions``: the number of person ranges (default Spark's shuffle partitions).
+    Each :meth:`fit_model` caches the ordered rows for its three passes (``scans`` counts them) and
+    releases the cache."""
+
+    frame: Any
+    columns: dict[str, str | None]
+    region: Region
+    gap_s: float = 1200.0
+    max_speed_mps: float = 70.0
+    tz: str = "UTC"
+    block_rows: int = BLOCK_ROWS
+    partitions: int | None = None
+    scans: int = field(default=0, init=False)
+
+    def _ordered(self) -> Any:
+        """The fixes projected, range-partitioned by person and sorted within partitions; times read in
+        ``tz`` (bound when the frame is analysed, so the session's zone is restored at once)."""
+        from pyspark.sql import functions as F
+
+        c = {k: v if v is None else F.col("`" + v.replace("`", "``") + "`") for k, v in self.columns.items()}
+        session = self.frame.sparkSession
+        zone = session.conf.get("spark.sql.session.timeZone")
+        session.conf.set("spark.sql.session.timeZone", self.tz)
+        try:
+            cols = [c["person"].cast("string").alias("p")]
+            if c.get("trip") is not None:
+                cols.append(c["trip"].cast("string").alias("t"))
+            cols += [
+                F.unix_micros(c["time"].cast("timestamp")).alias("us"),
+                c["lat"].cast("double").alias("lat"),
+                c["lon"].cast("double").alias("lon"),
+            ]
+            present = c["person"].isNotNull() & c["time"].isNotNull() & c["lat"].isNotNull()
+            rows = self.frame.where(present & c["lon"].isNotNull()).select(*cols)
+            order = ["p", *(["t"] if c.get("trip") is not None else []), "us"]
+            by = ("p",) if self.partitions is None else (self.partitions, "p")
+            return rows.repartitionByRange(*by).sortWithinPartitions(*order)
+        finally:
+            session.conf.set("spark.sql.session.timeZone", zone)
+
+    def _run(self, frame: Any, job: Any) -> list[Any]:
+        """One pass: ``job`` on every partition; the partials in partition order."""
+        from pyspark import cloudpickle
+
+        import dpcore
+
+        self.scans += 1
+        cloudpickle.register_pickle_by_value(dpcore)
+        try:
+            run = _spark_pass(job, self.columns.get("trip") is not None, self.block_rows)
+            rows = frame.mapInArrow(run, "part long, value binary").collect()
+        finally:
+            cloudpickle.unregister_pickle_by_value(dpcore)
+        return [(r["part"], pickle.loads(r["value"])) for r in sorted(rows, key=lambda r: r["part"])]
+
+    def fit_model(
+        self, model: DPT, params: dict[str, Any], sampler: Sampler
+    ) -> tuple[TripLimits, dict[str, int]]:
+        """Fit ``model`` on the table's trips under the limits of ``params``: three passes."""
+        has_trip = self.columns.get("trip") is not None
+        k = _kernels(model, params, self.region, self.gap_s, self.max_speed_mps, has_trip)
+        frame = self._ordered().cache()
+        try:
+            keys = {pid: sampler.rng.random(n) for pid, n in self._run(frame, _KeyCount(k)) if n}
+            true_rs, counts = np.zeros(model.levels), {}
+            for _, (rs, part) in self._run(frame, _OwnSystems(k, keys)):
+                true_rs += rs
+                counts = _add_counts(counts, part)
+
+            def counts_of(selected: np.ndarray) -> Counts:
+                total: Counts | None = None
+                for _, part in self._run(frame, _GramCounts(k, keys, selected)):
+                    if part is not None:
+                        total = merge_counts(total, part)
+                return k.empty() if total is None else total
+
+            model.fit_counts(true_rs, counts_of)
+        finally:
+            frame.unpersist()
+        return k.limits, counts

@@ -39,6 +39,8 @@ from dpcore.mechanisms import Sampler
 __all__ = [
     "TripLimits",
     "TripSet",
+    "cap_trips",
+    "find_trips",
     "parse_times",
     "person_codes",
     "plane_box",
@@ -230,15 +232,49 @@ def prepare_block(
     """Steps 1-5 on fixes whose persons are all here (``codes``: canonical person codes, ``tcodes``: trip
     codes, ``sec``: UTC seconds): the whole table in memory, or one block of whole persons of a stream in
     canonical order (the cap's draws then follow one another as in memory)."""
+    return cap_trips(find_trips(codes, tcodes, sec, la, lo, limits, has_trip), limits, sampler)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A block's trips after steps 1-3 (fixes ``x``, ``y``, ``c`` person codes, ``s`` seconds, by trip;
+    trip i has ``size[i]`` fixes from ``first[i]``; ``valid``: at least two) and the counts so far."""
+
+    x: np.ndarray
+    y: np.ndarray
+    c: np.ndarray
+    s: np.ndarray
+    size: np.ndarray
+    first: np.ndarray
+    counts: dict[str, int]
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.size >= 2
+
+
+def find_trips(
+    codes: np.ndarray,
+    tcodes: np.ndarray,
+    sec: np.ndarray,
+    la: np.ndarray,
+    lo: np.ndarray,
+    limits: TripLimits,
+    has_trip: bool,
+) -> Candidates:
+    """Steps 1-3 (region, trips, speed filter): nothing drawn, so blocks may run in any order or at once."""
     n = la.size
     counts = {"fixes_given": n}
     inside = limits.region.contains(la, lo)
     counts["fixes_outside_region"] = int(n - inside.sum())
-    keep = np.flatnonzero(inside)
-    order = keep[np.lexsort((sec[keep], tcodes[keep], codes[keep]))]
+    if _ordered(codes, tcodes, sec):  # as an engine streams them: the stable sort would keep them in place
+        order: slice | np.ndarray = slice(None) if counts["fixes_outside_region"] == 0 else inside
+    else:
+        keep = np.flatnonzero(inside)
+        order = keep[np.lexsort((sec[keep], tcodes[keep], codes[keep]))]
     x, y = limits.region.projection().forward(la[order], lo[order])
     c, tc, s = codes[order], tcodes[order], sec[order]
-    new = np.ones(order.size, dtype=bool)
+    new = np.ones(c.size, dtype=bool)
     new[1:] = (c[1:] != c[:-1]) | (tc[1:] != tc[:-1])
     if not has_trip:
         new[1:] |= (s[1:] - s[:-1]) > limits.gap_s
@@ -251,14 +287,18 @@ def prepare_block(
     x, y, c, s, trip_id = x[ok], y[ok], c[ok], s[ok], trip_id[ok]
     n_trips = int(trip_id.max()) + 1 if trip_id.size else 0
     size = np.bincount(trip_id, minlength=n_trips)
-    valid = size >= 2
     counts["trips_found"] = int(n_trips)
-    counts["trips_too_short"] = int((~valid).sum())
-    first = np.r_[0, np.cumsum(size)[:-1]].astype(np.int64)
-    t_person = np.zeros(n_trips, dtype=np.int64)
-    t_person[trip_id] = c
+    counts["trips_too_short"] = int((size < 2).sum())
+    return Candidates(x, y, c, s, size, np.cumsum(size) - size, counts)
+
+
+def cap_trips(found: Candidates, limits: TripLimits, sampler: Sampler) -> Prepared:
+    """Steps 4-5 (the per-person cap, drawn with ``sampler``; truncation) on a block's candidates."""
+    x, y, size, first, valid = found.x, found.y, found.size, found.first, found.valid
+    counts = dict(found.counts)
+    t_person = found.c[first]  # a trip's first fix is never dropped as too fast
     f = first[valid]
-    chosen = _cap_trips(t_person[valid], x[f], y[f], s[f], limits.max_trips, sampler)
+    chosen = _cap_trips(t_person[valid], x[f], y[f], found.s[f], limits.max_trips, sampler)
     trips = np.flatnonzero(valid)[chosen]
     counts["trips_over_cap"] = int(valid.sum() - trips.size)
     lens = np.minimum(size[trips], limits.max_fixes)
@@ -269,6 +309,12 @@ def prepare_block(
     counts["trips_used"] = out.n_trips
     counts["fixes_used"] = out.n_fixes
     return Prepared(out, counts)
+
+
+def _ordered(codes: np.ndarray, tcodes: np.ndarray, sec: np.ndarray) -> bool:
+    """True if the rows are sorted by (person, trip, time)."""
+    dc, dt = np.diff(codes), np.diff(tcodes)
+    return bool(np.all((dc > 0) | ((dc == 0) & ((dt > 0) | ((dt == 0) & (np.diff(sec) >= 0))))))
 
 
 def _cap_trips(
