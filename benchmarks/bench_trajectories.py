@@ -6,13 +6,13 @@ Generates ``--fixes`` GPS fixes (default 10 million, about 92,000 people) on the
 1. in a child process (so that its peak resident memory is the release's alone): DPT released by passes
    over the file in DuckDB (``dpcore.trajectory.outofcore``; DuckDB limited to 1 GB), timed, with its
    number of scans, and one plain DuckDB scan of the same file (count and sums of every column) timed in
-   the same run for reference;
+   the same run for reference (the median of three: two before the release, one after);
 2. in this process: the trips prepared in memory and the three mechanisms (DPT, the uniform-grid order-1
    Markov baseline, per-fix planar Laplace) compared at eps = 1 over 10 trials (diagnostic sampling).
 
 Prints the mean range-query error and trip-length JSD of the three mechanisms and the ratios, and as its
-last line ``dpt <s> s, <x> scans, peak <z> GB``. Targets: peak < 2 GB, at most 10 scans, DPT below both
-baselines on both measures.
+last line ``dpt <s> s, <x> scans, peak <z> GB``, x the release's time in plain scans' time. Targets: peak <
+2 GB, at most 10 scans, DPT below both baselines on both measures.
 
     .venv/bin/python benchmarks/bench_trajectories.py [--fixes N] [--trials 10] [--eps 1]
 """
@@ -68,11 +68,15 @@ def child(path: str, eps: float) -> None:
     con.execute("SET memory_limit = '1GB'")
     con.execute("SET threads = 2")
     source = f"read_parquet('{path}')"
-    start = time.perf_counter()
-    con.sql(
-        f"SELECT count(*), sum(lat), sum(lon), max(epoch_us(time)), count(DISTINCT person) FROM {source}"
-    ).fetchall()
-    scan_s = time.perf_counter() - start
+
+    def scan() -> float:
+        start = time.perf_counter()
+        con.sql(
+            f"SELECT count(*), sum(lat), sum(lon), max(epoch_us(time)), count(DISTINCT person) FROM {source}"
+        ).fetchall()
+        return time.perf_counter() - start
+
+    scans = [scan(), scan()]
     columns = {"person": "person", "time": "time", "lat": "lat", "lon": "lon", "trip": None}
     table = TrajectoryTable(con, source, columns, DEFAULT_REGION)
     params = TRAJECTORIES["dpt"].validate_params({"max_trips": M, "max_fixes": L})
@@ -80,10 +84,12 @@ def child(path: str, eps: float) -> None:
     out = TRAJECTORIES["dpt"].release(table, epsilon=eps, delta=0.0, params=params, sampler=Sampler(0))
     dpt_s = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    scans.append(scan())
     print(
         json.dumps(
             {
-                "scan_s": scan_s,
+                "scan_s": sorted(scans)[1],
+                "scans_s": scans,
                 "dpt_s": dpt_s,
                 "scans": table.scans,
                 "peak_gb": peak,
@@ -151,16 +157,13 @@ def main() -> int:
             f"{g['length_jsd'] / d['length_jsd']:.2f}, per-point {p['length_jsd'] / d['length_jsd']:.2f}"
         )
         ok &= all(d[k] < min(g[k], p[k]) for k in ("range_error", "length_jsd"))
+    in_scans = ooc["dpt_s"] / ooc["scan_s"]
     print(
-        f"one DuckDB scan {ooc['scan_s']:.2f} s: the release took {ooc['dpt_s'] / ooc['scan_s']:.1f} "
-        "scans' time"
+        f"one DuckDB scan {ooc['scan_s']:.2f} s (median of {', '.join(f'{t:.2f}' for t in ooc['scans_s'])}: "
+        f"two before the release, one after); the release read the table {ooc['scans']} time(s)"
     )
-    print(f"dpt {ooc['dpt_s']:.1f} s, {ooc['scans']} scans, peak {ooc['peak_gb']:.2f} GB")
-    ok = (
-        ooc["peak_gb"] < 2
-        and ooc["scans"] <= 10
-        and all(d[k] < min(g[k], p[k]) for k in ("range_error", "length_jsd"))
-    )
+    print(f"dpt {ooc['dpt_s']:.1f} s, {in_scans:.1f} scans, peak {ooc['peak_gb']:.2f} GB")
+    ok = ok and ooc["peak_gb"] < 2 and in_scans <= 10
     return 0 if ok else 1
 
 
