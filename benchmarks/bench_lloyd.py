@@ -94,12 +94,12 @@ def compare_mcmc(datasets: dict[str, tuple[np.ndarray, int]], trials: int) -> No
             for n_iter in (5, None):
                 plain, post = [], []
                 for seed in range(trials):
-                    sampler = Sampler.diagnostic(1000 + seed)
+                    random_state = Sampler.diagnostic(1000 + seed)
                     est = DPLloydKMeans(
-                        k, eps, (-np.ones(d), np.ones(d)), n_iter=n_iter, random_state=sampler
+                        k, eps, (-np.ones(d), np.ones(d)), n_iter=n_iter, random_state=random_state
                     )
                     est.fit(X)
-                    res = mcmc_postprocess(est.released_state(), random_state=sampler)
+                    res = mcmc_postprocess(est.released_state(), random_state=random_state)
                     plain.append(wcss(X, est.cluster_centers_))
                     post.append(wcss(X, res.cluster_centers))
                 a, b = float(np.median(plain)), float(np.median(post))

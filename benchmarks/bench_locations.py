@@ -68,7 +68,7 @@ def main() -> None:
                 spec = LOCATIONS[key]
                 params = {p.name: p.default for p in spec.params} | {"max_per_user": 3}
                 t, out = timed(
-                    spec.release, inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(SEED)
+                    spec.release, inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(SEED)
                 )
                 ratios[who, key] = t / scan
                 rows = len(out.table)

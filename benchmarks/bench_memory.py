@@ -65,12 +65,22 @@ def child(name: str) -> None:
         from dpcore.policy import FullDomainGraph
 
         graph = FullDomainGraph()
-        sweep(X, labels, DEFAULTS, EPS, trials, 1e-6, bounds=(-10.0, 10.0), graph=graph, seed=0)
+        sweep(X, labels, DEFAULTS, EPS, trials, 1e-6, bounds=(-10.0, 10.0), graph=graph, random_state=0)
     elif kind == "mcmc":
         from dpcore.kmeans import sweep
 
         eps = [0.5, 1.0, 2.0]
-        sweep(X, labels, ["dp_lloyd_mcmc"], eps, trials, 0.0, bounds=(-10.0, 10.0), seed=0, mcmc_steps=500)
+        sweep(
+            X,
+            labels,
+            ["dp_lloyd_mcmc"],
+            eps,
+            trials,
+            0.0,
+            bounds=(-10.0, 10.0),
+            random_state=0,
+            mcmc_steps=500,
+        )
     else:
         from dpcore.location.geometry import Region
         from dpcore.location.sweep import location_sweep

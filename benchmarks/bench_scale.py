@@ -99,7 +99,9 @@ def lloyd(table, rounds: int) -> tuple[float, list[float]]:
     feat = TableFeatures.from_bounds(table, BOUNDS)
     params = {"n_clusters": K, "n_iter": rounds, "neighbours": "bounded"}
     with RoundTimer() as timer:
-        t, _ = timed(release_centroids, "dp_lloyd", feat, epsilon=1.0, sampler=Sampler(SEED), params=params)
+        t, _ = timed(
+            release_centroids, "dp_lloyd", feat, epsilon=1.0, random_state=Sampler(SEED), params=params
+        )
     return t, timer.rounds
 
 
@@ -166,9 +168,11 @@ def spark_round(folder: Path, rows: int, rounds: int) -> float:
             f"{per_iteration:.2f} s (1 iteration {one:.2f} s, 5 iterations {five:.2f} s)"
         )
         params = {"n_clusters": K, "n_iter": rounds, "neighbours": "bounded"}
-        spark = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(SEED), params=params)
+        spark = release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=Sampler(SEED), params=params)
         duck_feat = TableFeatures.from_bounds(read_parquet(connect("duckdb"), [str(path)]), BOUNDS)
-        duck = release_centroids("dp_lloyd", duck_feat, epsilon=1.0, sampler=Sampler(SEED), params=params)
+        duck = release_centroids(
+            "dp_lloyd", duck_feat, epsilon=1.0, random_state=Sampler(SEED), params=params
+        )
         a, b = (r.table.select_dtypes("number").to_numpy() for r in (spark, duck))
         print(
             f"DP-Lloyd on Spark vs DuckDB, demo seed {SEED}: largest difference of a released value "
@@ -202,7 +206,7 @@ def main() -> None:
             f"rounds {', '.join(f'{r / scan:.2f}' for r in rounds)} scans"
         )
         feat = TableFeatures.from_bounds(table, BOUNDS)
-        t_colored, out = timed(colored_release, feat, K, epsilon=1.0, delta=1e-6, sampler=Sampler(SEED))
+        t_colored, out = timed(colored_release, feat, K, epsilon=1.0, delta=1e-6, random_state=Sampler(SEED))
         t_cluster = out.timings["clustering"]
         passes = t_colored - t_cluster
         print(

@@ -41,10 +41,10 @@ def main() -> None:
     per_mech = {}
     for m in MECHS:
         t0 = time.perf_counter()
-        sweep(X, labels, [m], EPS_GRID, 20, DELTA, bounds=data.bounds, graph=graph, seed=0)
+        sweep(X, labels, [m], EPS_GRID, 20, DELTA, bounds=data.bounds, graph=graph, random_state=0)
         per_mech[m] = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
-    df = sweep(X, labels, MECHS, EPS_GRID, 20, DELTA, bounds=data.bounds, graph=graph, seed=0)
+    df = sweep(X, labels, MECHS, EPS_GRID, 20, DELTA, bounds=data.bounds, graph=graph, random_state=0)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"data: {X.shape[0]} x {X.shape[1]}, K = {K}; sweep rows = {len(df)}")
     print(f"baseline sklearn KMeans fit (n_init=10): {baseline:.3f} s")

@@ -81,7 +81,7 @@ def child(path: str, eps: float) -> None:
     table = TrajectoryTable(con, source, columns, DEFAULT_REGION)
     params = TRAJECTORIES["dpt"].validate_params({"max_trips": M, "max_fixes": L})
     start = time.perf_counter()
-    out = TRAJECTORIES["dpt"].release(table, epsilon=eps, delta=0.0, params=params, sampler=Sampler(0))
+    out = TRAJECTORIES["dpt"].release(table, epsilon=eps, delta=0.0, params=params, random_state=Sampler(0))
     dpt_s = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     scans.append(scan())

@@ -89,7 +89,7 @@ def loss(X: np.ndarray, centres: np.ndarray) -> float:
 
 
 def fitter(key: str, k: int, bounds: tuple, radius: float) -> Callable[[float, Sampler], object]:
-    """eps, sampler -> the unfitted estimator of registry mechanism ``key`` (default parameters)."""
+    """eps, random_state -> the unfitted estimator of registry mechanism ``key`` (default parameters)."""
     params = KMEANS[key].validate_params({"n_clusters": k})
     if key == "dp_lloyd":
         return lambda eps, s: dp_lloyd.build(eps, bounds, params, s)
@@ -112,9 +112,11 @@ def main() -> None:
             means = {}
             for i, key in enumerate(MECHANISMS):
                 make = fitter(key, k, bounds, radius)
-                sampler = Sampler.diagnostic(1000 * i + int(eps * 10))
+                random_state = Sampler.diagnostic(1000 * i + int(eps * 10))
                 means[key] = float(
-                    np.mean([loss(X, make(eps, sampler).fit(X).cluster_centers_) for _ in range(args.runs)])
+                    np.mean(
+                        [loss(X, make(eps, random_state).fit(X).cluster_centers_) for _ in range(args.runs)]
+                    )
                 )
             best = min(means, key=means.__getitem__)
             print(

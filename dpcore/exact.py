@@ -1,7 +1,7 @@
 """Exact samplers on the integers (Canonne, Kamath & Steinke 2020, "The discrete Gaussian for differential
 privacy", Algorithms 1 and 2).
 
-No floating-point operation touches a probability: every draw is a uniform integer from ``sampler.rng``
+No floating-point operation touches a probability: every draw is a uniform integer from ``random_state.rng``
 (OS entropy in secure mode, a fixed seed in demo mode) and every probability is exp(-num / 2^bits) with
 num an integer, decided by comparisons of such integers. So the floating-point attacks on Laplace noise
 (Mironov 2012) do not apply to what these samplers return.

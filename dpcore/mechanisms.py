@@ -140,6 +140,24 @@ class Sampler:
         return snap_to_noise_grid(arr + noise, scale)
 
 
+def check_random_state(random_state: int | Sampler | None) -> Sampler:
+    """The :class:`Sampler` a ``random_state`` stands for (scikit-learn's ``check_random_state``).
+
+    ``None``: secure sampling (OS entropy, OpenDP's exact samplers), the only mode for releases; an
+    integer >= 0: a labelled demo seed, reproducible; a :class:`Sampler`: used as given.
+    """
+    if random_state is None:
+        return Sampler()
+    if isinstance(random_state, Sampler):
+        return random_state
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return Sampler(seed=int(random_state))
+    raise ParameterError(
+        f"random_state must be None (secure sampling), an integer demo seed >= 0 or a dpcore Sampler "
+        f"(got {random_state!r})."
+    )
+
+
 _GRID_BITS = 40
 
 
@@ -202,11 +220,15 @@ def laplace_scale(l1_sensitivity: float, epsilon: float) -> float:
 
 
 def laplace_mechanism(
-    value: np.ndarray | float, l1_sensitivity: float, epsilon: float, sampler: Sampler
+    value: np.ndarray | float,
+    l1_sensitivity: float,
+    epsilon: float,
+    random_state: int | Sampler | None = None,
 ) -> Noisy:
     """eps-DP for neighbours at L1 distance <= Delta_1: value + Laplace(Delta_1 / eps) per coordinate."""
     b = laplace_scale(l1_sensitivity, epsilon)
-    return Noisy(sampler.privatize(value, "laplace", b), "laplace", b, sampler.mode)
+    random_state = check_random_state(random_state)
+    return Noisy(random_state.privatize(value, "laplace", b), "laplace", b, random_state.mode)
 
 
 # ---------------------------------------------------------------- Gaussian
@@ -353,13 +375,17 @@ def gaussian_mechanism(
     l2_sensitivity: float,
     epsilon: float,
     delta: float,
-    sampler: Sampler,
+    random_state: int | Sampler | None = None,
     calibration: Calibration = "analytic",
 ) -> Noisy:
     """(eps, delta)-DP for neighbours at L2 distance <= Delta_2: value + N(0, sigma^2 I)."""
     sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, calibration)
+    random_state = check_random_state(random_state)
     return Noisy(
-        sampler.privatize(value, "gaussian", sigma), f"gaussian ({calibration})", sigma, sampler.mode
+        random_state.privatize(value, "gaussian", sigma),
+        f"gaussian ({calibration})",
+        sigma,
+        random_state.mode,
     )
 
 
@@ -379,22 +405,27 @@ def exponential_probabilities(scores: np.ndarray, epsilon: float, sensitivity: f
     return special.softmax(logits)
 
 
-def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, sampler: Sampler) -> int:
+def exponential_mechanism(
+    scores: np.ndarray, epsilon: float, sensitivity: float, random_state: int | Sampler | None = None
+) -> int:
     """eps-DP selection of an index for neighbours that move each score by at most Delta_q."""
     p = exponential_probabilities(scores, epsilon, sensitivity)
-    return int(sampler.rng.choice(p.size, p=p))
+    random_state = check_random_state(random_state)
+    return int(random_state.rng.choice(p.size, p=p))
 
 
 # ---------------------------------------------------------------- randomized response
 
 
-def randomized_response(bits: np.ndarray, epsilon: float, sampler: Sampler) -> np.ndarray:
+def randomized_response(
+    bits: np.ndarray, epsilon: float, random_state: int | Sampler | None = None
+) -> np.ndarray:
     """eps-local-DP for one bit per person: report truthfully with p = e^eps / (1 + e^eps), else flip."""
     b = np.asarray(bits)
     if not np.isin(b, (0, 1)).all():
         raise ParameterError("randomized response takes bits: every value must be 0 or 1.")
     p = float(special.expit(_check_epsilon(epsilon)))
-    keep = sampler.rng.random(b.shape) < p
+    keep = check_random_state(random_state).rng.random(b.shape) < p
     return np.where(keep, b, 1 - b).astype(int)
 
 

@@ -181,7 +181,7 @@ class MechanismSpec:
 
     ``definition`` is the privacy definition its release satisfies; ``summary`` one plain sentence for the
     curator (no formulas, acronyms spelled out); ``formula`` the mathematics, shown in a details expander;
-    ``citation`` the papers by author and year. ``release(inputs, *, epsilon, delta, params, sampler)``
+    ``citation`` the papers by author and year. ``release(inputs, *, epsilon, delta, params, random_state)``
     runs it once and returns a :class:`MechanismOutput`; ``params`` were validated against ``params``.
 
     Optional capabilities (None or empty: the mechanism has none):

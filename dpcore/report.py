@@ -664,7 +664,7 @@ def make_release(
     the mechanism raises (nothing stored, nothing debited). A ``request_id`` already in the ledger returns
     the first release, debiting nothing.
     """
-    from dpcore.mechanisms import Sampler
+    from dpcore.mechanisms import check_random_state
 
     folder = artifacts_folder(artifacts_dir)
     previous = ledger.release_by_request(check_request_id(request_id))  # never a step's "<id>/<step>" row
@@ -690,12 +690,12 @@ def make_release(
             f"{', demo' if plan.mode == 'demo' else ''}) on dataset {plan.dataset_name}, so nothing can be "
             "released. Set it on the Privacy policy page (Ledger.set_budget)."
         )
-    sampler = Sampler() if plan.mode == "secure" else Sampler(plan.seed)
+    random_state = check_random_state(None if plan.mode == "secure" else plan.seed)
     step, estimated = plan.bounds_step, None
     if step is not None:  # private preparation first: bounds estimated with OpenDP (its own OS entropy)
         inputs, estimated = step.apply(inputs)
     out = plan.spec.release(
-        inputs, epsilon=plan.epsilon, delta=plan.delta, params=dict(plan.params), sampler=sampler
+        inputs, epsilon=plan.epsilon, delta=plan.delta, params=dict(plan.params), random_state=random_state
     )
     if out.scope is not None and plan.scope and out.scope != plan.scope:
         raise ParameterError(

@@ -90,16 +90,18 @@ def story_trials(
     eps_grid: tuple[float, ...] = STORY_EPS,
     trials: int = 20,
     *,
-    seed: int = 0,
+    random_state: int = 0,
     same_unit: bool = False,
 ) -> pd.DataFrame:
     """The tidy story table of DP-Lloyd on ``X`` (n, d) against the clustering ``labels`` with public
-    ``bounds``: ``trials`` diagnostic fits per ε (never a release), ``seed`` for reproducibility;
-    ``shift_units`` is NaN unless ``same_unit`` (every feature in one unit)."""
+    ``bounds``: ``trials`` diagnostic fits per ε (never a release), ``random_state`` (an int) for
+    reproducibility; ``shift_units`` is NaN unless ``same_unit`` (every feature in one unit)."""
     from dpcore.kmeans.sweep import sweep
 
     lower, upper = (np.asarray(b, dtype=float) for b in bounds)
-    frame = sweep(X, labels, [MECHANISM], list(eps_grid), trials, bounds=(lower, upper), seed=seed)
+    frame = sweep(
+        X, labels, [MECHANISM], list(eps_grid), trials, bounds=(lower, upper), random_state=random_state
+    )
     k = int(np.asarray(labels).max()) + 1
     per_centre = frame["centroid_mse"].to_numpy(dtype=float) / k
     return pd.DataFrame(

@@ -156,7 +156,7 @@ def blowfish_gain_text(
             "the same, so no gain over bounded DP here. A partition or distance-threshold graph protects "
             "less and adds less noise."
         )
-    gains = blowfish_gain(_X, k, epsilon, _bounds, graph, seed=DIAGNOSTIC_SEED)
+    gains = blowfish_gain(_X, k, epsilon, _bounds, graph, random_state=DIAGNOSTIC_SEED)
     low, high = float(gains.min()), float(gains.max())
     if high < 1.005:
         run = "it gave no gain over bounded DP here"
@@ -327,7 +327,7 @@ def _compute(
                 calibration=params.calibration,  # type: ignore[arg-type]
                 bounds=(prep.lower, prep.upper),
                 graph=params.graph,
-                seed=_seed(params, m),
+                random_state=_seed(params, m),
                 progress=report,
                 mcmc_steps=params.mcmc_steps,
                 neighbours=params.neighbours,  # type: ignore[arg-type]
@@ -439,7 +439,7 @@ def diagnostic_draw(
     graph: Any,
     mcmc_steps: int,
     neighbours: str = "unbounded",
-    seed: int = DIAGNOSTIC_SEED,
+    random_state: int = DIAGNOSTIC_SEED,
 ) -> Draw:
     """``dpcore.kmeans.diagnostic_draw`` at ``epsilon`` plus what the charts show about it (cached)."""
     true_centers = true_clustering(key, _X, k)[1]
@@ -454,7 +454,7 @@ def diagnostic_draw(
         graph=graph,
         neighbours=neighbours,  # type: ignore[arg-type]
         mcmc_steps=mcmc_steps,
-        seed=seed,
+        random_state=random_state,
     )
     blocks, trace, gap, caveats = None, None, None, ()
     if not KMEANS[mechanism].is_dp:

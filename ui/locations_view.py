@@ -159,7 +159,7 @@ def sweep(
         hotspot_k=hotspot_k,
         theta_m=theta_m,
         radius_m=radius_m,
-        seed=DIAGNOSTIC_SEED,
+        random_state=DIAGNOSTIC_SEED,
     )
 
 
@@ -196,14 +196,16 @@ def diagnostics(
     grid_size: int,
 ) -> Diagnostics:
     """Planar Laplace, PriLocation and both grids drawn once with diagnostic noise (fixed seed)."""
-    sampler, region = Sampler.diagnostic(DIAGNOSTIC_SEED), Region(*box)
+    random_state, region = Sampler.diagnostic(DIAGNOSTIC_SEED), Region(*box)
     n = _lat.size
-    sample = np.sort(sampler.rng.choice(n, size=min(n, PLOT_POINTS), replace=False))
-    planar = PlanarLaplace(geo_eps, region=region, rng=sampler)
+    sample = np.sort(random_state.rng.choice(n, size=min(n, PLOT_POINTS), replace=False))
+    planar = PlanarLaplace(geo_eps, region=region, random_state=random_state)
     z_lat, z_lon = planar.release(_lat[sample], _lon[sample])
     note = ""
     try:
-        model = PriLocation(eps, region, hs_m=hs_m, n_clusters=n_clusters, grid_size=grid_size, rng=sampler)
+        model = PriLocation(
+            eps, region, hs_m=hs_m, n_clusters=n_clusters, grid_size=grid_size, random_state=random_state
+        )
         replaced = model.fit(_users, _lat, _lon).replaced_
     except DPCoreError as err:  # shown as a note; the other views still draw
         replaced, note = None, str(err)
@@ -214,8 +216,8 @@ def diagnostics(
         displacement_m=planar.displacement_m_,
         prilocation=replaced,
         prilocation_note=note,
-        uniform=uniform_grid(_lat, _lon, eps, region, n_estimate=float(n), rng=sampler),
-        adaptive=adaptive_grid(_lat, _lon, eps, region, n_estimate=float(n), rng=sampler),
+        uniform=uniform_grid(_lat, _lon, eps, region, n_estimate=float(n), random_state=random_state),
+        adaptive=adaptive_grid(_lat, _lon, eps, region, n_estimate=float(n), random_state=random_state),
     )
 
 

@@ -102,7 +102,7 @@ def shipped(key: str) -> Story:
 def _demo(key: str, name: str, _prep: PreparedData, k: int, seed: int) -> Story:
     # the rows a comparison reads: every row, or a uniform sample of a large table
     X, labels = diagnostic_rows(_prep.X, true_clustering(key, _prep.X, k)[0], key)
-    trials = story_trials(X, labels, (_prep.lower, _prep.upper), STORY_EPS, DEMO_TRIALS, seed=seed)
+    trials = story_trials(X, labels, (_prep.lower, _prep.upper), STORY_EPS, DEMO_TRIALS, random_state=seed)
     provenance = f"DP-Lloyd, K = {k}, {DEMO_TRIALS} trials per ε, diagnostic noise with seed {seed}"
     return Story(f"{name} (demo mode)", "clusters", "", trials, provenance, demo=True)
 

@@ -31,7 +31,7 @@ from dpcore.data import (
 )
 from dpcore.errors import DataError, DPCoreError
 from dpcore.ledger import Ledger, dataset_id_for_name
-from dpcore.mechanisms import Sampler
+from dpcore.mechanisms import Sampler, check_random_state
 from dpcore.policy import ApproxDP, Policy
 from ui import auth, roles
 
@@ -58,13 +58,13 @@ __all__ = [
     "persist",
     "policy",
     "prepared",
+    "random_state",
     "recall_notice",
     "rename_dataset",
     "require_dataset",
     "require_prepared",
     "reset_cleaning",
     "sample_table",
-    "sampler",
     "set_dataset",
     "set_epsilon_source",
     "set_policy",
@@ -415,10 +415,9 @@ def demo_seed() -> int | None:
     return int(st.session_state.get(SEED_KEY) or 0)
 
 
-def sampler() -> Sampler:
+def random_state() -> Sampler:
     """``Sampler()`` (OS entropy, OpenDP samplers) in release mode; ``Sampler(seed)`` in demo mode."""
-    seed = demo_seed()
-    return Sampler() if seed is None else Sampler(seed)
+    return check_random_state(demo_seed())
 
 
 # -- widget values kept across pages -----------------------------------------------------------------

@@ -103,7 +103,15 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         solve_s = time.perf_counter() - started
         started = time.perf_counter()
         fast = sweep(
-            data.X, data.labels, ALL[:5], EPS_GRID, trials, DELTA, bounds=data.bounds, graph=graph, seed=seed
+            data.X,
+            data.labels,
+            ALL[:5],
+            EPS_GRID,
+            trials,
+            DELTA,
+            bounds=data.bounds,
+            graph=graph,
+            random_state=seed,
         )
         sweep_s = time.perf_counter() - started
         mcmc_trials = max(1, trials // 10)  # each 30,000-step chain takes seconds
@@ -116,7 +124,7 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
             mcmc_trials,
             DELTA,
             bounds=data.bounds,
-            seed=seed + 1,
+            random_state=seed + 1,
             mcmc_steps=mcmc_steps,
         )
         mcmc_s = time.perf_counter() - started
@@ -125,7 +133,7 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
             KMeansInputs(data.X, data.labels),
             epsilon=1.0,
             delta=DELTA,
-            sampler=Sampler(seed=seed),
+            random_state=Sampler(seed=seed),
             params={"n_clusters": K},
         )
     df = pd.concat([fast, slow], ignore_index=True)

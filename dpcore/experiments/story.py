@@ -70,7 +70,7 @@ def write(out: Path = OUT, trials: int = TRIALS, seed: int = SEED) -> list[Path]
     written = []
     for key, source in SOURCES.items():
         X, labels, bounds, same_unit = source()
-        frame = story_trials(X, labels, bounds, STORY_EPS, trials, seed=seed, same_unit=same_unit)
+        frame = story_trials(X, labels, bounds, STORY_EPS, trials, random_state=seed, same_unit=same_unit)
         head = (
             f"# {NOTES[key]}. DP-Lloyd, {trials} trials per ε, diagnostic noise with seed {seed} "
             "(python -m dpcore.experiments.story); not a release.\n"

@@ -47,8 +47,8 @@ from dpcore.kmeans.ball import (
     uncentre,
 )
 from dpcore.kmeans.gaussian_accounting import GaussianSpend, gaussian_spend
-from dpcore.kmeans.lloyd import check_bounds, make_sampler
-from dpcore.mechanisms import Sampler
+from dpcore.kmeans.lloyd import check_bounds
+from dpcore.mechanisms import Sampler, check_random_state
 
 __all__ = [
     "COUNT_SHARE",
@@ -289,24 +289,24 @@ class _BallGaussianBase(BaseEstimator, ABC):
         if data.ndim != 2 or data.shape[0] == 0 or not np.isfinite(data).all():
             raise ParameterError("X must be a non-empty 2-D array of finite numbers.")
         lower, upper, centre, radius = self._check(data.shape[1])
-        sampler = make_sampler(self.random_state)
-        normals, offsets = self._hyperplanes(sampler, data.shape[1], radius)
+        random_state = check_random_state(self.random_state)
+        normals, offsets = self._hyperplanes(random_state, data.shape[1], radius)
         rows = InMemoryRows(clip_to_ball(data, centre, radius), normals, offsets)
-        return self._fit_rows(rows, data.shape[1], (lower, upper), centre, radius, sampler)
+        return self._fit_rows(rows, data.shape[1], (lower, upper), centre, radius, random_state)
 
     def fit_feed(self, feed: Any, prepare: Any, n_features: int) -> _BallGaussianBase:
         """Fit by passes over ``feed`` (blocks of raw rows, ``prepare`` mapping them to the feature space):
         the same mechanism, for tables that do not fit in memory."""
         lower, upper, centre, radius = self._check(n_features)
-        sampler = make_sampler(self.random_state)
-        normals, offsets = self._hyperplanes(sampler, n_features, radius)
+        random_state = check_random_state(self.random_state)
+        normals, offsets = self._hyperplanes(random_state, n_features, radius)
         rows = FeedRows(feed, prepare, centre, radius, normals, offsets)
-        return self._fit_rows(rows, n_features, (lower, upper), centre, radius, sampler)
+        return self._fit_rows(rows, n_features, (lower, upper), centre, radius, random_state)
 
-    def _hyperplanes(self, sampler: Sampler, d: int, radius: float) -> tuple[NDArray, NDArray]:
+    def _hyperplanes(self, random_state: Sampler, d: int, radius: float) -> tuple[NDArray, NDArray]:
         """Public random hyperplanes, one per level: unit normals v_l and offsets b_l = <v_l, u_l> for u_l
         uniform in the ball (data-independent; drawn from the release's sampler)."""
-        rng = sampler.rng
+        rng = random_state.rng
         depth = int(self.depth)
         normals = rng.normal(size=(depth, d))
         normals /= np.linalg.norm(normals, axis=1, keepdims=True)
@@ -321,13 +321,13 @@ class _BallGaussianBase(BaseEstimator, ABC):
         bounds: tuple[NDArray, NDArray],
         centre: NDArray,
         radius: float,
-        sampler: Sampler,
+        random_state: Sampler,
     ) -> _BallGaussianBase:
         spend = gaussian_spend(float(self.epsilon), float(self.delta), self._shares(d))
         count_sens, sum_sens = sensitivities(self.neighbours, radius)
 
         def noise(values: NDArray, sigma: float) -> NDArray:
-            return sampler.privatize(values, "gaussian", sigma)
+            return random_state.privatize(values, "gaussian", sigma)
 
         tree = private_tree(
             rows,
@@ -339,7 +339,7 @@ class _BallGaussianBase(BaseEstimator, ABC):
             radius,
             int(self.n_clusters),
         )
-        seed = int(sampler.rng.integers(2**31 - 1))
+        seed = int(random_state.rng.integers(2**31 - 1))
         centres, distinct = weighted_kmeans_pp(tree.points, tree.weights, int(self.n_clusters), seed)
         if "round sums" in spend.queries:
             centres = gaussian_lloyd_rounds(

@@ -130,12 +130,13 @@ class NoiseCovariance:
         gamma = gaussian_ratio(epsilon, delta, cal) ** 2
         return replace(self, epsilon=float(epsilon), delta=float(delta), calibration=cal, gamma=gamma)
 
-    def sample(self, sampler: Sampler, n_draws: int | None = None) -> np.ndarray:
-        """Noise of shape (K, d), or (n_draws, K, d): standard normals from ``sampler`` times the factor."""
+    def sample(self, random_state: Sampler, n_draws: int | None = None) -> np.ndarray:
+        """Noise of shape (K, d), or (n_draws, K, d): standard normals drawn by ``random_state``
+        times the factor."""
         k, d = self.centers.shape
         n = 1 if n_draws is None else int(n_draws)
         ranks = [b.shape[1] for b in self.bases]
-        z = sampler.normal((n, sum(ranks)), 1.0) if sum(ranks) else np.zeros((n, 0))
+        z = random_state.normal((n, sum(ranks)), 1.0) if sum(ranks) else np.zeros((n, 0))
         out = np.zeros((n, k, d))
         start = 0
         for j, (b, v) in enumerate(zip(self.bases, self.unit_eigenvalues, strict=True)):
@@ -144,10 +145,10 @@ class NoiseCovariance:
             start += r
         return out[0] if n_draws is None else out
 
-    def release(self, sampler: Sampler) -> np.ndarray:
+    def release(self, random_state: Sampler) -> np.ndarray:
         """Noisy centroids c + N(0, Sigma), rounded to a lattice far below the smallest noise standard
         deviation so that low-order bits of the output carry no trace of c (Mironov 2012)."""
-        noisy = self.centers + self.sample(sampler)
+        noisy = self.centers + self.sample(random_state)
         positive = [float(v.min()) for v in self.unit_eigenvalues if v.size]
         if not positive:
             return noisy

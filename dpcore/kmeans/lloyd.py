@@ -65,7 +65,7 @@ from sklearn.base import BaseEstimator
 from dpcore.errors import ParameterError
 from dpcore.kmeans.cells import PlanarCells
 from dpcore.kmeans.schedule import SIZE_SHARE, plan_rounds, su_count_share
-from dpcore.mechanisms import Sampler, laplace_scale
+from dpcore.mechanisms import Sampler, check_random_state, laplace_scale
 from dpcore.metrics import assign
 from dpcore.policy import PureDP
 from dpcore.validation import check_fitted, check_rows
@@ -134,36 +134,31 @@ def _check_positive_int(name: str, value: Any, hint: str) -> int:
     return int(value)
 
 
-def make_sampler(random_state: int | Sampler | None) -> Sampler:
-    """None: secure sampling; an int: a labelled demo seed; a Sampler: used as given."""
-    if isinstance(random_state, Sampler):
-        return random_state
-    return Sampler(seed=random_state)
-
-
 NoiseFn = Callable[[NDArray, NDArray], NDArray]
 SensitivityFn = Callable[[NDArray], tuple[NDArray, NDArray]]
 StatisticsFn = Callable[[NDArray], tuple[NDArray, NDArray]]
 
 
-def privatized_noise(sampler: Sampler) -> NoiseFn:
-    """Laplace noise through ``sampler.privatize`` (snapped to the noise lattice): the release path."""
+def privatized_noise(random_state: Sampler) -> NoiseFn:
+    """Laplace noise through ``random_state.privatize`` (snapped to the noise lattice): the release path."""
 
     def add(values: NDArray, scales: NDArray) -> NDArray:
         return np.stack(
-            [sampler.privatize(v, "laplace", float(s)) for v, s in zip(values, scales, strict=True)]
+            [random_state.privatize(v, "laplace", float(s)) for v, s in zip(values, scales, strict=True)]
         )
 
     return add
 
 
-def diagnostic_noise(sampler: Sampler) -> NoiseFn:
+def diagnostic_noise(random_state: Sampler) -> NoiseFn:
     """values + Laplace(scale_b) for the whole batch in one draw: sweeps only, never released."""
-    if sampler.mode != "diagnostic":
+    if random_state.mode != "diagnostic":
         raise ParameterError("batched Lloyd trials are a diagnostic: pass Sampler.diagnostic(seed).")
 
     def add(values: NDArray, scales: NDArray) -> NDArray:
-        return values + sampler.laplace(values.shape, 1.0) * scales.reshape(-1, *(1,) * (values.ndim - 1))
+        return values + random_state.laplace(values.shape, 1.0) * scales.reshape(
+            -1, *(1,) * (values.ndim - 1)
+        )
 
     return add
 
@@ -320,12 +315,12 @@ class NoisyLloydBase(BaseEstimator):
     # fit ---------------------------------------------------------------
     def fit(self, X: ArrayLike, y: object = None) -> NoisyLloydBase:
         """Run T noisy Lloyd rounds on X clipped to the public bounds; returns self."""
-        return self._fit(X, make_sampler(self.random_state))
+        return self._fit(X, check_random_state(self.random_state))
 
-    def _fit(self, X: ArrayLike, sampler: Sampler) -> NoisyLloydBase:
+    def _fit(self, X: ArrayLike, random_state: Sampler) -> NoisyLloydBase:
         arr, lower, upper, k, eps = self._validate(X)
         Xc = np.clip(arr, lower, upper) - (lower + upper) / 2.0
-        return self._run(arr.shape, lower, upper, k, eps, None, Xc, sampler)
+        return self._run(arr.shape, lower, upper, k, eps, None, Xc, random_state)
 
     def fit_statistics(self, n_rows: int, n_features: int, statistics: StatisticsFn) -> NoisyLloydBase:
         """Fit from a statistics oracle instead of rows (out-of-core engines); returns self.
@@ -335,10 +330,10 @@ class NoisyLloydBase(BaseEstimator):
         centre (ties to the lowest index), centres in those centred coordinates. Same budget, rounds,
         initial centres and noise draws as :meth:`fit` on the same rows.
         """
-        sampler = make_sampler(self.random_state)
+        random_state = check_random_state(self.random_state)
         lower, upper, k, eps = self._check_parameters(int(n_rows), int(n_features))
         self.n_features_in_ = int(n_features)
-        return self._run((int(n_rows), int(n_features)), lower, upper, k, eps, statistics, None, sampler)
+        return self._run((int(n_rows), int(n_features)), lower, upper, k, eps, statistics, None, random_state)
 
     def _run(
         self,
@@ -349,7 +344,7 @@ class NoisyLloydBase(BaseEstimator):
         eps: float,
         statistics: StatisticsFn | None,
         Xc: NDArray | None,
-        sampler: Sampler,
+        random_state: Sampler,
     ) -> NoisyLloydBase:
         """The fit given validated parameters and either the centred rows ``Xc`` or ``statistics``."""
         n, d = shape
@@ -360,19 +355,19 @@ class NoisyLloydBase(BaseEstimator):
         size_query = self.n_iter is None and not self._rows_are_public()
         noisy_n: float | None = None
         if size_query:
-            noisy_n = float(n + sampler.laplace(1, laplace_scale(1.0, eps * SIZE_SHARE))[0])
+            noisy_n = float(n + random_state.laplace(1, laplace_scale(1.0, eps * SIZE_SHARE))[0])
         T, log, eps_rounds = plan_rounds(
             eps, self.n_iter, n if noisy_n is None else noisy_n, k, d, share, size_query
         )
-        init = sphere_packing_init(k, lower, upper, sampler.rng) - mid
+        init = sphere_packing_init(k, lower, upper, random_state.rng) - mid
         run = noisy_lloyd(
             Xc,
             init[None],
             eps_rounds[None],
             half,
-            privatized_noise(sampler),
+            privatized_noise(random_state),
             self._batch_sensitivities(half),
-            sampler.rng,
+            random_state.rng,
             statistics,
         )
         counts_out, sums_out, history = run.noisy_counts[0], run.noisy_sums[0], run.centers_history[0]
@@ -391,7 +386,7 @@ class NoisyLloydBase(BaseEstimator):
         self.sum_sensitivity_ = sens_s
         self.budget_log_ = log
         self.budget_spent_ = math.fsum(e for _, e in log)
-        self.sampling_mode_ = sampler.mode
+        self.sampling_mode_ = random_state.mode
         self.policy_ = policy
         self.guarantee_ = policy.guarantee
         return self
@@ -420,7 +415,7 @@ class NoisyLloydBase(BaseEstimator):
 
 
 def noisy_lloyd_trials(
-    estimator: NoisyLloydBase, X: ArrayLike, eps_grid: ArrayLike, trials: int, sampler: Sampler
+    estimator: NoisyLloydBase, X: ArrayLike, eps_grid: ArrayLike, trials: int, random_state: Sampler
 ) -> NDArray:
     """Final centres (E, trials, K, d) of ``trials`` independent fits of ``estimator`` at every eps.
 
@@ -429,7 +424,7 @@ def noisy_lloyd_trials(
     :func:`noisy_lloyd` together, with ``Sampler.diagnostic`` noise drawn at once (never released);
     2-D rows are assigned by :class:`PlanarCells` grid filtering.
     """
-    noise = diagnostic_noise(sampler)
+    noise = diagnostic_noise(random_state)
     grid = np.asarray(eps_grid, dtype=float).ravel()
     if grid.size == 0 or isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ParameterError("give at least one eps > 0 and trials >= 1 (an integer; 20 is a good default).")
@@ -443,11 +438,11 @@ def noisy_lloyd_trials(
         size_query = est.n_iter is None and not est._rows_are_public()
         rows = np.full(trials, float(n))
         if size_query:
-            rows += sampler.laplace(trials, 1.0) * laplace_scale(1.0, e * SIZE_SHARE)
+            rows += random_state.laplace(trials, 1.0) * laplace_scale(1.0, e * SIZE_SHARE)
         for r in rows:
             T, _, eps_rounds = plan_rounds(e, est.n_iter, r, k, d, share, size_query)
             plans.append((T, eps_rounds))
-            inits.append(sphere_packing_init(k, lower, upper, sampler.rng))
+            inits.append(sphere_packing_init(k, lower, upper, random_state.rng))
     mid, half = (lower + upper) / 2.0, (upper - lower) / 2.0
     sensitivities = est._batch_sensitivities(half)
     Xc = np.clip(arr, lower, upper) - mid
@@ -469,7 +464,7 @@ def noisy_lloyd_trials(
                 half,
                 noise,
                 sensitivities,
-                sampler.rng,
+                random_state.rng,
                 None if cells is None else cells.statistics,
             )
             out[part] = run.centers_history[:, -1]

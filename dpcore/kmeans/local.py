@@ -25,8 +25,7 @@ from dpcore.kmeans.covariance import (
     white_noise_covariance,
     white_per_cluster_noise_covariance,
 )
-from dpcore.kmeans.lloyd import make_sampler
-from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
+from dpcore.mechanisms import Calibration, Sampler, check_random_state, gaussian_ratio
 from dpcore.metrics import assign
 from dpcore.validation import check_fitted, check_rows
 
@@ -86,17 +85,17 @@ class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
                     f"labels must give one cluster index 0..{k - 1} per row, using all {k} clusters."
                 )
         cov = type(self)._covariance(x, lab, self.epsilon, self.delta, self.calibration)
-        sampler = make_sampler(self.random_state)
+        random_state = check_random_state(self.random_state)
         self.noise_covariance_ = cov
         self.diagnostic_true_centers_ = cov.centers
         self.labels_ = np.asarray(lab, dtype=np.int64)
-        self.cluster_centers_ = cov.release(sampler)
+        self.cluster_centers_ = cov.release(random_state)
         self.caveats_ = list(cov.caveats)
-        self.sampling_mode_ = sampler.mode
+        self.sampling_mode_ = random_state.mode
         self.budget_spent_ = (float(self.epsilon), float(self.delta))
         self.guarantee_ = (
             f"{self.guarantee} Budget: eps = {float(self.epsilon):g}, delta = {float(self.delta):g} "
-            f"({self.calibration} calibration; sampling: {sampler.mode})."
+            f"({self.calibration} calibration; sampling: {random_state.mode})."
         )
         return self
 

@@ -40,9 +40,8 @@ from dpcore.kmeans.lloyd import (
     LloydRelease,
     Neighbours,
     NoisyLloydBase,
-    make_sampler,
 )
-from dpcore.mechanisms import Sampler
+from dpcore.mechanisms import Sampler, check_random_state
 from dpcore.metrics import nearest_sets
 
 CHUNK = 4096
@@ -228,7 +227,7 @@ def mcmc_postprocess_many(
     Post-processing of each release alone (no data, no budget). ``progress(fraction, message)`` is called
     every ``CHUNK`` steps; an exception it raises stops the chains (e.g. a cancelled diagnostic).
 
-    One sampler, drawn from chain after chain of a group per chunk of steps, group after group: a single
+    One random_state, drawn from chain after chain of a group per chunk of steps, group after group: a single
     chain draws exactly what it would draw alone. Groups hold at most ``CHAIN_ENTRIES`` numbers of chain
     state (at least one chain), so memory stays bounded whatever the number of chains and points.
     """
@@ -251,7 +250,7 @@ def _run_chains(
     K, d = chains[0].mix.shape[1:]
     if any(c.mix.shape[1:] != (K, d) for c in chains):
         raise ParameterError("the releases of one batch of chains must share K and the number of features.")
-    sampler = make_sampler(random_state)
+    random_state = check_random_state(random_state)
     T, N = max(c.rounds for c in chains), max(c.n_points for c in chains)
     size = max(1, CHAIN_ENTRIES // (max(N, CHUNK) * (d + T + 2)))
     starts = range(0, len(chains), size)
@@ -261,15 +260,15 @@ def _run_chains(
         def part(fraction: float, message: str, g: int = g) -> None:
             report((g + fraction) / len(starts), message)
 
-        yield from _run_group(chains[start : start + size], n_steps, proposal_variance, sampler, part)
+        yield from _run_group(chains[start : start + size], n_steps, proposal_variance, random_state, part)
 
 
 def _run_group(
-    chains: list[_Chain], n_steps: int, proposal_variance: float, sampler: Sampler, report: Progress
+    chains: list[_Chain], n_steps: int, proposal_variance: float, random_state: Sampler, report: Progress
 ) -> list[MCMCResult]:
     """The chains of one group stepped together (see :func:`mcmc_postprocess_many`)."""
     K, d = chains[0].mix.shape[1:]
-    rng = sampler.rng
+    rng = random_state.rng
     C, T, N = len(chains), max(c.rounds for c in chains), max(c.n_points for c in chains)
     # The running state of every chain, padded to T rounds and N points and flattened. Point i of chain c
     # is row c * N + i of S: (z, 1 | its residual row in each round | log q(z)); residual row r of chain
@@ -349,7 +348,7 @@ def _run_group(
                 best_log_likelihood=float(best[c]),
                 acceptance_rate=float(accepted[c]) / n_steps if n_steps else 0.0,
                 n_steps=int(n_steps),
-                sampling_mode=sampler.mode,
+                sampling_mode=random_state.mode,
             )
         )
     return results
@@ -401,9 +400,11 @@ class LeeKiferKMeans(DPLloydKMeans):
     def fit(self, X: object, y: object = None) -> LeeKiferKMeans:
         """DP-Lloyd on X, then the chain on its release; one sampler, drawn from in sequence."""
         _check_chain_args(self.n_steps, self.proposal_variance)
-        sampler = make_sampler(self.random_state)
-        self._fit(X, sampler)  # type: ignore[arg-type]
-        self.mcmc_ = mcmc_postprocess(self.released_state(), self.n_steps, self.proposal_variance, sampler)
+        random_state = check_random_state(self.random_state)
+        self._fit(X, random_state)  # type: ignore[arg-type]
+        self.mcmc_ = mcmc_postprocess(
+            self.released_state(), self.n_steps, self.proposal_variance, random_state
+        )
         self.dp_lloyd_centers_ = self.cluster_centers_
         self.cluster_centers_ = self.mcmc_.cluster_centers
         return self
@@ -415,12 +416,12 @@ class LeeKiferKMeans(DPLloydKMeans):
         ``fit`` gives them one by one, with every chain stepped together (:func:`mcmc_postprocess_many`).
         A diagnostic path: the estimator itself is left unfitted. ``progress`` as in the batch."""
         _check_chain_args(self.n_steps, self.proposal_variance)
-        sampler = make_sampler(self.random_state)
+        random_state = check_random_state(self.random_state)
         releases = []
         for eps in eps_grid:
-            lloyd = clone(self).set_params(epsilon=float(eps), random_state=sampler)
-            releases += [lloyd._fit(X, sampler).released_state() for _ in range(trials)]  # type: ignore[arg-type]
-        results = _run_chains(releases, self.n_steps, self.proposal_variance, sampler, progress)
+            lloyd = clone(self).set_params(epsilon=float(eps), random_state=random_state)
+            releases += [lloyd._fit(X, random_state).released_state() for _ in range(trials)]  # type: ignore[arg-type]
+        results = _run_chains(releases, self.n_steps, self.proposal_variance, random_state, progress)
         centres = np.stack([r.cluster_centers for r in results])
         return centres.reshape(len(eps_grid), trials, *centres.shape[1:])
 

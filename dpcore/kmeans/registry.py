@@ -2,9 +2,9 @@
 
 Each module of :mod:`dpcore.kmeans.mechanisms` registers one :class:`dpcore.registry.MechanismSpec` here
 (importing :mod:`dpcore.kmeans` registers them all). A spec's ``release(inputs, *, epsilon, delta, params,
-sampler)`` runs it once on :class:`KMeansInputs` and returns a ``MechanismOutput`` whose table holds only
+random_state)`` runs it once on :class:`KMeansInputs` and returns a ``MechanismOutput`` whose table holds only
 released centroids (:func:`centroid_table`); its ``trial(inputs, eps_grid, trials, *, delta, params,
-sampler, progress)`` is the sweep's diagnostic: noisy centres (E, trials, K, d) drawn with
+random_state, progress)`` is the sweep's diagnostic: noisy centres (E, trials, K, d) drawn with
 ``Sampler.diagnostic``, row k matched to true cluster k of ``inputs.labels``, never released.
 
 A release publishes each feature's centroids in one coordinate system, the one in which its clip box (the
@@ -26,7 +26,7 @@ import pandas as pd
 from dpcore.errors import ParameterError
 from dpcore.kmeans.cells import cluster_statistics
 from dpcore.kmeans.lloyd import check_bounds
-from dpcore.mechanisms import Sampler
+from dpcore.mechanisms import Sampler, check_random_state
 from dpcore.registry import MechanismOutput, MechanismSpec, Param, Registry
 
 if TYPE_CHECKING:
@@ -179,13 +179,13 @@ def takes(spec: MechanismSpec, name: str) -> bool:
     return any(p.name == name for p in spec.params)
 
 
-def check_release_sampler(sampler: Sampler) -> Sampler:
+def check_release_sampler(random_state: Sampler) -> Sampler:
     """Refuse diagnostic sampling for a release (secure sampling or a labelled demo seed only)."""
-    if not isinstance(sampler, Sampler) or sampler.mode == "diagnostic":
+    if not isinstance(random_state, Sampler) or random_state.mode == "diagnostic":
         raise ParameterError(
             "a release needs secure sampling (Sampler()) or a labelled demo seed, not diagnostic."
         )
-    return sampler
+    return random_state
 
 
 def data_bounded(prep: PreparedData) -> tuple[str, ...]:
@@ -294,15 +294,16 @@ def release_centroids(
     *,
     epsilon: float,
     delta: float = 0.0,
-    sampler: Sampler | None = None,
+    random_state: int | Sampler | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> MechanismOutput:
-    """Run mechanism ``key`` once: its parameters validated, secure sampling unless ``sampler`` is given."""
+    """Run mechanism ``key`` once, its parameters validated; ``random_state`` as in
+    :func:`~dpcore.mechanisms.check_random_state` (None: secure sampling)."""
     spec = KMEANS[key]
     return spec.release(
         inputs,
         epsilon=epsilon,
         delta=delta,
         params=spec.validate_params(params or {}),
-        sampler=check_release_sampler(Sampler() if sampler is None else sampler),
+        random_state=check_release_sampler(check_random_state(random_state)),
     )

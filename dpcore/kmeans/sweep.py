@@ -150,10 +150,10 @@ def _prepare(
     return params
 
 
-def _seeds(seed: int | None, n: int) -> list[int | None]:
-    if seed is None:
+def _seeds(random_state: int | None, n: int) -> list[int | None]:
+    if random_state is None:
         return [None] * n
-    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)]
+    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(random_state).spawn(n)]
 
 
 def sweep(
@@ -166,7 +166,7 @@ def sweep(
     calibration: Calibration = "analytic",
     bounds: tuple[Any, Any] | None = None,
     graph: Any = None,
-    seed: int | None = None,
+    random_state: int | None = None,
     progress: Progress | None = None,
     *,
     n_iter: int | None = None,
@@ -178,9 +178,9 @@ def sweep(
     Diagnostic (reads the true data; ``Sampler.diagnostic`` noise, never released). ``labels`` is the
     true (non-private) clustering: its centroids are the reference for WCSS_true, centroid MSE (DP-Lloyd
     centres are first matched to them) and ARI. ``nicv`` (WCSS / n on data mapped to [-1, 1]^d by the
-    public ``bounds``) appears when bounds are given. ``seed`` makes the diagnostic reproducible.
-    ``progress(fraction, message)`` is called as work completes. ``graph`` is Blowfish's policy graph,
-    ``neighbours`` the relation DP-Lloyd and DP-Lloyd + MCMC are calibrated for.
+    public ``bounds``) appears when bounds are given. ``random_state`` (an int) makes the diagnostic
+    reproducible. ``progress(fraction, message)`` is called as work completes. ``graph`` is Blowfish's
+    policy graph, ``neighbours`` the relation DP-Lloyd and DP-Lloyd + MCMC are calibrated for.
     """
     specs = _specs(mechanisms)
     keys = list(specs)
@@ -194,7 +194,7 @@ def sweep(
     report = progress or _quiet
     share = 1.0 / (len(keys) + 1)  # equal shares of the bar per mechanism, one for the scoring
     blocks = []
-    for i, (key, seed_i) in enumerate(zip(keys, _seeds(seed, len(keys)), strict=True)):
+    for i, (key, seed_i) in enumerate(zip(keys, _seeds(random_state, len(keys)), strict=True)):
 
         def part(fraction: float, message: str, i: int = i) -> None:
             report(share * (i + min(max(fraction, 0.0), 1.0)), message)
@@ -209,7 +209,7 @@ def sweep(
                 trials,
                 delta=delta,
                 params=params[key],
-                sampler=Sampler.diagnostic(seed_i),
+                random_state=Sampler.diagnostic(seed_i),
                 progress=part,
             )
         )
@@ -264,13 +264,13 @@ def diagnostic_draw(
     neighbours: Neighbours = "unbounded",
     n_iter: int | None = None,
     mcmc_steps: int = 30000,
-    seed: int | None = 0,
+    random_state: int | None = 0,
 ) -> np.ndarray:
     """One draw of ``mechanism`` at ``epsilon`` with diagnostic noise: centres (K, d), never released.
 
     The mechanism's sweep trial with one eps and one trial: local mechanisms give the true centroids of
     ``labels`` + N(0, Sigma); the DP-Lloyd family one fit, its centres matched to the true centroids (row
-    k is the centre nearest true cluster k). ``seed`` seeds ``Sampler.diagnostic``.
+    k is the centre nearest true cluster k). ``random_state`` (an int) seeds ``Sampler.diagnostic``.
     """
     specs = _specs([mechanism])
     inputs = KMeansInputs(X, labels, *(bounds if bounds is not None else (None, None)))
@@ -288,7 +288,7 @@ def diagnostic_draw(
         1,
         delta=delta,
         params=params[mechanism],
-        sampler=Sampler.diagnostic(seed),
+        random_state=Sampler.diagnostic(random_state),
         progress=_quiet,
     )
     return draws[0, 0]

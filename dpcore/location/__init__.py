@@ -2,7 +2,7 @@
 
 Everything works in great-circle metres (``geometry``). The public API, loaded on first use (so that
 ``dpcore.location.geometry`` stays light): ``LOCATIONS`` (one registered mechanism per key, each with its
-``release(LocationInputs, epsilon=..., delta=0.0, params=..., sampler=...)``), ``LocationInputs``, the
+``release(LocationInputs, epsilon=..., delta=0.0, params=..., random_state=...)``), ``LocationInputs``, the
 geometry (``Region``, ``PlaneMap``, ``haversine_m``), the mechanisms' engines and the diagnostic sweep.
 """
 

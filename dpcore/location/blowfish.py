@@ -31,8 +31,7 @@ from dpcore.errors import ParameterError
 from dpcore.location.budget import split_budget
 from dpcore.location.geometry import PlaneMap, Region
 from dpcore.location.hotspots import PlanePoints, project_locations
-from dpcore.location.laplace import as_sampler
-from dpcore.mechanisms import Sampler, _check_epsilon, laplace_scale
+from dpcore.mechanisms import Sampler, _check_epsilon, check_random_state, laplace_scale
 
 
 def blowfish_mean_sensitivity(
@@ -87,7 +86,7 @@ def mean_position(
     policy: str = "blowfish",
     theta_m: float | None = None,
     points_per_person: int = 1,
-    rng: Sampler | int | None = None,
+    random_state: int | Sampler | None = None,
 ) -> MeanPositionRelease:
     """Noisy mean position of the rows (lat, lon): :func:`noisy_mean` of their mapped points."""
     _check_epsilon(epsilon)
@@ -97,7 +96,7 @@ def mean_position(
         policy=policy,
         theta_m=theta_m,
         points_per_person=points_per_person,
-        rng=rng,
+        random_state=random_state,
     )
 
 
@@ -109,7 +108,7 @@ def noisy_mean(
     theta_m: float | None = None,
     points_per_person: int = 1,
     public_n: bool = True,
-    rng: Sampler | int | None = None,
+    random_state: int | Sampler | None = None,
 ) -> MeanPositionRelease:
     """Noisy mean position: (sums of f) / n + Laplace(Delta_1 / eps) per coordinate, back to lat/lon.
 
@@ -123,18 +122,27 @@ def noisy_mean(
     """
     eps = _check_epsilon(epsilon)
     region, n, g, plane = points.region, points.n, points_per_person, points.plane
-    sampler = as_sampler(rng)
+    random_state = check_random_state(random_state)
     if policy == "dp" and not public_n:
         log = split_budget(eps, [("noisy count", Fraction(1, 10)), ("noisy sum", Fraction(9, 10))])
         (_, eps_n), (_, eps_s) = log
         mid = (plane.lower + plane.upper) / 2.0
         sens = dp_mean_sensitivity(1, region, g)  # of the centred sum: up to g points out, up to g in
         count_scale, b = laplace_scale(float(g), eps_n), laplace_scale(sens, eps_s)
-        n_noisy = float(sampler.privatize(float(n), "laplace", count_scale))
-        noisy = sampler.privatize(points.sums() - n * mid, "laplace", b)
+        n_noisy = float(random_state.privatize(float(n), "laplace", count_scale))
+        noisy = random_state.privatize(points.sums() - n * mid, "laplace", b)
         m_lat, m_lon = plane.inverse(*(mid + noisy / max(1.0, n_noisy)))
         return MeanPositionRelease(
-            float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode, n_noisy, count_scale, tuple(log)
+            float(m_lat),
+            float(m_lon),
+            policy,
+            sens,
+            b,
+            eps,
+            random_state.mode,
+            n_noisy,
+            count_scale,
+            tuple(log),
         )
     if policy == "blowfish":
         if theta_m is None:
@@ -147,8 +155,8 @@ def noisy_mean(
     else:
         raise ParameterError(f"policy must be 'blowfish' or 'dp' (got {policy!r}).")
     b = laplace_scale(sens, eps)
-    noisy = sampler.privatize(points.sums() / n, "laplace", b)
+    noisy = random_state.privatize(points.sums() / n, "laplace", b)
     m_lat, m_lon = plane.inverse(noisy[0], noisy[1])
     return MeanPositionRelease(
-        float(m_lat), float(m_lon), policy, sens, b, eps, sampler.mode, float(n), 0.0, (("mean", eps),)
+        float(m_lat), float(m_lon), policy, sens, b, eps, random_state.mode, float(n), 0.0, (("mean", eps),)
     )

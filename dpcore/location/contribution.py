@@ -78,22 +78,27 @@ def keep_smallest(codes: np.ndarray, keys: NDArray, m: int) -> np.ndarray:
     return np.sort(order[rank < m])
 
 
-def draw_kept_ranks(counts: NDArray, m: int, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+def draw_kept_ranks(counts: NDArray, m: int, random_state: Sampler) -> tuple[np.ndarray, np.ndarray]:
     """(block, rank) of each row kept for over-cap users with ``counts`` (c > m, in canonical order): a
     block of c iid uniform keys per user drawn in that order, the m smallest kept; rank is the position in
     the block (the row's rank by (lat, lon) within its user)."""
     counts = np.asarray(counts, dtype=np.int64)
     block = np.repeat(np.arange(counts.size), counts)
-    pos = keep_smallest(block, sampler.rng.random(block.size), m)
+    pos = keep_smallest(block, random_state.rng.random(block.size), m)
     starts = np.cumsum(counts) - counts
     return block[pos], pos - starts[block[pos]]
 
 
 def cap_per_user(
-    codes: np.ndarray, labels: np.ndarray, lat: NDArray, lon: NDArray, max_per_user: int, sampler: Sampler
+    codes: np.ndarray,
+    labels: np.ndarray,
+    lat: NDArray,
+    lon: NDArray,
+    max_per_user: int,
+    random_state: Sampler,
 ) -> np.ndarray:
     """Sorted indices of the rows kept: all rows of a user with at most m, else a uniformly random m of
-    them drawn with ``sampler`` independently of the values (module docstring)."""
+    them drawn with ``random_state`` independently of the values (module docstring)."""
     m = check_max_per_user(max_per_user)
     codes = np.asarray(codes)
     counts = np.bincount(codes, minlength=len(labels))
@@ -106,6 +111,6 @@ def cap_per_user(
     block = block_of_code[codes]
     rows = np.flatnonzero(block >= 0)
     rows = rows[np.lexsort((lon[rows], lat[rows], block[rows]))]  # by block, then (lat, lon) in the block
-    kept_block, rank = draw_kept_ranks(counts[over], m, sampler)
+    kept_block, rank = draw_kept_ranks(counts[over], m, random_state)
     starts = np.cumsum(counts[over]) - counts[over]
     return np.sort(np.concatenate([np.flatnonzero(block < 0), rows[starts[kept_block] + rank]]))

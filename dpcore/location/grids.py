@@ -32,8 +32,7 @@ from numpy.typing import ArrayLike
 from dpcore.errors import ParameterError
 from dpcore.location.budget import BudgetLog, split_budget
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
-from dpcore.location.laplace import as_sampler
-from dpcore.mechanisms import Sampler, _check_epsilon
+from dpcore.mechanisms import Sampler, _check_epsilon, check_random_state
 
 NEIGHBOURS = {"unbounded": 1.0, "bounded": 2.0}
 MAX_CELLS_PER_SIDE = 1024
@@ -167,7 +166,7 @@ def _prepare(
     neighbours: str,
     n_estimate: float | None,
     count_fraction: float,
-    sampler: Sampler,
+    random_state: Sampler,
     levels: list[tuple[str, Fraction]],
     points_per_person: int,
 ) -> tuple[BudgetLog, float, str, float]:
@@ -190,7 +189,7 @@ def _prepare(
         raise ParameterError(f"count_fraction must be in (0, 1), e.g. 0.05 (got {count_fraction!r}).")
     share = Fraction(count_fraction)
     log = split_budget(eps, [("noisy count", share), *((name, (1 - share) * f) for name, f in levels)])
-    n_hat = max(1.0, points.n + float(sampler.laplace(1, s / log[0][1])[0]))
+    n_hat = max(1.0, points.n + float(random_state.laplace(1, s / log[0][1])[0]))
     return log, n_hat, "noisy count", s
 
 
@@ -205,7 +204,7 @@ def _grid(
     n_hat: float,
     source: str,
     neighbours: str,
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> DensityGrid:
     eps_count = log[0][1] if log[0][0] == "noisy count" else 0.0
     return DensityGrid(
@@ -220,7 +219,7 @@ def _grid(
         n_hat,
         source,
         neighbours,
-        sampler.mode,
+        random_state.mode,
         tuple(log),
     )
 
@@ -259,13 +258,13 @@ def uniform_grid_of(
     c: float = 10.0,
     grid_size: int | None = None,
     points_per_person: int = 1,
-    rng: Sampler | int | None = None,
+    random_state: int | Sampler | None = None,
 ) -> DensityGrid:
     """:func:`uniform_grid` of counted points (in memory or in an engine: one pass of cell counts).
 
     neighbours: "unbounded" or "bounded"; n_estimate: a public estimate of n (unbounded), else a noisy count
     with ``count_fraction`` of eps; c: the grid-size constant; grid_size: m itself; points_per_person: g."""
-    sampler = as_sampler(rng)
+    random_state = check_random_state(random_state)
     region: Region = points.region  # type: ignore[union-attr]
     log, n_hat, source, s = _prepare(
         points,
@@ -273,7 +272,7 @@ def uniform_grid_of(
         neighbours,
         n_estimate,
         count_fraction,
-        sampler,
+        random_state,
         [("grid", Fraction(1))],
         points_per_person,
     )
@@ -283,7 +282,7 @@ def uniform_grid_of(
         raise ParameterError(f"grid_size must be a whole number >= 1 (got {grid_size!r}).")
     lat_e, lon_e = grid_edges(region, m)
     counts = points.cell_counts(m).astype(float)
-    counts = (counts + sampler.laplace(m * m, s / eps_grid)).reshape(m, m)
+    counts = (counts + random_state.laplace(m * m, s / eps_grid)).reshape(m, m)
     ii, jj = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     leaves = np.column_stack(
         [lat_e[ii.ravel()], lat_e[ii.ravel() + 1], lon_e[jj.ravel()], lon_e[jj.ravel() + 1], counts.ravel()]
@@ -299,7 +298,7 @@ def uniform_grid_of(
         n_hat,
         source,
         neighbours,
-        sampler,
+        random_state,
     )
 
 
@@ -322,12 +321,12 @@ def adaptive_grid_of(
     c: float = 10.0,
     c2: float = 5.0,
     points_per_person: int = 1,
-    rng: Sampler | int | None = None,
+    random_state: int | Sampler | None = None,
 ) -> DensityGrid:
     """:func:`adaptive_grid` of counted points (in an engine: one pass per level)."""
     if not (0.0 < alpha < 1.0):
         raise ParameterError(f"alpha must be in (0, 1), e.g. 0.5 (got {alpha!r}).")
-    sampler = as_sampler(rng)
+    random_state = check_random_state(random_state)
     region: Region = points.region  # type: ignore[union-attr]
     a = Fraction(alpha)
     log, n_hat, source, s = _prepare(
@@ -336,7 +335,7 @@ def adaptive_grid_of(
         neighbours,
         n_estimate,
         count_fraction,
-        sampler,
+        random_state,
         [("level 1", a), ("level 2", 1 - a)],
         points_per_person,
     )
@@ -344,11 +343,11 @@ def adaptive_grid_of(
     eps_grid = e1 + e2
     m1 = int(min(MAX_CELLS_PER_SIDE, max(10, math.ceil(math.sqrt(n_hat * eps_grid / c) / 4))))
     lat_e, lon_e = grid_edges(region, m1)
-    v = points.cell_counts(m1) + sampler.laplace(m1 * m1, s / e1)
+    v = points.cell_counts(m1) + random_state.laplace(m1 * m1, s / e1)
     m2 = np.ceil(np.sqrt(np.maximum(v, 0.0) * e2 / c2)).astype(int).clip(1, 256)
     offset = np.concatenate([[0], np.cumsum(m2**2)])
     n_leaves = int(offset[-1])
-    u = points.leaf_counts(m1, m2) + sampler.laplace(n_leaves, s / e2)
+    u = points.leaf_counts(m1, m2) + random_state.laplace(n_leaves, s / e2)
     parent = np.repeat(np.arange(m1 * m1), m2**2)
     sum_u = np.bincount(parent, weights=u, minlength=m1 * m1)
     a2m2 = alpha**2 * m2.astype(float) ** 2
@@ -374,14 +373,14 @@ def adaptive_grid_of(
         n_hat,
         source,
         neighbours,
-        sampler,
+        random_state,
     )
 
 
-def random_boxes(region: Region, n_queries: int, rng: Sampler | int | None = None) -> FloatArray:
+def random_boxes(region: Region, n_queries: int, random_state: int | Sampler | None = None) -> FloatArray:
     """Random query rectangles: two uniform corners per axis inside the region (rows lat_lo, lat_hi, ...)."""
-    sampler = as_sampler(rng)
-    u = sampler.rng.random((n_queries, 4))
+    random_state = check_random_state(random_state)
+    u = random_state.rng.random((n_queries, 4))
     la = region.lat_min + np.sort(u[:, :2], axis=1) * (region.lat_max - region.lat_min)
     lo = region.lon_min + np.sort(u[:, 2:], axis=1) * (region.lon_max - region.lon_min)
     return np.column_stack([la, lo])

@@ -176,7 +176,7 @@ def location_hotspots(
     return fit_hotspots(data, model)
 
 
-def true_hotspots(data: ProjectedLocations, n_clusters: int, seed: int = 0) -> FloatArray:
+def true_hotspots(data: ProjectedLocations, n_clusters: int, random_state: int = 0) -> FloatArray:
     """Non-private k-means centres (K, 2) in projected metres: a diagnostic (never released).
 
     k-means++, best of 10 inits. Above TRUE_SAMPLE rows the 10 inits run on a seeded sample of that many
@@ -191,9 +191,9 @@ def true_hotspots(data: ProjectedLocations, n_clusters: int, seed: int = 0) -> F
     X, k = data.X, int(n_clusters)
     with threadpool_limits(1):  # OpenMP threads cost ~20x more than they save on a few thousand 2-D rows
         if X.shape[0] <= TRUE_SAMPLE:
-            return KMeans(k, n_init=10, random_state=seed).fit(X).cluster_centers_
-        rows = np.random.default_rng(seed).choice(X.shape[0], TRUE_SAMPLE, replace=False)
-        start = KMeans(k, n_init=10, random_state=seed).fit(X[rows]).cluster_centers_
+            return KMeans(k, n_init=10, random_state=random_state).fit(X).cluster_centers_
+        rows = np.random.default_rng(random_state).choice(X.shape[0], TRUE_SAMPLE, replace=False)
+        start = KMeans(k, n_init=10, random_state=random_state).fit(X[rows]).cluster_centers_
         return KMeans(k, init=start, n_init=1).fit(X).cluster_centers_
 
 
@@ -202,7 +202,7 @@ def hotspot_trials(
     n_clusters: int,
     eps_grid: Sequence[float],
     trials: int,
-    sampler: Sampler,
+    random_state: Sampler,
     *,
     policy: str = "dp",
     theta_m: float | None = None,
@@ -212,13 +212,15 @@ def hotspot_trials(
     All E x trials runs go through ``noisy_lloyd_trials`` at once (same budget plan, init, sensitivities
     and noise scales as one ``fit`` per trial): a curator diagnostic, never released.
     """
-    if sampler.mode != "diagnostic":
+    if random_state.mode != "diagnostic":
         raise ParameterError("hotspot trials are a diagnostic: pass Sampler.diagnostic(seed).")
     eps = [float(e) for e in eps_grid]
     if not eps:
         raise ParameterError("give at least one eps > 0 to run hotspot trials, e.g. [0.5, 1, 2].")
-    model = hotspot_estimator(data, n_clusters, eps[0], policy=policy, theta_m=theta_m, random_state=sampler)
-    return noisy_lloyd_trials(model, data.X, eps, trials, sampler)
+    model = hotspot_estimator(
+        data, n_clusters, eps[0], policy=policy, theta_m=theta_m, random_state=random_state
+    )
+    return noisy_lloyd_trials(model, data.X, eps, trials, random_state)
 
 
 def nearest_hotspot_distance_m(true_latlon: ArrayLike, released_latlon: ArrayLike) -> float:

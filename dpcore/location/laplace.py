@@ -14,7 +14,7 @@ a probability (Mironov 2012):
   correction eps' = eps (1 + 1.5 u / r) within a radius r, so a level l within r runs its noise at
   eps = l / (r + 1.5 u) per metre and keeps exactly level l within r (and l d / r beyond r).
 
-The great-circle float sampler :func:`planar_laplace` (theta ~ U[0, 2 pi), r from the inverse of
+The great-circle float random_state :func:`planar_laplace` (theta ~ U[0, 2 pi), r from the inverse of
 C_eps(r) = 1 - (1 + eps r) e^(-eps r), a Gamma(2, 1/eps) radius, moved along the great circle) serves the
 diagnostic mode and the comparison baselines; its output is never released.
 
@@ -44,7 +44,7 @@ from dpcore.location.geometry import (
     unit_vectors,
     validate_latlon,
 )
-from dpcore.mechanisms import Sampler, _check_epsilon
+from dpcore.mechanisms import Sampler, _check_epsilon, check_random_state
 from dpcore.policy import geo_radius_quantile
 
 RADIUS_QUANTILES = (0.5, 0.9, 0.95)
@@ -108,7 +108,7 @@ class TangentPlane:
         return lat, np.degrees(np.arctan2(v[..., 1], v[..., 0]))
 
 
-def lattice_laplace(size: int, rate: float, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+def lattice_laplace(size: int, rate: float, random_state: Sampler) -> tuple[np.ndarray, np.ndarray]:
     """``size`` exact draws n = (a, b) in Z^2 with Pr[n] proportional to exp(-rate' q(n)), rate' the largest
     24-bit dyadic <= ``rate`` (eps u), q(n) = (floor(256 ||n||) + 2) / 256 in (||n||, ||n|| + 1/128).
 
@@ -123,50 +123,41 @@ def lattice_laplace(size: int, rate: float, sampler: Sampler) -> tuple[np.ndarra
     a_out, b_out, filled = np.empty(size, np.int64), np.empty(size, np.int64), 0
     while filled < size:
         m = size - filled
-        a = discrete_laplace(m, _L1_RATE * num, bits + 8, sampler.rng)
-        b = discrete_laplace(m, _L1_RATE * num, bits + 8, sampler.rng)
+        a = discrete_laplace(m, _L1_RATE * num, bits + 8, random_state.rng)
+        b = discrete_laplace(m, _L1_RATE * num, bits + 8, random_state.rng)
         if max(np.abs(a).max(initial=0), np.abs(b).max(initial=0)) >= _MAX_STEPS:  # about e^-64: no data read
             raise ParameterError("the planar noise left the sampler's range; run the release again.")
         q = np.floor(np.sqrt((a * a + b * b).astype(float)) * 256.0).astype(np.int64) + 2
-        ok = bernoulli_exp(num * (q - _L1_RATE * (np.abs(a) + np.abs(b))), bits + 8, sampler.rng)
+        ok = bernoulli_exp(num * (q - _L1_RATE * (np.abs(a) + np.abs(b))), bits + 8, random_state.rng)
         k = int(ok.sum())
         a_out[filled : filled + k], b_out[filled : filled + k] = a[ok], b[ok]
         filled += k
     return a_out, b_out
 
 
-def as_sampler(rng: Sampler | int | None) -> Sampler:
-    """``None`` -> secure ``Sampler()``; an int -> demo ``Sampler(seed)``; a ``Sampler`` as is."""
-    if rng is None:
-        return Sampler()
-    if isinstance(rng, Sampler):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return Sampler(int(rng))
-    raise ParameterError(f"rng must be a dpcore Sampler, an integer demo seed or None (got {rng!r}).")
-
-
-def sample_displacement(n: int, epsilon: float, sampler: Sampler) -> tuple[FloatArray, FloatArray]:
-    """(radius metres, bearing degrees) of n float planar Laplace draws from ``sampler.rng`` (diagnostics).
+def sample_displacement(n: int, epsilon: float, random_state: Sampler) -> tuple[FloatArray, FloatArray]:
+    """(radius metres, bearing degrees) of n float planar Laplace draws from ``random_state.rng``
+    (diagnostics).
 
     p = (k + 1/2) / 2^53 with k uniform on {0, ..., 2^53 - 1}: uniform on (0, 1), never 0 or 1.
     """
-    p = (sampler.rng.integers(0, 2**53, n) + 0.5) * 2.0**-53
+    p = (random_state.rng.integers(0, 2**53, n) + 0.5) * 2.0**-53
     radius = np.asarray(geo_radius_quantile(_check_epsilon(epsilon), p), dtype=float).reshape(n)
-    return radius, 360.0 * sampler.rng.random(n)
+    return radius, 360.0 * random_state.rng.random(n)
 
 
 def planar_laplace(
-    lat: ArrayLike, lon: ArrayLike, epsilon: float, rng: Sampler | int | None = None
+    lat: ArrayLike, lon: ArrayLike, epsilon: float, random_state: int | Sampler | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """Each location moved by float planar Laplace noise along the great circle; ``epsilon`` per METRE.
 
     The density of eps-geo-indistinguishability, sampled in floating point: for diagnostics and comparison
-    baselines, never a release (:class:`PlanarLaplace` releases). ``rng``: a Sampler, or an int seed.
+    baselines, never a release (:class:`PlanarLaplace` releases). ``random_state``: as in
+    :func:`~dpcore.mechanisms.check_random_state`.
     """
     la, lo = validate_latlon(lat, lon)
     eps = _check_epsilon(epsilon)
-    r, bearing = sample_displacement(la.size, eps, as_sampler(rng))
+    r, bearing = sample_displacement(la.size, eps, check_random_state(random_state))
     return destination_point(la, lo, bearing, r)
 
 
@@ -191,7 +182,7 @@ class PlanarLaplace:
         grid_step_m: float | None = None,
         region: Region | None = None,
         origin: tuple[float, float] | None = None,
-        rng: Sampler | int | None = None,
+        random_state: int | Sampler | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.level = level
@@ -199,7 +190,7 @@ class PlanarLaplace:
         self.grid_step_m = grid_step_m
         self.region = region
         self.origin = origin
-        self.rng = rng
+        self.random_state = random_state
 
     @property
     def epsilon_per_metre(self) -> float:
@@ -256,19 +247,19 @@ class PlanarLaplace:
     def release(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """Noisy (lat, lon); sets ``sampling_mode_`` and the diagnostic ``displacement_m_`` (not released)."""
         la, lo = validate_latlon(lat, lon)
-        sampler = as_sampler(self.rng)
+        random_state = check_random_state(self.random_state)
         eps = self.noise_epsilon_per_metre
-        if sampler.mode == "diagnostic":
-            z_lat, z_lon = destination_point(la, lo, *sample_displacement(la.size, eps, sampler)[::-1])
+        if random_state.mode == "diagnostic":
+            z_lat, z_lon = destination_point(la, lo, *sample_displacement(la.size, eps, random_state)[::-1])
             if self.region is not None:
                 z_lat, z_lon = self.region.clip(z_lat, z_lon)
         else:
             plane, u = self.plane(), self.step_m
             x, y = plane.forward(la, lo)
-            a, b = lattice_laplace(la.size, eps * u, sampler)
+            a, b = lattice_laplace(la.size, eps * u, random_state)
             ix, iy = np.rint(x / u).astype(np.int64) + a, np.rint(y / u).astype(np.int64) + b
             z_lat, z_lon = self._truncate(plane, u, ix, iy)
-        self.sampling_mode_ = sampler.mode
+        self.sampling_mode_ = random_state.mode
         self.displacement_m_ = haversine_m(la, lo, z_lat, z_lon)
         return z_lat, z_lon
 
@@ -305,5 +296,5 @@ class PlanarLaplace:
     def get_params(self) -> dict[str, Any]:
         return {
             k: getattr(self, k)
-            for k in ("epsilon", "level", "radius_m", "grid_step_m", "region", "origin", "rng")
+            for k in ("epsilon", "level", "radius_m", "grid_step_m", "region", "origin", "random_state")
         }

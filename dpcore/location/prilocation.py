@@ -64,8 +64,8 @@ from dpcore.location.geometry import (
     validate_latlon,
 )
 from dpcore.location.grids import DensityGrid, uniform_grid
-from dpcore.location.laplace import as_sampler, planar_laplace
-from dpcore.mechanisms import Sampler, _check_epsilon
+from dpcore.location.laplace import planar_laplace
+from dpcore.mechanisms import Sampler, _check_epsilon, check_random_state
 
 LEVELS: dict[str, float] = {
     "street": 500.0,
@@ -107,7 +107,7 @@ def candidate_offsets(hs_m: float, step_m: float) -> tuple[FloatArray, FloatArra
 
 
 def exponential_select(
-    scores: FloatArray, epsilon: float, sensitivity: float, sampler: Sampler
+    scores: FloatArray, epsilon: float, sensitivity: float, random_state: Sampler
 ) -> np.ndarray:
     """One exponential-mechanism draw per row: Pr[j] proportional to exp(eps q_j / (2 Delta)) (McSherry and
     Talwar 2007).
@@ -115,10 +115,10 @@ def exponential_select(
     Rows of ``scores`` may hold -inf for candidates that are not allowed (public exclusions).
     """
     log_w = np.array(np.asarray(scores, dtype=float).T * (epsilon / (2.0 * sensitivity)), order="C")
-    return sample_log_weights(log_w, sampler)
+    return sample_log_weights(log_w, random_state)
 
 
-def sample_log_weights(log_w: np.ndarray, sampler: Sampler) -> np.ndarray:
+def sample_log_weights(log_w: np.ndarray, random_state: Sampler) -> np.ndarray:
     """One index per COLUMN of ``log_w`` (m, n), Pr[i] proportional to exp(log_w[i]) (inverse CDF).
 
     ``log_w`` is overwritten. Rows of -inf get probability 0 (u is drawn in (0, total], so the first
@@ -128,18 +128,18 @@ def sample_log_weights(log_w: np.ndarray, sampler: Sampler) -> np.ndarray:
     np.exp(log_w, out=log_w)
     for i in range(1, log_w.shape[0]):  # running sum down the columns, one vector add per candidate
         np.add(log_w[i - 1], log_w[i], out=log_w[i])
-    u = (1.0 - sampler.rng.random(log_w.shape[1], dtype=log_w.dtype)) * log_w[-1]
+    u = (1.0 - random_state.rng.random(log_w.shape[1], dtype=log_w.dtype)) * log_w[-1]
     return np.minimum(np.count_nonzero(log_w < u, axis=0), log_w.shape[0] - 1)
 
 
-def exact_select(dist_m: np.ndarray, hs_m: float, epsilon: float, sampler: Sampler) -> np.ndarray:
+def exact_select(dist_m: np.ndarray, hs_m: float, epsilon: float, random_state: Sampler) -> np.ndarray:
     """One exponential-mechanism draw per COLUMN of ``dist_m`` (m, n) (score -d, sensitivity HS; inf: not
     allowed), sampled exactly: Pr[j] proportional to exp(-c Q_j), Q_j = ceil(d_j / delta) on the public grid
     delta = 2^(floor(log2 HS) - 16) metres and c = eps / (2 (ceil(HS / delta) + 2)) rounded down to a
     dyadic, the sensitivity of Q (a move of <= HS changes ceil(d / delta) by < HS / delta + 2).
 
     A uniform candidate is accepted with an exact Bernoulli(exp(-c (Q_j - min Q))) (``dpcore.exact``):
-    integer draws from ``sampler.rng`` only, so the float inverse CDF's low-order bits (Mironov 2012) are
+    integer draws from ``random_state.rng`` only, so the float inverse CDF's low-order bits (Mironov 2012) are
     gone; eps-DP (McSherry and Talwar 2007) with no correction."""
     step = 2.0 ** (math.floor(math.log2(hs_m)) - 16)
     q = np.ceil(dist_m / step)
@@ -152,9 +152,9 @@ def exact_select(dist_m: np.ndarray, hs_m: float, epsilon: float, sampler: Sampl
     out = np.empty(dist_m.shape[1], dtype=np.intp)
     live = np.arange(dist_m.shape[1])
     while live.size:
-        j = sampler.rng.integers(0, dist_m.shape[0], live.size)
+        j = random_state.rng.integers(0, dist_m.shape[0], live.size)
         ok = allowed[j, live]
-        ok[ok] = bernoulli_exp(num * (q_int[j[ok], live[ok]] - q_min[live[ok]]), bits, sampler.rng)
+        ok[ok] = bernoulli_exp(num * (q_int[j[ok], live[ok]] - q_min[live[ok]]), bits, random_state.rng)
         out[live[ok]] = j[ok]
         live = live[~ok]
     return out
@@ -175,11 +175,11 @@ def laplace_distance_error(
     lon: ArrayLike,
     epsilon: float,
     hs_m: float,
-    rng: Sampler | int | None = None,
+    random_state: int | Sampler | None = None,
 ) -> float:
     """DE of per-location planar Laplace with eps / HS per metre on every visit (expected value 2 / eps)."""
     la, lo = validate_latlon(lat, lon, table=True)
-    z_lat, z_lon = planar_laplace(la, lo, _check_epsilon(epsilon) / hs_m, rng)
+    z_lat, z_lon = planar_laplace(la, lo, _check_epsilon(epsilon) / hs_m, random_state)
     return distance_error(users, haversine_m(la, lo, z_lat, z_lon), hs_m)
 
 
@@ -205,7 +205,7 @@ def synthetic_visits(
 
 
 def weighted_kmeans_on_grid(
-    grid: DensityGrid, k: int, sampler: Sampler, n_iter: int = 30
+    grid: DensityGrid, k: int, random_state: Sampler, n_iter: int = 30
 ) -> tuple[FloatArray, FloatArray]:
     """Post-processing of a released grid: Lloyd's k-means on the cell centres (projected metres) weighted by
     max(noisy count, 0); initial centres drawn without replacement with probability proportional to weight."""
@@ -214,7 +214,7 @@ def weighted_kmeans_on_grid(
     x, y = proj.forward((lv[:, 0] + lv[:, 1]) / 2, (lv[:, 2] + lv[:, 3]) / 2)
     pts = np.column_stack([x, y])
     w = np.maximum(lv[:, 4], 0.0) + 1e-9
-    centres = pts[sampler.rng.choice(len(pts), size=k, replace=False, p=w / w.sum())]
+    centres = pts[random_state.rng.choice(len(pts), size=k, replace=False, p=w / w.sum())]
     for _ in range(n_iter):
         # argmin_j ||p - c_j||^2 = argmin_j (||c_j||^2 - 2 p.c_j): one matrix product per iteration.
         lab = np.argmin((centres**2).sum(axis=1) - 2.0 * pts @ centres.T, axis=1)
@@ -251,19 +251,19 @@ def prepare_visits(
     lon: ArrayLike,
     region: Region,
     max_visits_per_user: int | None = None,
-    sampler: Sampler | None = None,
+    random_state: Sampler | None = None,
 ) -> Visits:
     """Check (user, lat, lon) visits; with ``max_visits_per_user`` m keep min(count, m) random visits per
-    user (drawn with ``sampler``, required then)."""
+    user (drawn with ``random_state``, required then)."""
     if not isinstance(region, Region):
         raise ParameterError("PriLocation needs a public region: pass region=Region(lat_min, ...).")
     la, lo = validate_latlon(lat, lon, table=True)
     codes, labels = user_codes(users, la.size)
     keep = np.arange(la.size)
     if max_visits_per_user is not None:
-        if sampler is None:
+        if random_state is None:
             raise ParameterError("capping visits per user needs the release's sampler.")
-        keep = cap_per_user(codes, labels, la, lo, max_visits_per_user, sampler)
+        keep = cap_per_user(codes, labels, la, lo, max_visits_per_user, random_state)
     return Visits(codes[keep], labels, keep, la[keep], lo[keep], unit_vectors(la[keep], lo[keep]))
 
 
@@ -359,7 +359,7 @@ def run_prilocation(
     n_clusters: int,
     grid_size: int | None,
     candidate_step_m: float,
-    sampler: Sampler,
+    random_state: Sampler,
     *,
     diagnostic: bool = False,
 ) -> PriLocationRun:
@@ -374,14 +374,20 @@ def run_prilocation(
     k = n_clusters
     # 1. Private location clustering: noisy grid, then weighted k-means on it (post-processing).
     grid = uniform_grid(
-        visits.lat, visits.lon, e_clu, region, neighbours="bounded", grid_size=grid_size, rng=sampler
+        visits.lat,
+        visits.lon,
+        e_clu,
+        region,
+        neighbours="bounded",
+        grid_size=grid_size,
+        random_state=random_state,
     )
     if not 1 <= k <= len(grid.leaves):
         raise ParameterError(
             f"n_clusters = {k} must be between 1 and the {len(grid.leaves)} grid cells; lower it or set "
             "grid_size."
         )
-    c_lat, c_lon = weighted_kmeans_on_grid(grid, k, sampler)
+    c_lat, c_lon = weighted_kmeans_on_grid(grid, k, random_state)
     # Candidates: public grid points within HS/2 of each centre, inside the region.
     dist, bearing = candidate_offsets(hs_m, candidate_step_m)
     cand_lat, cand_lon = destination_point(c_lat[:, None], c_lon[:, None], bearing[None, :], dist[None, :])
@@ -396,13 +402,15 @@ def run_prilocation(
     if diagnostic:
         occupied = np.flatnonzero(w_true)
         w_noisy = None
-        w_rel[occupied] = np.maximum(np.rint(w_true[occupied] + sampler.laplace(occupied.size, 1 / e_w)), 0)
+        w_rel[occupied] = np.maximum(
+            np.rint(w_true[occupied] + random_state.laplace(occupied.size, 1 / e_w)), 0
+        )
     else:
-        w_noisy = w_true + sampler.laplace(w_true.size, 1.0 / e_w)
+        w_noisy = w_true + random_state.laplace(w_true.size, 1.0 / e_w)
         w_rel[:] = np.maximum(np.rint(w_noisy), 0)
     # Keep a uniformly random subset of min(w_rel, w_true) visits per (user, cluster), grouped by cluster.
     group = cluster * visits.n_users + visits.codes
-    order = np.argsort(group + sampler.rng.random(group.size))
+    order = np.argsort(group + random_state.rng.random(group.size))
     grp = group[order]
     first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
     rank = np.arange(grp.size) - np.repeat(first, np.diff(np.r_[first, grp.size]))
@@ -417,14 +425,14 @@ def run_prilocation(
         scale = e_sel * EARTH_RADIUS_M / (2.0 * hs_m)
         uv = visits.uv[kept]
         log_w = _selection_log_weights(uv, bounds, centre_uv, cand_uv, allowed, scale, np.float32)
-        choice = sample_log_weights(log_w, sampler)
+        choice = sample_log_weights(log_w, random_state)
         return PriLocationRun(
             grid, c_lat, c_lon, cand_lat, cand_lon, allowed, cluster, kept, choice, None, None
         )
     chord_m = -_selection_log_weights(
         visits.uv[kept], bounds, centre_uv, cand_uv, allowed, EARTH_RADIUS_M, np.float64
     )
-    choice = exact_select(chord_m, hs_m, e_sel, sampler)
+    choice = exact_select(chord_m, hs_m, e_sel, random_state)
     # Added visits: (w_rel - w_true)+ per (user, cluster), each the selection for a visit at the centre.
     extra = np.maximum(w_rel - w_true, 0)
     pairs = np.flatnonzero(extra)
@@ -433,7 +441,7 @@ def run_prilocation(
     at_centre = -_selection_log_weights(
         centre_uv, np.arange(k + 1), centre_uv, cand_uv, allowed, EARTH_RADIUS_M, np.float64
     )
-    added_choice = exact_select(at_centre[:, added_cluster], hs_m, e_sel, sampler)
+    added_choice = exact_select(at_centre[:, added_cluster], hs_m, e_sel, random_state)
     return PriLocationRun(
         grid,
         c_lat,
@@ -471,7 +479,7 @@ class PriLocation:
         candidate_step_m: float | None = None,
         max_visits_per_user: int | None = None,
         grid_size: int | None = None,
-        rng: Sampler | int | None = None,
+        random_state: int | Sampler | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.region = region
@@ -481,7 +489,7 @@ class PriLocation:
         self.candidate_step_m = candidate_step_m
         self.max_visits_per_user = max_visits_per_user
         self.grid_size = grid_size
-        self.rng = rng
+        self.random_state = random_state
 
     def _hs(self) -> float:
         if (self.hs_m is None) == (self.level is None):
@@ -510,12 +518,12 @@ class PriLocation:
     def fit(self, users: ArrayLike, lat: ArrayLike, lon: ArrayLike) -> PriLocation:
         """Run once; the release is ``released()``, everything ``diagnostic_*`` stays with the curator."""
         eps, hs, k, step = self.checked_params()
-        sampler = as_sampler(self.rng)
+        random_state = check_random_state(self.random_state)
         cap = self.max_visits_per_user
-        visits = prepare_visits(users, lat, lon, self.region, cap, sampler)
+        visits = prepare_visits(users, lat, lon, self.region, cap, random_state)
         group = 1 if cap is None else int(cap)
         eps_visit = per_member_epsilon(eps, group)
-        run = run_prilocation(visits, eps_visit, hs, self.region, k, self.grid_size, step, sampler)
+        run = run_prilocation(visits, eps_visit, hs, self.region, k, self.grid_size, step, random_state)
         assert run.added_user is not None and run.w_noisy is not None  # a full (non-diagnostic) run
         in_order = np.argsort(run.kept, kind="stable")
         kept = run.kept[in_order]
@@ -524,10 +532,10 @@ class PriLocation:
         # Released user ids are random pseudonyms (drawn with the release's sampler), never the curator's
         # ids; replaced and added rows are shuffled together and carry no mark.
         pseudonyms = np.array(
-            [f"user-{i:05d}" for i in sampler.rng.permutation(visits.n_users)], dtype=object
+            [f"user-{i:05d}" for i in random_state.rng.permutation(visits.n_users)], dtype=object
         )
         users_all = np.r_[visits.codes[kept], run.added_user].astype(np.int64)
-        order = sampler.rng.permutation(users_all.size)
+        order = random_state.rng.permutation(users_all.size)
         self.table_ = pd.DataFrame(
             {
                 "user": pseudonyms[users_all[order]],
@@ -541,7 +549,7 @@ class PriLocation:
         self.group_size_ = group
         self.budget_log_ = prilocation_budget(eps_visit)
         self.budget_spent_ = group * math.fsum(e for _, e in self.budget_log_)
-        self.sampling_mode_ = sampler.mode
+        self.sampling_mode_ = random_state.mode
         self.n_candidates_ = int(run.allowed.sum(axis=1).min()), int(run.allowed.sum(axis=1).max())
         # Diagnostics (true data, never released).
         self.centers_ = np.column_stack([run.c_lat, run.c_lon])

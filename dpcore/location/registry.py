@@ -2,7 +2,7 @@
 
 ``LOCATIONS`` holds one :class:`~dpcore.registry.MechanismSpec` per module of
 ``dpcore.location.mechanisms``; ``LOCATIONS[key].release(inputs, epsilon=..., delta=0.0, params=...,
-sampler=...)`` runs one release from a :class:`LocationInputs`. Every release keeps at most the public
+random_state=...)`` runs one release from a :class:`LocationInputs`. Every release keeps at most the public
 ``max_per_user`` rows of each user (a uniformly random subset drawn with the release's sampler,
 independently of the values: ``contribution.cap_per_user``) when there is a user column,
 calibrates its noise for a person with that many rows, and returns its scope sentence.
@@ -80,14 +80,14 @@ class LocationInputs:
     def n_rows(self) -> int:
         return int(self.lat.size)
 
-    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
+    def counted(self, max_per_user: int, random_state: Sampler) -> Counted:
         """The rows a grid counts: :func:`keep_per_user`'s, clamped onto the region."""
-        kept = keep_per_user(self, max_per_user, sampler)
+        kept = keep_per_user(self, max_per_user, random_state)
         return Counted(ClampedPoints.of(kept.lat, kept.lon, self.region), kept.group, kept.scope)
 
-    def projected(self, max_per_user: int, sampler: Sampler) -> Projected:
+    def projected(self, max_per_user: int, random_state: Sampler) -> Projected:
         """The rows a mean position or hotspots release: :func:`keep_per_user`'s, through the region's map."""
-        kept = keep_per_user(self, max_per_user, sampler)
+        kept = keep_per_user(self, max_per_user, random_state)
         return Projected(project_locations(kept.lat, kept.lon, self.region), kept.group, kept.scope)
 
 
@@ -134,15 +134,15 @@ class Projected:
         return self.points.n
 
 
-def keep_per_user(inputs: LocationInputs, max_per_user: int, sampler: Sampler) -> Kept:
-    """With users: min(count, m) rows of each user, a uniformly random subset drawn with ``sampler``
+def keep_per_user(inputs: LocationInputs, max_per_user: int, random_state: Sampler) -> Kept:
+    """With users: min(count, m) rows of each user, a uniformly random subset drawn with ``random_state``
     independently of the values (:func:`~dpcore.location.contribution.cap_per_user`), and group m;
     without: every row, group 1."""
     m = check_max_per_user(max_per_user)
     if inputs.users is None:
         return Kept(inputs.lat, inputs.lon, None, None, 1, scope_sentence(False, m))
     codes, labels = user_codes(inputs.users, inputs.lat.size)
-    keep = cap_per_user(codes, labels, inputs.lat, inputs.lon, m, sampler)
+    keep = cap_per_user(codes, labels, inputs.lat, inputs.lon, m, random_state)
     return Kept(inputs.lat[keep], inputs.lon[keep], codes[keep], labels, m, scope_sentence(True, m))
 
 

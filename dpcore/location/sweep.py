@@ -101,7 +101,7 @@ def _seed(seed: int, mech: str) -> int:
     return int(np.random.SeedSequence([seed, list(MECHANISMS).index(mech)]).generate_state(1)[0])
 
 
-def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, random_state: Sampler) -> FloatArray:
     """DE of every (trial, eps) in units of HS, at level eps within the policy's radius r when the sweep has
     one (eps / r per metre: DE = Gamma(2, 1) r / (eps HS)), else at eps / HS per metre; the draws of at most
     ``DRAW_ENTRIES`` visits' radii at a time (the same draws, in the same order, as all at once)."""
@@ -112,30 +112,34 @@ def _planar_laplace(data: _SweepData, eps: FloatArray, trials: int, sampler: Sam
     step = max(1, DRAW_ENTRIES // visits)
     for start in range(0, runs, step):
         # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
-        g = sampler.rng.gamma(2.0, 1.0, (min(step, runs - start), visits))
+        g = random_state.rng.gamma(2.0, 1.0, (min(step, runs - start), visits))
         de[start : start + step] = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1)
     scale = 1.0 if data.radius_m is None else data.radius_m / data.hs_m
     return de.reshape(trials, eps.size) / eps * scale
 
 
-def _prilocation(data: _SweepData, eps: float, sampler: Sampler) -> float:
+def _prilocation(data: _SweepData, eps: float, random_state: Sampler) -> float:
     model = PriLocation(
         eps, data.region, hs_m=data.hs_m, n_clusters=data.n_clusters, grid_size=data.grid_size
     )
     e, hs, k, step = model.checked_params()
-    run = run_prilocation(data.visits, e, hs, data.region, k, data.grid_size, step, sampler, diagnostic=True)
+    run = run_prilocation(
+        data.visits, e, hs, data.region, k, data.grid_size, step, random_state, diagnostic=True
+    )
     if run.kept.size == 0:
         return float("nan")
     return distance_error(data.visits.codes[run.kept], run.displacement_m(data.visits), hs)
 
 
-def _grid(data: _SweepData, mech: str, eps: float, sampler: Sampler) -> float:
+def _grid(data: _SweepData, mech: str, eps: float, random_state: Sampler) -> float:
     build = uniform_grid if mech == "uniform_grid" else adaptive_grid
-    grid = build(data.lat, data.lon, eps, data.region, n_estimate=float(data.lat.size), rng=sampler)
+    grid = build(
+        data.lat, data.lon, eps, data.region, n_estimate=float(data.lat.size), random_state=random_state
+    )
     return float(np.median(relative_error(grid.range_query(data.boxes), data.truth, data.lat.size)))
 
 
-def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, random_state: Sampler) -> FloatArray:
     n = data.lat.size
     sens = (
         blowfish_mean_sensitivity(n, data.theta_m, data.region)
@@ -143,15 +147,15 @@ def _mean(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sa
         else dp_mean_sensitivity(n, data.region)
     )
     scale = np.array([laplace_scale(sens, e) for e in eps])
-    noise = sampler.laplace((trials, eps.size, 2), 1.0) * scale[None, :, None]
+    noise = random_state.laplace((trials, eps.size, 2), 1.0) * scale[None, :, None]
     r_lat, r_lon = data.plane.inverse(data.mean_xy[0] + noise[..., 0], data.mean_xy[1] + noise[..., 1])
     return haversine_m(*data.mean_latlon, r_lat, r_lon)
 
 
-def _hotspots(data: _SweepData, mech: str, eps: FloatArray, trials: int, sampler: Sampler) -> FloatArray:
+def _hotspots(data: _SweepData, mech: str, eps: FloatArray, trials: int, random_state: Sampler) -> FloatArray:
     proj, cells, base = data.hotspots
     centres = hotspot_trials(
-        proj, data.hotspot_k, eps.tolist(), trials, sampler, policy=HOTSPOTS[mech], theta_m=data.theta_m
+        proj, data.hotspot_k, eps.tolist(), trials, random_state, policy=HOTSPOTS[mech], theta_m=data.theta_m
     )
     sets = centres.reshape(-1, *centres.shape[2:])
     # chunks of centre sets: grid filtering holds (sets x K x cells) bounds and up to n rows per set
@@ -199,7 +203,7 @@ def location_sweep(
     hotspot_k: int = 8,
     theta_m: float = 50_000.0,
     radius_m: float | None = None,
-    seed: int = 0,
+    random_state: int = 0,
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Tidy frame (mechanism, label, epsilon, trial, metric, value) over eps_grid x trials.
@@ -208,7 +212,8 @@ def location_sweep(
     Blowfish mean's threshold, as their releases use them. ``radius_m``, the geo-indistinguishability
     policy's radius r, makes planar Laplace run as it is released: eps is its level within r (without
     it, eps / HS per metre, comparable with PriLocation at the same eps).
-    ``progress(fraction, text)`` is called as the work advances (e.g. a Streamlit progress bar).
+    ``random_state`` (an int) seeds the diagnostic samplers. ``progress(fraction, text)`` is called as the
+    work advances (e.g. a Streamlit progress bar).
     """
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
     if unknown:
@@ -230,7 +235,7 @@ def location_sweep(
         plane = PlaneMap.of(region)
         x, y = plane.forward(la, lo)
         m_lat, m_lon = plane.inverse(x.mean(), y.mean())
-        boxes = random_boxes(region, n_queries, Sampler.diagnostic(seed))
+        boxes = random_boxes(region, n_queries, Sampler.diagnostic(random_state))
         grids = {"uniform_grid", "adaptive_grid"} & set(mechanisms)
         data = _SweepData(
             lat=la,
@@ -247,32 +252,32 @@ def location_sweep(
             mean_latlon=(float(m_lat), float(m_lon)),
             hotspot_k=hotspot_k,
             theta_m=float(theta_m),
-            seed=seed,
+            seed=random_state,
             radius_m=None if radius_m is None else _check_radius(radius_m),
         )
         frames = []
         total, done = len(mechanisms) * eps.size, 0
         for mech in mechanisms:
-            sampler = Sampler.diagnostic(_seed(seed, mech))
+            diagnostic = Sampler.diagnostic(_seed(random_state, mech))
             label, metric = MECHANISMS[mech]
             if mech == "planar_laplace" and radius_m is not None:
                 label = f"Per-location planar Laplace (level ε within r = {radius_m:,.0f} m)"
             report(done / total, f"{label}...")
             if mech == "planar_laplace":
-                values = _planar_laplace(data, eps, trials, sampler)
+                values = _planar_laplace(data, eps, trials, diagnostic)
             elif mech in ("blowfish_mean", "dp_mean"):
-                values = _mean(data, mech, eps, trials, sampler)
+                values = _mean(data, mech, eps, trials, diagnostic)
             elif mech in HOTSPOTS:
-                values = _hotspots(data, mech, eps, trials, sampler)
+                values = _hotspots(data, mech, eps, trials, diagnostic)
             else:
                 values = np.empty((trials, eps.size))
                 for i, e in enumerate(eps):
                     report((done + i) / total, f"{label}: ε = {e:g}")
                     for t in range(trials):
                         values[t, i] = (
-                            _prilocation(data, e, sampler)
+                            _prilocation(data, e, diagnostic)
                             if mech == "prilocation"
-                            else _grid(data, mech, e, sampler)
+                            else _grid(data, mech, e, diagnostic)
                         )
             done += eps.size
             t_idx, e_idx = np.meshgrid(np.arange(trials), np.arange(eps.size), indexing="ij")

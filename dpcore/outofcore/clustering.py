@@ -83,14 +83,14 @@ def keyed_sample(feed: Feed, prepare: Prepare, lower: NDArray, upper: NDArray, s
 
 
 def sample_centres(
-    features: TableFeatures, feed: Feed, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
+    features: TableFeatures, feed: Feed, k: int, random_state: Sampler, sample_rows: int = SAMPLE_ROWS
 ) -> tuple[NDArray, NDArray]:
     """k-means centres (K, d) of a Bernoulli sample of about ``sample_rows`` scaled rows
     (:func:`keyed_sample`, salted and seeded from the sampler), and the sample; the local guarantee holds
     with this clustering fixed. Every path draws the same sample in the same order, so the same seed gives
     the same centres."""
-    seed = int(sampler.rng.integers(2**31 - 1))
-    salt = KEY_SCALE * (1.0 + sampler.rng.random(features.n_features))
+    seed = int(random_state.rng.integers(2**31 - 1))
+    salt = KEY_SCALE * (1.0 + random_state.rng.random(features.n_features))
     fraction = min(1.0, sample_rows / max(feed.n, 1))
     X = keyed_sample(feed, features.scaling_map, features.lower, features.upper, salt, fraction)
     if X.shape[0] < 2 * k:
@@ -124,13 +124,13 @@ def combine_moments(a: Partial, b: Partial) -> Partial:
 
 
 def clustered_shifts(
-    features: TableFeatures, feed: Feed, k: int, sampler: Sampler, sample_rows: int = SAMPLE_ROWS
+    features: TableFeatures, feed: Feed, k: int, random_state: Sampler, sample_rows: int = SAMPLE_ROWS
 ) -> Shifts:
     """The clustering (:func:`sample_centres`), one :class:`MomentsPass` under it, and the true centroids:
     c_k = sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p
     are 0."""
     start = time.perf_counter()
-    centres, sample = sample_centres(features, feed, k, sampler, sample_rows)
+    centres, sample = sample_centres(features, feed, k, random_state, sample_rows)
     timings = {"clustering": time.perf_counter() - start}
     out = feed.reduce(MomentsPass(features.scaling_map, centres), combine_moments)
     assert out is not None  # the sample has rows
@@ -152,10 +152,10 @@ def shifts(x: NDArray, labels: NDArray, centers: NDArray, counts: NDArray) -> ND
 
 
 def local_output(
-    key: str, features: TableFeatures, cov: NoiseCovariance, sampler: Sampler, sample_rows: int
+    key: str, features: TableFeatures, cov: NoiseCovariance, random_state: Sampler, sample_rows: int
 ) -> MechanismOutput:
-    """A local mechanism's release from its covariance: c_k + N(0, Sigma_k) drawn once by ``sampler``, the
-    table and details as in memory plus how the clustering was made."""
+    """A local mechanism's release from its covariance: c_k + N(0, Sigma_k) drawn once by ``random_state``,
+    the table and details as in memory plus how the clustering was made."""
     k, d = cov.centers.shape
     details: dict[str, Any] = {
         "n_clusters": k,
@@ -171,7 +171,7 @@ def local_output(
     return centroid_output(
         key,
         features,  # type: ignore[arg-type]
-        cov.release(sampler),
+        cov.release(random_state),
         details,
         {"true_centers": cov.centers, "noise_trace": cov.trace, "optimality_gap": cov.gap},
     )

@@ -186,21 +186,21 @@ def colored_release(
     *,
     epsilon: float,
     delta: float,
-    sampler: Sampler,
+    random_state: Sampler,
     calibration: Calibration = "analytic",
     tol: float = 1e-6,
     sample_rows: int = SAMPLE_ROWS,
     max_certificates: int = 3,
 ) -> ColoredRun:
     """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
-    ``max_certificates`` passes; noise drawn once by ``sampler`` (secure, or a labelled demo seed)."""
-    check_release_sampler(sampler)
+    ``max_certificates`` passes; noise drawn once by ``random_state`` (secure, or a labelled demo seed)."""
+    check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)
     start = time.perf_counter()
     with features.feed() as feed:
-        clustering = clustered_shifts(features, feed, n_clusters, sampler, sample_rows)
+        clustering = clustered_shifts(features, feed, n_clusters, random_state, sample_rows)
         bases, eigs, lowers, passes = _certified(features, feed, clustering, tol, max_certificates)
     timings, m_centres = clustering.timings, clustering.centres
     centers, n = clustering.centers, clustering.counts
@@ -220,6 +220,6 @@ def colored_release(
         unit_eigenvalues=tuple(eigs),
         cluster_gaps=np.array(gaps),
     )
-    output = local_output(KEY, features, cov, sampler, sample_rows)
+    output = local_output(KEY, features, cov, random_state, sample_rows)
     timings["total"] = time.perf_counter() - start
     return ColoredRun(output, cov, m_centres, passes, timings)

@@ -216,14 +216,19 @@ class TableFeatures:
         return fit_statistics(feed, self.scaling_map, lower, upper, inside=True)(centres)
 
     def local_release(
-        self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+        self, key: str, *, epsilon: float, delta: float, params: dict, random_state: Sampler
     ) -> MechanismOutput:
         """The local mechanisms by their passes: colored (:mod:`dpcore.outofcore.colored`), white and white
         per cluster (:mod:`dpcore.outofcore.white`)."""
         from dpcore.outofcore.colored import colored_release
         from dpcore.outofcore.white import KEYS, white_release
 
-        kw = {"epsilon": epsilon, "delta": delta, "sampler": sampler, "calibration": params["calibration"]}
+        kw = {
+            "epsilon": epsilon,
+            "delta": delta,
+            "random_state": random_state,
+            "calibration": params["calibration"],
+        }
         if key == "colored":
             return colored_release(self, params["n_clusters"], **kw).output
         if key in KEYS:

@@ -11,7 +11,7 @@ expression with the same floating-point operations in the same order:
    in-memory ``DataError``;
 2. per-user bounding (``dpcore.location.contribution.cap_per_user``): one GROUP BY reads the counts of
    the users with more than m rows; their kept (user, rank) pairs are drawn in Python with the release's
-   sampler as in memory (:func:`~dpcore.location.contribution.draw_kept_ranks`: a uniformly random m of
+   random_state as in memory (:func:`~dpcore.location.contribution.draw_kept_ranks`: a uniformly random m of
    each such user's rows, whatever their values) and joined back to the rows ranked by (lat, lon) within
    their user (one window sort); the count of kept rows is sum over users of min(count, m);
 3. grids (Qardaji, Yang and Li 2013): a kernel pass (:class:`CellPass`) clamps each kept point onto the
@@ -186,10 +186,10 @@ class TableLocations:
     def has_users(self) -> bool:
         return self.user_column is not None
 
-    def _kept(self, max_per_user: int, sampler: Sampler) -> tuple[ir.Table, int, int, str]:
+    def _kept(self, max_per_user: int, random_state: Sampler) -> tuple[ir.Table, int, int, str]:
         """(the kept rows (columns ``la``, ``lo``), their number, the group g, the scope sentence): with
         users, the rows :func:`~dpcore.location.contribution.cap_per_user` keeps in memory, with the same
-        draws from ``sampler``."""
+        draws from ``random_state``."""
         m = check_max_per_user(max_per_user)
         t = self._coordinates
         if self.user_column is None:
@@ -201,7 +201,7 @@ class TableLocations:
         if over.empty:
             return t.select("la", "lo"), n, m, scope_sentence(True, m)
         over = over.iloc[canonical_order(over["user"].to_numpy())]
-        block, rank = draw_kept_ranks(over["c"].to_numpy(), m, sampler)
+        block, rank = draw_kept_ranks(over["c"].to_numpy(), m, random_state)
         picked = ibis.memtable({"p_user": over["user"].to_numpy()[block], "p_rank": rank.astype(np.int64)})
         ranked = t.mutate(
             rank=ibis.row_number().over(group_by=t.user, order_by=[t.la, t.lo]),
@@ -211,14 +211,14 @@ class TableLocations:
         rows = joined.filter((joined.c <= m) | joined.p_rank.notnull()).select("la", "lo")
         return rows, n, m, scope_sentence(True, m)
 
-    def counted(self, max_per_user: int, sampler: Sampler) -> Counted:
+    def counted(self, max_per_user: int, random_state: Sampler) -> Counted:
         """The rows a grid counts (see the module docstring), with the sampler drawn as in memory."""
-        rows, n, group, scope = self._kept(max_per_user, sampler)
+        rows, n, group, scope = self._kept(max_per_user, random_state)
         return Counted(TablePoints(rows, self.region, n), group, scope)
 
-    def projected(self, max_per_user: int, sampler: Sampler) -> Projected:
+    def projected(self, max_per_user: int, random_state: Sampler) -> Projected:
         """The rows a mean position or hotspots release: the kept rows, mapped by the region's ``PlaneMap``
         in each pass (:class:`dpcore.outofcore.plane.TablePlanePoints`), with the sampler drawn as in
         memory."""
-        rows, n, group, scope = self._kept(max_per_user, sampler)
+        rows, n, group, scope = self._kept(max_per_user, random_state)
         return Projected(TablePlanePoints(self.region, rows, n), group, scope)

@@ -5,7 +5,7 @@
 :meth:`dpcore.location.geometry.PlaneMap.forward` in numpy (:class:`Forward`, the in-memory map itself),
 then the mean reads the two sums (:class:`SumsPass`) and each DP-Lloyd / Blowfish round the per-cluster
 counts and sums (:class:`~dpcore.outofcore.kernel.LloydPass`), partials added in the blocks' order; n is
-given. Noise is drawn in Python by the estimator's sampler, in the order of the in-memory fit.
+given. Noise is drawn in Python by the estimator's random_state, in the order of the in-memory fit.
 """
 
 from __future__ import annotations

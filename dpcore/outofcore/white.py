@@ -63,19 +63,19 @@ def white_release(
     *,
     epsilon: float,
     delta: float,
-    sampler: Sampler,
+    random_state: Sampler,
     calibration: Calibration = "analytic",
     sample_rows: int = SAMPLE_ROWS,
 ) -> WhiteRun:
     """The ``white`` or ``white_per_cluster`` release on ``features`` (module docstring)."""
     if key not in KEYS:
         raise ParameterError(f"{key!r} is not a white-noise mechanism; choose one of {', '.join(KEYS)}.")
-    check_release_sampler(sampler)
+    check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("White Gaussian noise is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)
     with features.feed() as feed:
-        clustering = clustered_shifts(features, feed, n_clusters, sampler, sample_rows)
+        clustering = clustered_shifts(features, feed, n_clusters, random_state, sample_rows)
         k, d = clustering.centers.shape
         found = feed.reduce(
             MaxShiftPass(features.scaling_map, clustering.centres, clustering.centers, clustering.counts),
@@ -105,4 +105,4 @@ def white_release(
         unit_eigenvalues=tuple(np.full(b.shape[1], s) for b, s in zip(bases, sens2, strict=True)),
         cluster_gaps=np.zeros(k),
     )
-    return WhiteRun(local_output(key, features, cov, sampler, sample_rows), cov, clustering.centres)
+    return WhiteRun(local_output(key, features, cov, random_state, sample_rows), cov, clustering.centres)

@@ -53,7 +53,7 @@ import numpy as np
 
 from dpcore.errors import ParameterError
 from dpcore.location.budget import BudgetLog, split_budget
-from dpcore.mechanisms import Sampler
+from dpcore.mechanisms import Sampler, check_random_state
 from dpcore.trajectory.prepare import TripSet
 
 __all__ = ["DPT", "Hierarchy", "anchor_cap", "anchor_sequences", "gram_counts", "level_weight", "own_levels"]
@@ -218,7 +218,8 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np
 class DPT:
     """DPT synthetic trips (module docstring): ``fit(trips)`` releases the noisy model, ``sample()`` draws
     the synthetic trips from it (post-processing). ``budget_log_`` holds the exact budget parts,
-    ``scale_`` the Laplace scale of every released count vector (per system for the tree levels)."""
+    ``scale_`` the Laplace scale of every released count vector (per system for the tree levels);
+    ``random_state_`` the sampler ``fit`` drew from, which ``sample`` goes on drawing from."""
 
     def __init__(
         self,
@@ -231,7 +232,7 @@ class DPT:
         levels: int = 4,
         order: int = 2,
         window: int = 3,
-        random_state: Sampler | None = None,
+        random_state: int | Sampler | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.max_trips = max_trips
@@ -246,9 +247,8 @@ class DPT:
     def _check(self) -> tuple[Hierarchy, Sampler]:
         if not 1 <= self.order <= 3:
             raise ParameterError(f"the Markov order must be 1, 2 or 3 (got {self.order!r}).")
-        if self.random_state is None:
-            raise ParameterError("DPT needs the release's sampler (random_state=Sampler(...)).")
-        return Hierarchy(*self.box, finest=self.finest, levels=self.levels), self.random_state
+        hier = Hierarchy(*self.box, finest=self.finest, levels=self.levels)
+        return hier, check_random_state(self.random_state)
 
     def budget(self) -> BudgetLog:
         """(name, eps part): eps/10 for the systems, eps/10 for the start cells, the rest equally over the
@@ -288,11 +288,11 @@ class DPT:
         """Release the noisy model from the trips' counts: ``true_rs`` (trips per own system) and
         ``counts_of(selected)`` (:meth:`true_counts` after the selection), computed in memory or by passes
         over an engine's rows (:mod:`dpcore.trajectory.outofcore`)."""
-        hier, sampler = self._check()
-        self.hierarchy_ = hier
+        hier, random_state = self._check()
+        self.hierarchy_, self.random_state_ = hier, random_state
         self.budget_log_ = self.budget()
         self.scale_ = self.scales(hier)
-        noisy_rs = sampler.privatize(true_rs, "laplace", float(self.scale_["reference systems"]))
+        noisy_rs = random_state.privatize(true_rs, "laplace", float(self.scale_["reference systems"]))
         cells = hier.cells(np.arange(hier.levels)).astype(float) ** 2
         need = SELECT_TRIPS_PER_CELL * cells * self.max_trips / dict(self.budget_log_)["level 1"]
         selected = (noisy_rs >= need) | (np.arange(hier.levels) == hier.levels - 1)
@@ -302,7 +302,7 @@ class DPT:
         self.cells_ = np.concatenate(
             [np.arange(hier.offsets[k], hier.offsets[k + 1]) for k in self.selected_]
         )
-        self.start_, self.tree_ = self._tree(hier, counts_of(self.selected_), sampler)
+        self.start_, self.tree_ = self._tree(hier, counts_of(self.selected_), random_state)
         return self
 
     def true_counts(self, trips: TripSet, selected: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -331,7 +331,7 @@ class DPT:
         keep = rank < np.repeat(cap, lens)
         return ids[keep], np.r_[0, np.cumsum(np.minimum(lens, cap))].astype(np.int64)
 
-    def _noisy(self, keys: np.ndarray, true: np.ndarray, name: str, sampler: Sampler) -> np.ndarray:
+    def _noisy(self, keys: np.ndarray, true: np.ndarray, name: str, random_state: Sampler) -> np.ndarray:
         """``true`` + Laplace noise at the scale of each key's system (its last cell's)."""
         base = self.hierarchy_.n_cells + 2
         last = keys % base
@@ -340,7 +340,7 @@ class DPT:
         out = np.empty(keys.size)
         for k in np.unique(system):
             at = system == k
-            out[at] = sampler.privatize(true[at], "laplace", float(self.scale_[name][k]))
+            out[at] = random_state.privatize(true[at], "laplace", float(self.scale_[name][k]))
         return out
 
     def threshold(self, keys: np.ndarray, j: int) -> np.ndarray:
@@ -351,14 +351,14 @@ class DPT:
         return 2 * self.scale_[f"level {j}"][self.hierarchy_.level_of(cell)]
 
     def _tree(
-        self, hier: Hierarchy, true: dict[str, tuple[np.ndarray, np.ndarray]], sampler: Sampler
+        self, hier: Hierarchy, true: dict[str, tuple[np.ndarray, np.ndarray]], random_state: Sampler
     ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
         """(noisy start counts of the selected cells, [(sorted keys, noisy counts)] of levels 1..phi + 1
         (the materialised nodes))."""
         base = hier.n_cells + 2
         cells = self.cells_
         value, _ = _lookup(true["start cells"][0], true["start cells"][1].astype(float), cells)
-        start = sampler.privatize(value, "laplace", float(self.scale_["start cells"]))
+        start = random_state.privatize(value, "laplace", float(self.scale_["start cells"]))
         tree: list[tuple[np.ndarray, np.ndarray]] = []
         domain = cells + 2
         for j in range(1, self.order + 2):
@@ -375,13 +375,12 @@ class DPT:
                 domain = np.unique(children)
             keys, counts = true[f"level {j}"]
             value, _ = _lookup(keys, counts.astype(float), domain)
-            tree.append((domain, self._noisy(domain, value, f"level {j}", sampler)))
+            tree.append((domain, self._noisy(domain, value, f"level {j}", random_state)))
         return start, tree
 
     def sample(self) -> TripSet:
         """Synthetic trips (anchor-cell centres shifted by one uniform offset per trip, metres)."""
-        hier, sampler = self.hierarchy_, self.random_state
-        rng = sampler.rng  # type: ignore[union-attr]
+        hier, rng = self.hierarchy_, self.random_state_.rng
         parts = []
         for k in self.selected_:
             n = int(np.rint(self.n_synthetic_[k]))

@@ -281,14 +281,14 @@ class TrajectoryTable:
         return fix_blocks(reader, self.columns.get("trip") is not None, self.block_rows)
 
     def fit_model(
-        self, model: DPT, params: dict[str, Any], sampler: Sampler
+        self, model: DPT, params: dict[str, Any], random_state: Sampler
     ) -> tuple[TripLimits, dict[str, int]]:
         """Fit ``model`` on the table's trips under the limits of ``params``: one or two scans. Steps
         that draw nothing (finding the trips, counting) run on threads (the machine's cores, at most 4),
         the cap's draws in the blocks' order."""
         has_trip = self.columns.get("trip") is not None
         k = _kernels(model, params, self.region, self.gap_s, self.max_speed_mps, has_trip)
-        recorder = _Recorder(sampler.rng)
+        recorder = _Recorder(random_state.rng)
         per_block: list[list[np.ndarray]] = []
         true_rs = np.zeros(model.levels)
         counts: dict[str, int] = {}
@@ -454,14 +454,14 @@ class SparkTrajectories:
         return [(r["part"], pickle.loads(r["value"])) for r in sorted(rows, key=lambda r: r["part"])]
 
     def fit_model(
-        self, model: DPT, params: dict[str, Any], sampler: Sampler
+        self, model: DPT, params: dict[str, Any], random_state: Sampler
     ) -> tuple[TripLimits, dict[str, int]]:
         """Fit ``model`` on the table's trips under the limits of ``params``: three passes."""
         has_trip = self.columns.get("trip") is not None
         k = _kernels(model, params, self.region, self.gap_s, self.max_speed_mps, has_trip)
         frame = self._ordered().cache()
         try:
-            keys = {pid: sampler.rng.random(n) for pid, n in self._run(frame, _KeyCount(k)) if n}
+            keys = {pid: random_state.rng.random(n) for pid, n in self._run(frame, _KeyCount(k)) if n}
             true_rs, counts = np.zeros(model.levels), {}
             for _, (rs, part) in self._run(frame, _OwnSystems(k, keys)):
                 true_rs += rs

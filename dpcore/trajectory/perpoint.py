@@ -21,13 +21,13 @@ __all__ = ["per_point_laplace"]
 
 
 def per_point_laplace(
-    trips: TripSet, region: Region, epsilon: float, max_trips: int, max_fixes: int, sampler: Sampler
+    trips: TripSet, region: Region, epsilon: float, max_trips: int, max_fixes: int, random_state: Sampler
 ) -> TripSet:
     """The trips with every fix moved by planar Laplace at level eps / (m L) within the diagonal."""
     diagonal = float(haversine_m(region.lat_min, region.lon_min, region.lat_max, region.lon_max)[()])
     level = per_member_epsilon(epsilon, max_trips * max_fixes)
     lat, lon = trips.to_latlon(region)
-    mech = PlanarLaplace(level=level, radius_m=diagonal, region=region, rng=sampler)
+    mech = PlanarLaplace(level=level, radius_m=diagonal, region=region, random_state=random_state)
     z_lat, z_lon = mech.release(lat, lon) if trips.n_fixes else (np.zeros(0), np.zeros(0))
     x, y = region.projection().forward(z_lat, z_lon)
     return TripSet(np.asarray(x), np.asarray(y), trips.offsets.copy())

@@ -198,10 +198,10 @@ def prepare_trips(
     lat: ArrayLike,
     lon: ArrayLike,
     limits: TripLimits,
-    sampler: Sampler,
+    random_state: Sampler,
     trip: ArrayLike | None = None,
 ) -> Prepared:
-    """The trips a release reads (module docstring); ``sampler`` draws which trips a person keeps."""
+    """The trips a release reads (module docstring); ``random_state`` draws which trips a person keeps."""
     la, lo = validate_latlon(lat, lon, table=True, allow_empty=True)
     n = la.size
     who = np.asarray(person)
@@ -210,7 +210,7 @@ def prepare_trips(
     sec = _seconds(time) if n else np.zeros(0)
     codes = person_codes(who)
     tcodes = np.zeros(n, dtype=np.int64) if trip is None else person_codes(np.asarray(trip))
-    return prepare_block(codes, tcodes, sec, la, lo, limits, sampler, trip is not None)
+    return prepare_block(codes, tcodes, sec, la, lo, limits, random_state, trip is not None)
 
 
 def person_codes(values: ArrayLike) -> np.ndarray:
@@ -226,13 +226,13 @@ def prepare_block(
     la: np.ndarray,
     lo: np.ndarray,
     limits: TripLimits,
-    sampler: Sampler,
+    random_state: Sampler,
     has_trip: bool,
 ) -> Prepared:
     """Steps 1-5 on fixes whose persons are all here (``codes``: canonical person codes, ``tcodes``: trip
     codes, ``sec``: UTC seconds): the whole table in memory, or one block of whole persons of a stream in
     canonical order (the cap's draws then follow one another as in memory)."""
-    return cap_trips(find_trips(codes, tcodes, sec, la, lo, limits, has_trip), limits, sampler)
+    return cap_trips(find_trips(codes, tcodes, sec, la, lo, limits, has_trip), limits, random_state)
 
 
 @dataclass(frozen=True)
@@ -292,13 +292,13 @@ def find_trips(
     return Candidates(x, y, c, s, size, np.cumsum(size) - size, counts)
 
 
-def cap_trips(found: Candidates, limits: TripLimits, sampler: Sampler) -> Prepared:
-    """Steps 4-5 (the per-person cap, drawn with ``sampler``; truncation) on a block's candidates."""
+def cap_trips(found: Candidates, limits: TripLimits, random_state: Sampler) -> Prepared:
+    """Steps 4-5 (the per-person cap, drawn with ``random_state``; truncation) on a block's candidates."""
     x, y, size, first, valid = found.x, found.y, found.size, found.first, found.valid
     counts = dict(found.counts)
     t_person = found.c[first]  # a trip's first fix is never dropped as too fast
     f = first[valid]
-    chosen = _cap_trips(t_person[valid], x[f], y[f], found.s[f], limits.max_trips, sampler)
+    chosen = _cap_trips(t_person[valid], x[f], y[f], found.s[f], limits.max_trips, random_state)
     trips = np.flatnonzero(valid)[chosen]
     counts["trips_over_cap"] = int(valid.sum() - trips.size)
     lens = np.minimum(size[trips], limits.max_fixes)
@@ -318,7 +318,7 @@ def _ordered(codes: np.ndarray, tcodes: np.ndarray, sec: np.ndarray) -> bool:
 
 
 def _cap_trips(
-    person: np.ndarray, x0: np.ndarray, y0: np.ndarray, t0: np.ndarray, m: int, sampler: Sampler
+    person: np.ndarray, x0: np.ndarray, y0: np.ndarray, t0: np.ndarray, m: int, random_state: Sampler
 ) -> np.ndarray:
     """Sorted indices of the trips kept: all of a person with at most m, else a uniformly random m (persons
     over the cap in the order of their canonical code, each's trips ranked by (start, x, y))."""
@@ -334,6 +334,6 @@ def _cap_trips(
     block = block_of[person - base]
     rows = np.flatnonzero(block >= 0)
     rows = rows[np.lexsort((y0[rows], x0[rows], t0[rows], block[rows]))]
-    kept_block, rank = draw_kept_ranks(per[over], m, sampler)
+    kept_block, rank = draw_kept_ranks(per[over], m, random_state)
     starts = np.cumsum(per[over]) - per[over]
     return np.sort(np.concatenate([np.flatnonzero(block < 0), rows[starts[kept_block] + rank]]))

@@ -2,9 +2,9 @@
 
 ``TRAJECTORIES`` holds one :class:`~dpcore.registry.MechanismSpec` per module of
 ``dpcore.trajectory.mechanisms``; ``TRAJECTORIES[key].release(inputs, epsilon=..., delta=0.0,
-params=..., sampler=...)`` runs one release from a :class:`TrajectoryInputs`: the trips are prepared under
-the public limits (:mod:`dpcore.trajectory.prepare`; ``max_trips`` and ``max_fixes`` are parameters of the
-plan, the region, time gap and speed limit public steps of it) and the mechanism protects one person's
+params=..., random_state=...)`` runs one release from a :class:`TrajectoryInputs`: the trips are prepared
+under the public limits (:mod:`dpcore.trajectory.prepare`; ``max_trips`` and ``max_fixes`` are parameters of
+the plan, the region, time gap and speed limit public steps of it) and the mechanism protects one person's
 trips added or removed.
 """
 
@@ -83,17 +83,18 @@ class TrajectoryInputs:
             raise ParameterError("a trajectory release needs a public region: pass region=Region(...).")
 
     def fit_model(
-        self, model: DPT, params: dict[str, Any], sampler: Sampler
+        self, model: DPT, params: dict[str, Any], random_state: Sampler
     ) -> tuple[TripLimits, dict[str, int]]:
         """Fit ``model`` on the trips prepared under the limits of ``params``; (limits, curator-only
         counts of what preparation removed). :class:`dpcore.trajectory.outofcore.TrajectoryTable` does the
         same by passes over an engine's rows."""
-        limits, prepared = self.prepared(params, sampler)
+        limits, prepared = self.prepared(params, random_state)
         model.fit(prepared.trips)
         return limits, prepared.counts
 
-    def prepared(self, params: dict[str, Any], sampler: Sampler) -> tuple[TripLimits, Prepared]:
-        """The public limits of ``params`` and the trips prepared under them (``sampler`` drops trips)."""
+    def prepared(self, params: dict[str, Any], random_state: Sampler) -> tuple[TripLimits, Prepared]:
+        """The public limits of ``params`` and the trips prepared under them (``random_state`` drops
+        trips)."""
         limits = TripLimits(
             self.region,
             max_trips=params["max_trips"],
@@ -101,7 +102,7 @@ class TrajectoryInputs:
             gap_s=self.gap_s,
             max_speed_mps=self.max_speed_mps,
         )
-        out = prepare_trips(self.person, self.time, self.lat, self.lon, limits, sampler, trip=self.trip)
+        out = prepare_trips(self.person, self.time, self.lat, self.lon, limits, random_state, trip=self.trip)
         return limits, out
 
 

@@ -39,12 +39,12 @@ def synthesise(
     epsilon: float,
     max_trips: int,
     max_fixes: int,
-    sampler: Sampler,
+    random_state: Sampler,
     **params: Any,
 ) -> tuple[TripSet, Any]:
     """(synthetic trips in plane metres, the fitted model or None) of mechanism ``key`` at ``epsilon``."""
     if key == "per_point":
-        return per_point_laplace(trips, region, epsilon, max_trips, max_fixes, sampler), None
+        return per_point_laplace(trips, region, epsilon, max_trips, max_fixes, random_state), None
     if key == "dpt":
         kw = {
             "finest": params.get("finest", 64),
@@ -57,7 +57,12 @@ def synthesise(
     else:
         raise ParameterError(f"Unknown trajectory mechanism {key!r}; choose one of {', '.join(MECHANISMS)}.")
     model = DPT(
-        epsilon, max_trips=max_trips, max_fixes=max_fixes, box=plane_box(region), random_state=sampler, **kw
+        epsilon,
+        max_trips=max_trips,
+        max_fixes=max_fixes,
+        box=plane_box(region),
+        random_state=random_state,
+        **kw,
     ).fit(trips)
     return model.sample(), model
 
@@ -85,24 +90,25 @@ def compare(
     max_fixes: int,
     trials: int = 5,
     mechanisms: Sequence[str] = tuple(MECHANISMS),
-    seed: int = 0,
+    random_state: int = 0,
     n_queries: int = 100,
     progress: Callable[[float], None] | None = None,
 ) -> Comparison:
-    """Run every mechanism ``trials`` times at every eps (diagnostic samplers seeded from ``seed``)."""
+    """Run every mechanism ``trials`` times at every eps (diagnostic samplers seeded from ``random_state``,
+    an int)."""
     eps_list = sorted({float(e) for e in epsilons})
     if not eps_list or min(eps_list) <= 0 or not 1 <= trials <= 100:
         raise ParameterError("give at least one positive ε and between 1 and 100 trials.")
     box = plane_box(region)
-    ref = Reference.of(trips, box, Queries.draw(n_queries, np.random.default_rng(seed)))
+    ref = Reference.of(trips, box, Queries.draw(n_queries, np.random.default_rng(random_state)))
     example_eps = eps_list[len(eps_list) // 2]
     rows, examples = [], {}
     total, done = len(mechanisms) * len(eps_list) * trials, 0
     for key in mechanisms:
         for eps in eps_list:
             for trial in range(trials):
-                sampler = Sampler.diagnostic(seed * 1_000_003 + trial * 1009 + len(rows))
-                synthetic, _ = synthesise(key, trips, region, eps, max_trips, max_fixes, sampler)
+                diagnostic = Sampler.diagnostic(random_state * 1_000_003 + trial * 1009 + len(rows))
+                synthetic, _ = synthesise(key, trips, region, eps, max_trips, max_fixes, diagnostic)
                 rows.append({"mechanism": key, "epsilon": eps, "trial": trial, **utility(ref, synthetic)})
                 if eps == example_eps and trial == 0:
                     examples[key] = synthetic

@@ -122,7 +122,7 @@ def test_answers_agree_with_a_real_kmeans_sweep() -> None:
     labels, _ = true_clustering(X, 3)
     bounds = (np.full(3, -4.0), np.full(3, 4.0))
     grid = [0.1, 0.3, 1.0, 3.0, 10.0]
-    frame = sweep(X, labels, ["colored", "dp_lloyd"], grid, trials=6, bounds=bounds, seed=3)
+    frame = sweep(X, labels, ["colored", "dp_lloyd"], grid, trials=6, bounds=bounds, random_state=3)
     target = Target("fractional_loss", 0.05, 0.75)
     curves = metric_curves(frame, target)
     answers = eps_for_target(frame, target)

@@ -101,7 +101,7 @@ def test_a_release_reads_every_row_and_never_the_diagnostic_sample(monkeypatch: 
         return original(self, data, y)
 
     monkeypatch.setattr(NoisyLloydBase, "fit", spy)
-    out = release_centroids("dp_lloyd", inputs, epsilon=1.0, params={"n_clusters": 2}, sampler=Sampler())
+    out = release_centroids("dp_lloyd", inputs, epsilon=1.0, params={"n_clusters": 2}, random_state=Sampler())
     assert len(out.table) == 2 and seen == [n]  # one fit, on every row
 
 

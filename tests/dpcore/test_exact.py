@@ -25,7 +25,7 @@ def test_released_points_lie_on_the_grid_and_the_noise_carries_the_correction() 
     inputs = LocationInputs(rng.uniform(61, 74, 400), rng.uniform(6, 39, 400), None, REGION)
     spec = LOCATIONS["planar_laplace"]
     params = spec.validate_params({"radius_m": 1000.0})
-    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(seed=3))
+    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(seed=3))
     u = out.details["grid_step_m"]
     assert u == 1.0 and out.details["epsilon_per_metre"] == 1.0 / (1000.0 + 1.5 * u)
     x, y = TangentPlane(*REGION.centre).forward(out.table["lat"], out.table["lon"])

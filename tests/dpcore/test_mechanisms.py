@@ -13,6 +13,7 @@ from dpcore.errors import ParameterError
 from dpcore.mechanisms import (
     Sampler,
     analytic_delta,
+    check_random_state,
     exponential_mechanism,
     exponential_probabilities,
     gaussian_mechanism,
@@ -63,8 +64,8 @@ def test_demo_is_reproducible_and_secure_is_not() -> None:
 
 @pytest.mark.parametrize("mode", ["secure", "demo", "diagnostic"])
 def test_gaussian_samples_pass_ks(mode: str) -> None:
-    sampler = Sampler(seed=None if mode == "secure" else 5, mode=mode)
-    x = sampler.normal(4000, scale=2.5)
+    random_state = Sampler(seed=None if mode == "secure" else 5, mode=mode)
+    x = random_state.normal(4000, scale=2.5)
     # Secure draws cannot be seeded; at this threshold the test fails by chance once in a million runs.
     assert stats.kstest(x / 2.5, "norm").pvalue > 1e-6
     assert x.shape == (4000,)
@@ -72,8 +73,8 @@ def test_gaussian_samples_pass_ks(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["secure", "demo", "diagnostic"])
 def test_laplace_samples_pass_ks(mode: str) -> None:
-    sampler = Sampler(seed=None if mode == "secure" else 6, mode=mode)
-    x = sampler.laplace((50, 80), scale=0.7)
+    random_state = Sampler(seed=None if mode == "secure" else 6, mode=mode)
+    x = random_state.laplace((50, 80), scale=0.7)
     assert x.shape == (50, 80)
     assert stats.kstest(x.ravel() / 0.7, "laplace").pvalue > 1e-6
 
@@ -162,9 +163,11 @@ def test_exponential_mechanism_frequencies_match_theory() -> None:
     expected = np.exp(eps * scores / (2 * sens))
     expected /= expected.sum()
     assert np.allclose(exponential_probabilities(scores, eps, sens), expected, rtol=1e-12)
-    sampler = Sampler(seed=2)
+    random_state = Sampler(seed=2)
     n = 20000
-    counts = np.bincount([exponential_mechanism(scores, eps, sens, sampler) for _ in range(n)], minlength=4)
+    counts = np.bincount(
+        [exponential_mechanism(scores, eps, sens, random_state) for _ in range(n)], minlength=4
+    )
     assert stats.chisquare(counts, expected * n).pvalue > 1e-3
 
 
@@ -185,3 +188,18 @@ def test_randomized_response_truth_rate_and_unbiased_estimate() -> None:
     assert rr_estimate(out, eps) == pytest.approx(0.3, abs=0.01)
     with pytest.raises(ParameterError, match="every value must be 0 or 1"):
         randomized_response(np.array([0, 2]), eps, Sampler(seed=4))
+
+
+def test_check_random_state_is_the_one_converter() -> None:
+    """None: secure (OS entropy); an int: a labelled demo seed; a Sampler as given; anything else refused."""
+    assert check_random_state(None).mode == "secure"
+    demo = check_random_state(np.int64(7))
+    assert (demo.mode, demo.seed) == ("demo", 7)
+    np.testing.assert_array_equal(demo.rng.random(3), check_random_state(7).rng.random(3))
+    diag = Sampler.diagnostic(1)
+    assert check_random_state(diag) is diag
+    for bad in (True, 1.5, "7", np.random.default_rng(0)):
+        with pytest.raises(ParameterError, match="random_state"):
+            check_random_state(bad)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="seed"):
+        check_random_state(-1)

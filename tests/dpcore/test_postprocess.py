@@ -141,7 +141,7 @@ def test_every_location_release_is_rounded(key: str):
         epsilon=2.0,
         delta=0.0,
         params=spec.validate_params({"n_clusters": 4, "grid_size": 8} if key == "prilocation" else {}),
-        sampler=Sampler(seed=4),
+        random_state=Sampler(seed=4),
     )
     rounded = rounded_output(out, 2.0)
     decimals = rounded.details["rounding"]["decimals"]

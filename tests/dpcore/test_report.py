@@ -243,7 +243,7 @@ def calls(monkeypatch) -> list[str]:
     spec, seen = KMEANS["dp_lloyd"], []
 
     def counted(inputs, **kw):
-        seen.append(kw["sampler"].mode)
+        seen.append(kw["random_state"].mode)
         return spec.release(inputs, **kw)
 
     monkeypatch.setitem(KMEANS._specs, "dp_lloyd", replace(spec, release=counted))

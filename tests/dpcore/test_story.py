@@ -45,7 +45,7 @@ def test_shipped_stories_cover_the_grid_with_every_trial():
 def test_the_marketing_story_is_reproduced_by_its_generator():
     X, labels, bounds, same_unit = generator.marketing()
     frame = story_trials(
-        X, labels, bounds, STORY_EPS, generator.TRIALS, seed=generator.SEED, same_unit=same_unit
+        X, labels, bounds, STORY_EPS, generator.TRIALS, random_state=generator.SEED, same_unit=same_unit
     )
     shipped = (generator.OUT / "marketing_campaign.csv").read_text(encoding="utf-8")
     assert shipped.split("\n", 1)[1] == generator._csv(frame)
@@ -56,13 +56,13 @@ def test_story_trials_are_plain_units_and_repeatable():
     labels = np.repeat(np.arange(3), 100)
     X = np.vstack([X[labels == k] for k in range(3)])  # any fixed clustering will do
     bounds = (np.full(2, -12.0), np.full(2, 12.0))
-    a = story_trials(X, labels, bounds, (0.5, 5.0), 4, seed=3, same_unit=True)
-    b = story_trials(X, labels, bounds, (0.5, 5.0), 4, seed=3, same_unit=True)
+    a = story_trials(X, labels, bounds, (0.5, 5.0), 4, random_state=3, same_unit=True)
+    b = story_trials(X, labels, bounds, (0.5, 5.0), 4, random_state=3, same_unit=True)
     pd.testing.assert_frame_equal(a, b)
     # a centre's mean distance is the share of the box diagonal times the diagonal
     diagonal = np.sqrt(np.sum((bounds[1] - bounds[0]) ** 2))
     np.testing.assert_allclose(a["shift_units"], a["shift_pct"] / 100 * diagonal)
-    assert story_trials(X, labels, bounds, (1.0,), 2, seed=3)["shift_units"].isna().all()
+    assert story_trials(X, labels, bounds, (1.0,), 2, random_state=3)["shift_units"].isna().all()
     with pytest.raises(ParameterError, match="columns"):
         Story("t", "g", "", a.drop(columns="worse_pct"), "p")
 

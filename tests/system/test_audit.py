@@ -38,12 +38,12 @@ def _grid_step(scale: float) -> float:
 @pytest.mark.parametrize("kind", ["laplace", "gaussian"])
 def test_secure_release_does_not_reveal_input_low_order_bits(kind: str):
     # Two neighbouring inputs at distance 1/3 <= sensitivity 1; eps = 1 allows a probability ratio of e.
-    sampler, n = Sampler(), 40
+    random_state, n = Sampler(), 40
 
     def draw(value: float) -> float:
         if kind == "laplace":
-            return float(laplace_mechanism(value, 1.0, 1.0, sampler).value)
-        return float(gaussian_mechanism(value, 1.0, 1.0, 1e-5, sampler).value)
+            return float(laplace_mechanism(value, 1.0, 1.0, random_state).value)
+        return float(gaussian_mechanism(value, 1.0, 1.0, 1e-5, random_state).value)
 
     scale = 1.0 if kind == "laplace" else gaussian_sigma(1.0, 1.0, 1e-5)
     step = _grid_step(scale)

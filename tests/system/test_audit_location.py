@@ -3,7 +3,7 @@
 3. PriLocation's table revealed true visit counts ('kind' column, added rows on the centre).
 4. Budget splits exceeded eps by an ulp (uniform grid: 27 of 2,004 values).
 5. Clamping latitude and longitude into the region stretched distances (38 km -> 1,070 km at 89.5 N).
-6. The sampler had its own radius quantile (wrong Lambert-W branch below p = 5e-9).
+6. The random_state had its own radius quantile (wrong Lambert-W branch below p = 5e-9).
 7. With a user column, grids and per-location releases protected a location, not a person.
 """
 
@@ -62,7 +62,7 @@ def test_prilocation_table_tells_true_counts_no_better_than_the_noisy_count(
     right on a fraction A0 of the pairs; adding any table feature (rows within t metres of the centre,
     t = 1 m to HS/2; rows in the first half of the table) must not lift it above A0 + 0.02. The audited
     table had a 'kind' column, and its added rows sat exactly on the centre: +0.07 from t = 1 m alone."""
-    model = PriLocation(eps, US, hs_m=HS, n_clusters=20, grid_size=30, rng=Sampler(seed=3))
+    model = PriLocation(eps, US, hs_m=HS, n_clusters=20, grid_size=30, random_state=Sampler(seed=3))
     table = model.fit(visits.user, visits.lat, visits.lon).released()
     assert list(table.columns) == ["user", "lat", "lon"]
     w_true, _ = model.diagnostic_weights_
@@ -109,9 +109,9 @@ def _within(parts: list[float], eps: float, times: int = 1) -> bool:
 
 
 def test_every_location_budget_split_stays_within_eps() -> None:
-    sampler = Sampler.diagnostic(0)
+    random_state = Sampler.diagnostic(0)
     grids = [
-        (eps, build([40.0], [-100.0], eps, US, rng=sampler))
+        (eps, build([40.0], [-100.0], eps, US, random_state=random_state))
         for eps in EPS_VALUES
         for build in (uniform_grid, adaptive_grid)
     ]
@@ -221,7 +221,7 @@ def test_the_sampler_draws_its_radius_with_the_policy_quantile(monkeypatch: pyte
         return r
 
     monkeypatch.setattr(laplace, "geo_radius_quantile", spy)
-    lat, lon = laplace.planar_laplace(np.zeros(2000), np.zeros(2000), 0.01, rng=Sampler(seed=1))
+    lat, lon = laplace.planar_laplace(np.zeros(2000), np.zeros(2000), 0.01, random_state=Sampler(seed=1))
     ((eps, p, r),) = calls
     assert eps == 0.01 and p.min() > 0.0 and p.max() < 1.0
     np.testing.assert_allclose(haversine_m(0.0, 0.0, lat, lon), r, rtol=1e-6)
@@ -252,10 +252,10 @@ def _eps_lower_bound(out_a: np.ndarray, out_b: np.ndarray, alpha: float = 0.005)
     return bound(x[half:], y[half:], t, s)
 
 
-def _release(key: str, inputs: LocationInputs, params: dict[str, Any], sampler: Sampler) -> pd.DataFrame:
+def _release(key: str, inputs: LocationInputs, params: dict[str, Any], random_state: Sampler) -> pd.DataFrame:
     spec = LOCATIONS[key]
     return spec.release(
-        inputs, epsilon=1.0, delta=0.0, params=spec.validate_params(params), sampler=sampler
+        inputs, epsilon=1.0, delta=0.0, params=spec.validate_params(params), random_state=random_state
     ).table
 
 
@@ -331,13 +331,16 @@ def test_a_user_with_five_locations_is_protected_at_the_stated_eps(key: str) -> 
     statistic = STATISTICS[key]
     bounds = {}
     for label, users, extra in (("per user", True, {"max_per_user": 5}), ("per location", False, {})):
-        sampler = Sampler.diagnostic(5)
+        random_state = Sampler.diagnostic(5)
         outputs = []
         for lat, lon, ids in (first, second):
             inputs = LocationInputs(lat, lon, ids if users else None, US)
             outputs.append(
                 np.array(
-                    [statistic(_release(key, inputs, {**params, **extra}, sampler)) for _ in range(TRIALS)]
+                    [
+                        statistic(_release(key, inputs, {**params, **extra}, random_state))
+                        for _ in range(TRIALS)
+                    ]
                 )
             )
         bounds[label] = _eps_lower_bound(*outputs)

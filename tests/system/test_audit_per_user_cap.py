@@ -112,7 +112,7 @@ def distinguishing_bound(key: str) -> tuple[float, float, list[int]]:
         sum(
             case.event(
                 spec.release(
-                    table, epsilon=case.epsilon, delta=0.0, params=case.params, sampler=Sampler()
+                    table, epsilon=case.epsilon, delta=0.0, params=case.params, random_state=Sampler()
                 ).table
             )
             for _ in range(case.runs)

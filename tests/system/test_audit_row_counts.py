@@ -59,7 +59,8 @@ def test_neighbouring_tables_publish_the_same_facts_and_no_true_count(
     small, large, n_small, n_large = neighbours()
     spec = LOCATIONS[key]
     a, b = (
-        spec.release(t, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(7)) for t in (small, large)
+        spec.release(t, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(7))
+        for t in (small, large)
     )
     assert list(a.table.columns) == list(b.table.columns)
     exact = [c for c in a.table.columns if c not in noisy_columns]
@@ -80,14 +81,16 @@ def test_dp_hotspots_per_user_take_their_rounds_from_a_noisy_count() -> None:
     rounds = [
         {
             LOCATIONS["dp_hotspots"]
-            .release(t, epsilon=12.3, delta=0.0, params=params, sampler=Sampler(s))
+            .release(t, epsilon=12.3, delta=0.0, params=params, random_state=Sampler(s))
             .details["n_iter"]
             for s in range(12)
         }
         for t in (small, large)
     ]
     assert len(rounds[0]) > 1 and rounds[0] == rounds[1], rounds
-    out = LOCATIONS["dp_hotspots"].release(small, epsilon=12.3, delta=0.0, params=params, sampler=Sampler(0))
+    out = LOCATIONS["dp_hotspots"].release(
+        small, epsilon=12.3, delta=0.0, params=params, random_state=Sampler(0)
+    )
     log = out.details["budget_log_per_location"]
     assert log[0][0] == "row count (sets the number of rounds)"
     assert math.fsum(e for _, e in log) == out.details["epsilon_per_location"] == pytest.approx(12.3 / CAP)

@@ -408,7 +408,7 @@ def _sampler_script() -> None:
 
     from ui import state
 
-    s = state.sampler()
+    s = state.random_state()
     st.markdown(f"{s.mode} {s.seed}")
 
 

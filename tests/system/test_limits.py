@@ -56,7 +56,7 @@ def test_sweep_scores_trials_in_chunks_of_bounded_memory() -> None:
     X, labels = _blobs(20_000)
 
     def run(trials: int) -> Callable[[], object]:
-        return lambda: sweep(X, labels, ["white"], [0.5, 2.0], trials, 1e-5, bounds=BOX, seed=0)
+        return lambda: sweep(X, labels, ["white"], [0.5, 2.0], trials, 1e-5, bounds=BOX, random_state=0)
 
     run(2)()  # the noise shape is solved and cached once per clustering
     small, big = _peak_mb(run(50)), _peak_mb(run(400))
@@ -70,7 +70,7 @@ def test_chunked_scores_equal_unchunked_scores(monkeypatch: pytest.MonkeyPatch) 
     X, labels = _blobs(3_000, seed=1)
 
     def run() -> object:
-        return sweep(X, labels, ["white", "dp_lloyd"], [0.5, 2.0], 30, 1e-5, bounds=BOX, seed=3)
+        return sweep(X, labels, ["white", "dp_lloyd"], [0.5, 2.0], 30, 1e-5, bounds=BOX, random_state=3)
 
     monkeypatch.setattr(module, "SCORE_ENTRIES", 10**9)
     whole = run()
@@ -135,7 +135,7 @@ def test_location_sweep_chunked_draws_are_the_same_draws(monkeypatch: pytest.Mon
     mechs = ["planar_laplace", "dp_hotspots"]
 
     def run() -> object:
-        return location_sweep(lat, lon, users, mechs, [0.5, 1.0], 3, region=US, seed=7)
+        return location_sweep(lat, lon, users, mechs, [0.5, 1.0], 3, region=US, random_state=7)
 
     monkeypatch.setattr(module, "DRAW_ENTRIES", 10**9)
     whole = run()

@@ -355,7 +355,7 @@ def test_location_releases_show_the_public_region_never_the_data_extent(key: str
         epsilon=1.0,
         delta=0.0,
         params=spec.validate_params({"n_clusters": 4, "grid_size": 8} if key == "prilocation" else {}),
-        sampler=Sampler(seed=4),
+        random_state=Sampler(seed=4),
     )
     assert out.details["region"] == region.to_dict()
     numbers = np.r_[

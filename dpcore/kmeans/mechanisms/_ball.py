@@ -1,6 +1,6 @@
 """Shared by the Gaussian L2-ball mechanisms (private LSH coreset, Gaussian DP-Lloyd): release and trial.
 
-Each builds its estimator with ``build(epsilon, delta, bounds, params, sampler)``; a release fits it once
+Each builds its estimator with ``build(epsilon, delta, bounds, params, random_state)``; a release fits it once
 with the sampler it is given (on ``inputs.X``, or by passes over the feed of a :class:`FeedSource`, e.g. a
 table in an out-of-core engine) and publishes its centres with the exact Gaussian accounting in the manifest
 (:meth:`dpcore.kmeans.gaussian_accounting.GaussianSpend.details`); a trial fits it once per (eps, trial)
@@ -72,14 +72,14 @@ def ball_release(
     epsilon: float,
     delta: float,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """The estimator fitted once on every row; its centres, the spend and the tree's public shape."""
     label = KMEANS[key].label
-    check_release_sampler(sampler)
+    check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError(f"{label} adds Gaussian noise: give δ > 0 (e.g. 1e-6, below 1/n).")
-    est = build(float(epsilon), float(delta), inputs.require_bounds(label), params, sampler)
+    est = build(float(epsilon), float(delta), inputs.require_bounds(label), params, random_state)
     if isinstance(inputs, FeedSource):
         with inputs.feed() as feed:
             est.fit_feed(feed, inputs.scaling_map, inputs.n_features)
@@ -112,7 +112,7 @@ def ball_trial(
     *,
     delta: float,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
     progress: Callable[[float, str], None],
     **_: Any,
 ) -> np.ndarray:
@@ -123,6 +123,6 @@ def ball_trial(
     out = []
     for i, eps in enumerate(eps_grid):
         progress(i / len(eps_grid), f"{label}: {runs} fits, ε = {float(eps):g}")
-        est = build(float(eps), float(delta), bounds, params, sampler)
+        est = build(float(eps), float(delta), bounds, params, random_state)
         out.append([est.fit(inputs.X).cluster_centers_ for _ in range(trials)])
     return match_all(np.asarray(out), inputs.true_centers())

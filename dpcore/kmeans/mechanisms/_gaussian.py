@@ -53,7 +53,7 @@ class LocalSource(Protocol):
     """Inputs that run a local mechanism by their own passes over the rows (out-of-core tables)."""
 
     def local_release(
-        self, key: str, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+        self, key: str, *, epsilon: float, delta: float, params: dict, random_state: Sampler
     ) -> MechanismOutput: ...
 
 
@@ -64,13 +64,15 @@ def local_release(
     epsilon: float,
     delta: float,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """True centroids of ``inputs.labels`` + N(0, Sigma) once, snapped to the noise lattice (a
     :class:`LocalSource` runs its own passes)."""
-    check_release_sampler(sampler)
+    check_release_sampler(random_state)
     if isinstance(inputs, LocalSource):
-        return inputs.local_release(key, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
+        return inputs.local_release(
+            key, epsilon=epsilon, delta=delta, params=params, random_state=random_state
+        )
     labels = _clustering(key, inputs, params["n_clusters"])
     if delta is None or not delta > 0:
         raise ParameterError(
@@ -87,7 +89,7 @@ def local_release(
     return centroid_output(
         key,
         inputs,
-        cov.release(sampler),
+        cov.release(random_state),
         details,
         {
             "true_centers": cov.centers,
@@ -106,7 +108,7 @@ def local_trial(
     *,
     delta: float,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
     progress: Progress,
 ) -> np.ndarray:
     """Noisy centres (E, trials, K, d): the true centres + every trial's noise drawn at once per eps."""
@@ -116,5 +118,7 @@ def local_trial(
     out = np.empty((len(eps_grid), trials, *base.centers.shape))
     for i, eps in enumerate(eps_grid):
         progress(i / len(eps_grid), f"{KMEANS[key].label}: noise at ε = {eps:.3g}")
-        out[i] = base.centers + base.rescaled(float(eps), delta, calibration).sample(sampler, n_draws=trials)
+        out[i] = base.centers + base.rescaled(float(eps), delta, calibration).sample(
+            random_state, n_draws=trials
+        )
     return out

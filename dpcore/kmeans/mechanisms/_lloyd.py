@@ -1,6 +1,6 @@
 """Shared by the noisy-Lloyd mechanisms (DP-Lloyd, Blowfish k-means, DP-Lloyd + MCMC): release and trial.
 
-Each builds its estimator with ``build(epsilon, bounds, params, sampler)``; a release fits it once with
+Each builds its estimator with ``build(epsilon, bounds, params, random_state)``; a release fits it once with
 the sampler it is given (on ``inputs.X``, or through ``inputs.fit_lloyd`` when the inputs are a
 :class:`LloydSource`, e.g. a table in an out-of-core engine), a trial runs every (eps, trial) fit as one
 batch with diagnostic noise (:func:`dpcore.kmeans.lloyd.noisy_lloyd_trials`) and matches the centres to
@@ -64,14 +64,14 @@ def fit_release(
     epsilon: float,
     delta: float,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> tuple[Any, dict[str, Any]]:
     """The estimator fitted once on ``inputs`` and the manifest details every noisy-Lloyd run shares."""
     label = KMEANS[key].label
-    check_release_sampler(sampler)
+    check_release_sampler(random_state)
     if delta:
         raise ParameterError(f"{label} is pure ε noise (Laplace) and spends no δ: pass δ = 0.")
-    est = build(float(epsilon), inputs.require_bounds(label), params, sampler)
+    est = build(float(epsilon), inputs.require_bounds(label), params, random_state)
     est = inputs.fit_lloyd(est) if isinstance(inputs, LloydSource) else est.fit(inputs.X)
     details = {
         "n_clusters": int(params["n_clusters"]),
@@ -96,12 +96,12 @@ def batched_trial(
     trials: int,
     *,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
     progress: Callable[[float, str], None],
     **_: Any,
 ) -> np.ndarray:
     """Noisy centres (E, trials, K, d) of every (eps, trial) fit, one batch, diagnostic noise."""
     label = KMEANS[key].label
-    est = build(float(eps_grid[0]), inputs.require_bounds(label), params, sampler)
+    est = build(float(eps_grid[0]), inputs.require_bounds(label), params, random_state)
     progress(0.0, f"{label}: {len(eps_grid)} ε × {trials} trials, batched")
-    return match_all(noisy_lloyd_trials(est, inputs.X, eps_grid, trials, sampler), inputs.true_centers())
+    return match_all(noisy_lloyd_trials(est, inputs.X, eps_grid, trials, random_state), inputs.true_centers())

@@ -42,7 +42,7 @@ def policy_graph(params: dict) -> Graph:
 
 
 def build(
-    epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler
+    epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, random_state: Sampler
 ) -> BlowfishKMeans:
     """The unfitted estimator for the policy graph in ``params``."""
     return BlowfishKMeans(
@@ -51,16 +51,16 @@ def build(
         bounds=bounds,
         graph=policy_graph(params),
         n_iter=rounds(params),
-        random_state=sampler,
+        random_state=random_state,
     )
 
 
 def release(
-    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, random_state: Sampler
 ) -> MechanismOutput:
     """Blowfish k-means fitted once: its final centres; the per-round gain over bounded DP in details."""
     est, details = fit_release(
-        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler
+        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, random_state=random_state
     )
     details["graph"] = est.graph.label
     # computed from the public bounds, the graph and released centres only: post-processing
@@ -80,16 +80,17 @@ def blowfish_gain(
     bounds: tuple[Any, Any],
     graph: Graph,
     *,
-    seed: int | None = 0,
+    random_state: int | None = 0,
 ) -> np.ndarray:
-    """Per-round sum-sensitivity gain (T,) of Blowfish over bounded DP in one diagnostic fit at ``epsilon``.
+    """Per-round sum-sensitivity gain (T,) of Blowfish over bounded DP in one diagnostic fit at ``epsilon``
+    (``random_state`` seeds its diagnostic sampler).
 
     Bounded-DP Delta_S / Blowfish Delta_S (1 = no gain). It depends on the noisy centres of each round, so
     it is a diagnostic; the public ceiling is :func:`dpcore.kmeans.blowfish.sensitivity_gain_bound`.
     """
     inputs = KMeansInputs(X, None, *bounds)
     params = SPEC.validate_params({"n_clusters": n_clusters, "graph": graph.to_dict()})
-    est = build(float(epsilon), inputs.require_bounds(SPEC.label), params, Sampler.diagnostic(seed))
+    est = build(float(epsilon), inputs.require_bounds(SPEC.label), params, Sampler.diagnostic(random_state))
     return np.atleast_1d(np.asarray(est.fit(inputs.X).sensitivity_gain_, dtype=float))
 
 

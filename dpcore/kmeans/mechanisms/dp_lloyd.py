@@ -22,7 +22,7 @@ KEY = "dp_lloyd"
 
 
 def build(
-    epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler
+    epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, random_state: Sampler
 ) -> DPLloydKMeans:
     """The unfitted estimator, calibrated for ``params["neighbours"]``."""
     return DPLloydKMeans(
@@ -31,16 +31,16 @@ def build(
         bounds=bounds,
         n_iter=rounds(params),
         neighbours=params["neighbours"],
-        random_state=sampler,
+        random_state=random_state,
     )
 
 
 def release(
-    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, random_state: Sampler
 ) -> MechanismOutput:
     """DP-Lloyd fitted once: its final centres."""
     est, details = fit_release(
-        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler
+        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, random_state=random_state
     )
     details["neighbours"] = params["neighbours"]
     return centroid_output(KEY, inputs, est.cluster_centers_, details)

@@ -61,7 +61,9 @@ def _convergence_warnings(caught: list[warnings.WarningMessage]) -> int:
     return count
 
 
-def build(epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler) -> _LeeKifer:
+def build(
+    epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, random_state: Sampler
+) -> _LeeKifer:
     """The unfitted estimator, calibrated for ``params["neighbours"]``."""
     return _LeeKifer(
         params["n_clusters"],
@@ -70,16 +72,16 @@ def build(epsilon: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, s
         n_iter=rounds(params),
         n_steps=params["mcmc_steps"],
         neighbours=params["neighbours"],
-        random_state=sampler,
+        random_state=random_state,
     )
 
 
 def release(
-    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, sampler: Sampler
+    inputs: KMeansInputs, *, epsilon: float, delta: float, params: dict, random_state: Sampler
 ) -> MechanismOutput:
     """DP-Lloyd fitted once, then the chain on its release: the chain's centres."""
     est, details = fit_release(
-        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler
+        KEY, build, inputs, epsilon=epsilon, delta=delta, params=params, random_state=random_state
     )
     details.update(
         neighbours=params["neighbours"],
@@ -97,7 +99,7 @@ def trial(
     trials: int,
     *,
     params: dict,
-    sampler: Sampler,
+    random_state: Sampler,
     progress: Callable[[float, str], None],
     **_: Any,
 ) -> np.ndarray:
@@ -108,7 +110,7 @@ def trial(
         raise ParameterError(
             f"{label} runs at most {MAX_CHAINS} diagnostic chains per ε (got {trials}); ask for fewer."
         )
-    est = build(float(eps_grid[0]), inputs.require_bounds(label), params, sampler)
+    est = build(float(eps_grid[0]), inputs.require_bounds(label), params, random_state)
     progress(0.0, f"{label}: {len(eps_grid) * trials} chains, stepped together")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

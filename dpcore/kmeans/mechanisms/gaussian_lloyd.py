@@ -32,7 +32,7 @@ ROUNDS = Param(
 
 
 def build(
-    epsilon: float, delta: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler
+    epsilon: float, delta: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, random_state: Sampler
 ) -> GaussianLloydKMeans:
     """The unfitted estimator for these parameters."""
     return GaussianLloydKMeans(
@@ -44,7 +44,7 @@ def build(
         n_iter=params["rounds"],
         depth=params["tree_depth"],
         neighbours=params["neighbours"],
-        random_state=sampler,
+        random_state=random_state,
     )
 
 

@@ -23,7 +23,7 @@ KEY = "lsh_coreset"
 
 
 def build(
-    epsilon: float, delta: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, sampler: Sampler
+    epsilon: float, delta: float, bounds: tuple[np.ndarray, np.ndarray], params: dict, random_state: Sampler
 ) -> LSHCoresetKMeans:
     """The unfitted estimator for these parameters."""
     return LSHCoresetKMeans(
@@ -34,7 +34,7 @@ def build(
         radius=params["radius"],
         depth=params["tree_depth"],
         neighbours=params["neighbours"],
-        random_state=sampler,
+        random_state=random_state,
     )
 
 

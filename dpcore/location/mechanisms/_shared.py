@@ -72,7 +72,7 @@ def mean_release(
     epsilon: float,
     delta: float,
     params: dict[str, Any],
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """Noisy mean position of the kept rows, calibrated for a person with ``group`` rows; the table's ``n``
     is the kept rows' number where the relation makes it public (Blowfish moves rows; one row per person),
@@ -81,7 +81,7 @@ def mean_release(
     ``inputs`` is a :class:`LocationInputs` or a table in an engine
     (:class:`dpcore.outofcore.locations.TableLocations`): both give the kept rows' count and mapped sums."""
     no_delta(delta)
-    kept = inputs.projected(params["max_per_user"], sampler)
+    kept = inputs.projected(params["max_per_user"], random_state)
     theta = params.get("theta_m")
     public_n = policy == "blowfish" or kept.group == 1  # moved rows, or one row per person
     out = noisy_mean(
@@ -91,7 +91,7 @@ def mean_release(
         theta_m=theta,
         points_per_person=kept.group,
         public_n=public_n,
-        rng=sampler,
+        random_state=random_state,
     )
     table = pd.DataFrame({"lat": [out.lat], "lon": [out.lon], "n": [out.n]})
     figure = released_map(table["lat"], table["lon"], title=f"{label}: released locations")
@@ -117,7 +117,7 @@ def hotspot_release(
     epsilon: float,
     delta: float,
     params: dict[str, Any],
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """DP-Lloyd / Blowfish k-means on the mapped rows at eps / g per row (group privacy for g rows).
 
@@ -126,7 +126,7 @@ def hotspot_release(
     ``inputs`` as for :func:`mean_release`: the rounds read per-cluster counts and sums of the kept rows'
     mapped points, in memory or by passes of an engine."""
     no_delta(delta)
-    kept = inputs.projected(params["max_per_user"], sampler)
+    kept = inputs.projected(params["max_per_user"], random_state)
     k, theta = params["hotspot_k"], params.get("theta_m")
     eps_row = per_member_epsilon(epsilon, kept.group)
     estimator = hotspot_estimator(
@@ -136,7 +136,7 @@ def hotspot_release(
         policy=policy,
         theta_m=theta,
         neighbours=params.get("neighbours", "unbounded"),
-        random_state=sampler,
+        random_state=random_state,
         private_size=kept.group > 1,
     )
     centres, model = fit_hotspots(kept.points, estimator)
@@ -169,20 +169,20 @@ def grid_release(
     epsilon: float,
     delta: float,
     params: dict[str, Any],
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """Keep at most m rows per user, build the grid with sensitivity m per cell, table of its leaves.
 
     ``inputs`` is a :class:`LocationInputs` or a table in an engine
     (:class:`dpcore.outofcore.locations.TableLocations`): both give the rows counted."""
     no_delta(delta)
-    counted = inputs.counted(params["max_per_user"], sampler)
+    counted = inputs.counted(params["max_per_user"], random_state)
     grid = build(
         counted.points,
         epsilon,
         neighbours=params["neighbours"],
         points_per_person=counted.group,
-        rng=sampler,
+        random_state=random_state,
     )
     table = pd.DataFrame(grid.leaves, columns=GRID_COLUMNS)
     figure = density_heatmap(grid, title=f"{label}: released noisy counts (ε = {epsilon:g})")

@@ -20,10 +20,10 @@ LABEL = "Adaptive density grid"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """One adaptive grid over ``inputs.region``."""
-    return grid_release(adaptive_grid_of, LABEL, inputs, epsilon, delta, params, sampler)
+    return grid_release(adaptive_grid_of, LABEL, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = LOCATIONS.register(

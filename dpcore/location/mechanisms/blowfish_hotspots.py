@@ -19,10 +19,10 @@ LABEL = "Blowfish hotspots (distance threshold θ)"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """K released hotspot centres."""
-    return hotspot_release("blowfish", LABEL, inputs, epsilon, delta, params, sampler)
+    return hotspot_release("blowfish", LABEL, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = LOCATIONS.register(

@@ -20,10 +20,10 @@ LABEL = "DP hotspots (DP-Lloyd)"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """K released hotspot centres."""
-    return hotspot_release("dp", LABEL, inputs, epsilon, delta, params, sampler)
+    return hotspot_release("dp", LABEL, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = LOCATIONS.register(

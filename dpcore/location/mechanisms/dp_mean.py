@@ -21,10 +21,10 @@ LABEL = "Mean position (bounded DP)"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """The noisy mean position of the kept locations."""
-    return mean_release("dp", LABEL, inputs, epsilon, delta, params, sampler)
+    return mean_release("dp", LABEL, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = LOCATIONS.register(

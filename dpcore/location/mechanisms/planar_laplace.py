@@ -33,16 +33,16 @@ LABEL = "Planar Laplace (per location)"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """``epsilon`` is the level l within ``params["radius_m"]`` metres, for a whole person."""
     no_delta(delta)
-    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    kept = keep_per_user(inputs, params["max_per_user"], random_state)
     radius = float(params["radius_m"])
     level_point = per_member_epsilon(epsilon, kept.group)
-    mech = PlanarLaplace(level=level_point, radius_m=radius, region=inputs.region, rng=sampler)
+    mech = PlanarLaplace(level=level_point, radius_m=radius, region=inputs.region, random_state=random_state)
     z_lat, z_lon = mech.release(kept.lat, kept.lon)
-    order = sampler.rng.permutation(kept.n)
+    order = random_state.rng.permutation(kept.n)
     table = pd.DataFrame({"lat": z_lat[order], "lon": z_lon[order]})
     figure = released_map(table["lat"], table["lon"], title=f"{LABEL}: released locations")
     details = {

@@ -31,11 +31,11 @@ LABEL = "PriLocation (users' visits)"
 
 
 def release(
-    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: LocationInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """One PriLocation run; without a user column every row is its own user (one visit each)."""
     no_delta(delta)
-    kept = keep_per_user(inputs, params["max_per_user"], sampler)
+    kept = keep_per_user(inputs, params["max_per_user"], random_state)
     users = np.arange(kept.n) if kept.codes is None else kept.codes
     model = PriLocation(
         epsilon,
@@ -45,7 +45,7 @@ def release(
         grid_size=params["grid_size"],
         # the cap is already applied: rows per user <= group, so the group-privacy split is all that remains
         max_visits_per_user=kept.group,
-        rng=sampler,
+        random_state=random_state,
     ).fit(users, kept.lat, kept.lon)
     table = model.released()
     figure = released_map(table["lat"], table["lon"], title=f"{LABEL}: released locations")

@@ -50,7 +50,7 @@ def synthetic_release(
     epsilon: float,
     delta: float,
     params: dict[str, Any],
-    sampler: Sampler,
+    random_state: Sampler,
 ) -> MechanismOutput:
     """Prepare the trips under the plan's limits, fit the noisy model at ``epsilon``, draw the synthetic
     trips; the table has one row per point (trip, point, lat, lon). ``inputs`` in memory, or a table in
@@ -63,10 +63,10 @@ def synthetic_release(
         max_trips=params["max_trips"],
         max_fixes=params["max_fixes"],
         box=plane_box(region),
-        random_state=sampler,
+        random_state=random_state,
         **model_params,
     )
-    limits, counts = inputs.fit_model(model, params, sampler)
+    limits, counts = inputs.fit_model(model, params, random_state)
     synthetic = model.sample()
     lat, lon = region.clip(*synthetic.to_latlon(region))  # the square's corners beyond the region
     table = pd.DataFrame(

@@ -14,10 +14,10 @@ LABEL = "DPT synthetic trips"
 
 
 def release(
-    inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     model = {"finest": params["finest_cells"], "levels": params["levels"], "order": params["order"]}
-    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, sampler)
+    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = TRAJECTORIES.register(

@@ -14,10 +14,10 @@ LABEL = "Uniform grid Markov trips (baseline)"
 
 
 def release(
-    inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     model = {"finest": params["grid_cells"], "levels": 1, "order": 1, "window": 0}
-    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, sampler)
+    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, random_state)
 
 
 SPEC = TRAJECTORIES.register(

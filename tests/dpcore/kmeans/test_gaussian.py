@@ -137,14 +137,16 @@ def _blobs(n: int = 600, d: int = 5, k: int = 3, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("cls", [LSHCoresetKMeans, GaussianLloydKMeans])
 def test_every_release_is_noised_as_accounted(cls: type, neighbours: str) -> None:
     X = _blobs()
-    sampler = _Recorder()
-    est = cls(3, 1.0, 1e-6, bounds=(-1, 1), radius=1.5, depth=6, neighbours=neighbours, random_state=sampler)
+    random_state = _Recorder()
+    est = cls(
+        3, 1.0, 1e-6, bounds=(-1, 1), radius=1.5, depth=6, neighbours=neighbours, random_state=random_state
+    )
     est.fit(X)
     dc, ds = sensitivities(neighbours, 1.5)
     spend = est.spend_
     scale_of = {spend.sigma(q, dc if "counts" in q else ds): q for q in spend.queries}
     calls: dict[str, int] = {}
-    for scale, _ in sampler.scales:  # every release is noised at the scale of a query it belongs to
+    for scale, _ in random_state.scales:  # every release is noised at the scale of a query it belongs to
         calls[scale_of[scale]] = calls.get(scale_of[scale], 0) + 1
     # at most the accounted releases: tree levels stop early; leaf sums of several levels are one release
     # of sensitivity Delta (disjoint leaves), Lloyd rounds are all released
@@ -180,10 +182,10 @@ def test_an_attacker_cannot_tell_neighbours_apart_beyond_the_bound() -> None:
     eps, delta, runs = 0.5, 1e-6, 1000
     X = np.full((40, 1), -0.9)
     Xn = np.vstack([X, [[1.0]]])
-    sampler = Sampler.diagnostic(11)
+    random_state = Sampler.diagnostic(11)
 
     def centre(data: np.ndarray) -> float:
-        est = LSHCoresetKMeans(1, eps, delta, bounds=(-1, 1), radius=1.0, depth=2, random_state=sampler)
+        est = LSHCoresetKMeans(1, eps, delta, bounds=(-1, 1), radius=1.0, depth=2, random_state=random_state)
         return float(est.fit(data).cluster_centers_[0, 0])
 
     a = np.array([centre(X) for _ in range(runs)])

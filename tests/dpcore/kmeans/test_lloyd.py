@@ -119,21 +119,21 @@ def test_batched_loop_with_one_run_is_the_estimator(neighbours: str) -> None:
     X = blobs(n=700, d=3, k=4, seed=5)
     lo, hi = np.array([-1.0, -1.5, -1.0]), np.array([1.0, 1.0, 2.0])
     est = DPLloydKMeans(4, 2.0, (lo, hi), neighbours=neighbours, random_state=17).fit(X)
-    sampler = Sampler(seed=17)
+    random_state = Sampler(seed=17)
     mid, half = (lo + hi) / 2, (hi - lo) / 2
     n_rows = 700.0
     if neighbours == "unbounded":
-        n_rows += sampler.laplace(1, 1.0 / (2.0 * 0.02))[0]
+        n_rows += random_state.laplace(1, 1.0 / (2.0 * 0.02))[0]
     T, log, eps_rounds = plan_rounds(2.0, None, n_rows, 4, 3, su_count_share(3), neighbours == "unbounded")
-    init = sphere_packing_init(4, lo, hi, sampler.rng) - mid
+    init = sphere_packing_init(4, lo, hi, random_state.rng) - mid
     run = noisy_lloyd(
         np.clip(X, lo, hi) - mid,
         init[None],
         eps_rounds[None],
         half,
-        privatized_noise(sampler),
+        privatized_noise(random_state),
         est._batch_sensitivities(half),
-        sampler.rng,
+        random_state.rng,
     )
     assert T == est.n_iter_ and log == est.budget_log_
     np.testing.assert_array_equal(run.noisy_counts[0], est.noisy_counts_)

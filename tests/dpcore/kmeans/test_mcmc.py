@@ -156,9 +156,9 @@ def test_chains_in_groups_of_one_are_the_chains_run_in_turn(monkeypatch: pytest.
     grouped = mcmc_postprocess_many(
         states, n_steps=2000, random_state=Sampler.diagnostic(5), progress=lambda f, _m: reports.append(f)
     )
-    sampler = Sampler.diagnostic(5)
+    random_state = Sampler.diagnostic(5)
     for state, res in zip(states, grouped, strict=True):
-        alone = mcmc_postprocess(state, n_steps=2000, random_state=sampler)
+        alone = mcmc_postprocess(state, n_steps=2000, random_state=random_state)
         np.testing.assert_array_equal(res.synthetic_data, alone.synthetic_data)
         np.testing.assert_array_equal(res.cluster_centers, alone.cluster_centers)
     assert reports == sorted(reports) and reports[-1] == 1.0 and reports.count(1.0) == 1

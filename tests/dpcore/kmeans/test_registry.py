@@ -65,9 +65,11 @@ def _params(key: str, **extra: object) -> dict:
     return params
 
 
-def _release(key: str, inputs: KMeansInputs, sampler: Sampler, epsilon: float = 1.0) -> object:
+def _release(key: str, inputs: KMeansInputs, random_state: Sampler, epsilon: float = 1.0) -> object:
     delta = 1e-6 if KMEANS[key].needs_delta else 0.0
-    return release_centroids(key, inputs, epsilon=epsilon, delta=delta, sampler=sampler, params=_params(key))
+    return release_centroids(
+        key, inputs, epsilon=epsilon, delta=delta, random_state=random_state, params=_params(key)
+    )
 
 
 # ---------------------------------------------------------------- the registry
@@ -184,8 +186,8 @@ def test_releases_refuse_what_they_cannot_honour(inputs: KMeansInputs) -> None:
     bare = replace(inputs, labels=None)
     no_bounds = KMeansInputs(inputs.X, inputs.labels)
     cases = [
-        ("colored", inputs, {"sampler": Sampler.diagnostic(0), "delta": 1e-6}, "secure sampling"),
-        ("dp_lloyd", inputs, {"sampler": Sampler.diagnostic(0)}, "secure sampling"),
+        ("colored", inputs, {"random_state": Sampler.diagnostic(0), "delta": 1e-6}, "secure sampling"),
+        ("dp_lloyd", inputs, {"random_state": Sampler.diagnostic(0)}, "secure sampling"),
         ("white", inputs, {"delta": 0.0}, "give δ > 0"),
         ("dp_lloyd", inputs, {"delta": 1e-6}, "spends no δ"),
         ("colored", bare, {"delta": 1e-6}, "pass its labels"),
@@ -193,7 +195,7 @@ def test_releases_refuse_what_they_cannot_honour(inputs: KMeansInputs) -> None:
         ("blowfish", no_bounds, {}, "needs public bounds"),
     ]
     for key, data, kw, message in cases:
-        kw = {"epsilon": 1.0, "sampler": Sampler(seed=1), **kw}
+        kw = {"epsilon": 1.0, "random_state": Sampler(seed=1), **kw}
         with pytest.raises(ParameterError, match=re.escape(message)):
             release_centroids(key, data, params=_params(key), **kw)
     with pytest.raises(ParameterError, match="has 3 clusters but K = 4"):
@@ -208,7 +210,7 @@ def test_dp_lloyd_release_is_calibrated_for_the_neighbour_parameter(inputs: KMea
             "dp_lloyd",
             inputs,
             epsilon=1.0,
-            sampler=Sampler(seed=2),
+            random_state=Sampler(seed=2),
             params=_params("dp_lloyd", neighbours=nb),
         )
         for nb in ("unbounded", "bounded")
@@ -220,7 +222,7 @@ def test_dp_lloyd_release_is_calibrated_for_the_neighbour_parameter(inputs: KMea
         "bounded": "bounded",
     }
     blow = release_centroids(
-        "blowfish", inputs, epsilon=1.0, sampler=Sampler(seed=2), params=_params("blowfish")
+        "blowfish", inputs, epsilon=1.0, random_state=Sampler(seed=2), params=_params("blowfish")
     )
     assert blow.details["graph"] == PartitionGraph(1.0).label
     assert all(g >= 1.0 - 1e-12 for g in blow.details["sensitivity_gain"])
@@ -261,7 +263,7 @@ def test_mcmc_turns_scikit_learn_warnings_into_a_plain_note(inputs: KMeansInputs
             [0.05, 0.2],
             3,
             bounds=inputs.bounds,
-            seed=0,
+            random_state=0,
             mcmc_steps=1,
         )
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]

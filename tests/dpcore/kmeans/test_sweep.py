@@ -56,7 +56,7 @@ def test_sweep_tidy_and_complete(data: tuple) -> None:
         1e-5,
         bounds=bounds,
         graph=graph,
-        seed=1,
+        random_state=1,
         progress=lambda f, m: calls.append((f, m)),
     )
     assert list(df.columns) == [
@@ -78,22 +78,22 @@ def test_sweep_tidy_and_complete(data: tuple) -> None:
     np.testing.assert_allclose(df["nicv"], df["wcss"] / 16.0 / len(X), rtol=1e-9)
     fractions = [f for f, _ in calls]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    assert "nicv" not in sweep(X, labels, ["white"], EPS, 2, 1e-5, seed=1).columns
+    assert "nicv" not in sweep(X, labels, ["white"], EPS, 2, 1e-5, random_state=1).columns
 
 
 def test_sweep_is_reproducible_with_a_seed(data: tuple) -> None:
     X, labels, bounds = data
-    a = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, seed=7)
-    b = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, seed=7)
+    a = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, random_state=7)
+    b = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, random_state=7)
     pd.testing.assert_frame_equal(a, b)
-    c = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, seed=8)
+    c = sweep(X, labels, ["colored", "dp_lloyd"], EPS, 3, 1e-5, bounds=bounds, random_state=8)
     assert not np.allclose(a["wcss"], c["wcss"])
 
 
 def test_loss_decreases_with_eps_and_colored_beats_white(data: tuple) -> None:
     X, labels, bounds = data
     grid = [0.05, 0.5, 5.0, 50.0]
-    df = sweep(X, labels, [*LOCAL, "dp_lloyd"], grid, 20, 1e-5, bounds=bounds, seed=3)
+    df = sweep(X, labels, [*LOCAL, "dp_lloyd"], grid, 20, 1e-5, bounds=bounds, random_state=3)
     med = df.groupby(["mechanism", "epsilon"])[["fractional_loss", "centroid_mse", "ari"]].median()
     for m in LOCAL:
         loss = med.loc[m, "fractional_loss"].to_numpy()
@@ -108,7 +108,7 @@ def test_loss_decreases_with_eps_and_colored_beats_white(data: tuple) -> None:
         assert med.loc[("white_per_cluster", eps), "centroid_mse"] < med.loc[("white", eps), "centroid_mse"]
     # Mean MSE over trials estimates tr(Sigma).
     cov = noise_shape("colored", X, labels, 1.0, 1e-5)
-    big = sweep(X, labels, ["colored"], [1.0], 400, 1e-5, seed=4)
+    big = sweep(X, labels, ["colored"], [1.0], 400, 1e-5, random_state=4)
     assert big["centroid_mse"].mean() == pytest.approx(cov.trace, rel=0.15)
 
 
@@ -123,7 +123,7 @@ def test_noise_shape_cached_and_rescaled(data: tuple) -> None:
 
 def test_sweep_mcmc_runs(data: tuple) -> None:
     X, labels, bounds = data
-    df = sweep(X, labels, ["dp_lloyd_mcmc"], [1.0], 1, bounds=bounds, seed=2, mcmc_steps=200)
+    df = sweep(X, labels, ["dp_lloyd_mcmc"], [1.0], 1, bounds=bounds, random_state=2, mcmc_steps=200)
     assert df["mechanism"].tolist() == ["dp_lloyd_mcmc"] and np.isfinite(df["wcss"]).all()
 
 
@@ -189,11 +189,13 @@ def test_true_clustering_is_sklearn_kmeans_with_exact_means(data: tuple) -> None
 
 def test_diagnostic_draw_local_is_true_centres_plus_seeded_noise(data: tuple) -> None:
     X, labels, _ = data
-    draw = diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, seed=3)
+    draw = diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, random_state=3)
     cov = noise_shape("colored", X, labels, 0.5, 1e-5)
     np.testing.assert_allclose(draw, cov.centers + cov.sample(Sampler.diagnostic(3)))
-    np.testing.assert_array_equal(draw, diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, seed=3))
-    far = diagnostic_draw("colored", X, labels, 50.0, delta=1e-5, seed=3)
+    np.testing.assert_array_equal(
+        draw, diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, random_state=3)
+    )
+    far = diagnostic_draw("colored", X, labels, 50.0, delta=1e-5, random_state=3)
     assert np.abs(far - cov.centers).max() < np.abs(draw - cov.centers).max()  # noise shrinks with eps
 
 
@@ -204,13 +206,13 @@ def test_diagnostic_draw_lloyd_family_is_one_batched_fit(data: tuple) -> None:
     X, labels, bounds = data
     true_centers = np.stack([X[labels == j].mean(axis=0) for j in range(3)])
     for nb in ("unbounded", "bounded"):
-        draw = diagnostic_draw("dp_lloyd", X, labels, 2.0, bounds=bounds, neighbours=nb, seed=4)
-        sampler = Sampler.diagnostic(4)
-        est = DPLloydKMeans(3, 2.0, bounds=bounds, neighbours=nb, random_state=sampler)
-        fit = noisy_lloyd_trials(est, X, [2.0], 1, sampler)[0, 0]
+        draw = diagnostic_draw("dp_lloyd", X, labels, 2.0, bounds=bounds, neighbours=nb, random_state=4)
+        random_state = Sampler.diagnostic(4)
+        est = DPLloydKMeans(3, 2.0, bounds=bounds, neighbours=nb, random_state=random_state)
+        fit = noisy_lloyd_trials(est, X, [2.0], 1, random_state)[0, 0]
         np.testing.assert_array_equal(draw, match_centers(fit, true_centers))
     graph = DistanceThresholdGraph(1.0, "l1")
-    blow = diagnostic_draw("blowfish", X, labels, 2.0, bounds=bounds, graph=graph, seed=4)
+    blow = diagnostic_draw("blowfish", X, labels, 2.0, bounds=bounds, graph=graph, random_state=4)
     assert blow.shape == (3, 3) and np.all(np.abs(blow) <= 4)
     with pytest.raises(ParameterError, match="public bounds"):
         diagnostic_draw("dp_lloyd", X, labels, 1.0)
@@ -219,7 +221,7 @@ def test_diagnostic_draw_lloyd_family_is_one_batched_fit(data: tuple) -> None:
 def test_neighbours_reach_dp_lloyd_in_sweep_and_release(data: tuple) -> None:
     X, labels, bounds = data
     inputs = KMeansInputs(X, None, *bounds)
-    kw = {"epsilon": 1.0, "sampler": Sampler(seed=2)}
+    kw = {"epsilon": 1.0, "random_state": Sampler(seed=2)}
     unb = release_centroids("dp_lloyd", inputs, params={"n_clusters": 3}, **kw)
     bnd = release_centroids("dp_lloyd", inputs, params={"n_clusters": 3, "neighbours": "bounded"}, **kw)
     # unbounded: n is private, so a count query sets the rounds; bounded: n is public, no such query
@@ -228,7 +230,9 @@ def test_neighbours_reach_dp_lloyd_in_sweep_and_release(data: tuple) -> None:
     assert bnd.details["neighbours"] == "bounded" and unb.details["neighbours"] == "unbounded"
     assert sum(e for _, e in bnd.details["budget_log"]) == pytest.approx(1.0, abs=1e-12)
     frames = {
-        nb: sweep(X, labels, ["dp_lloyd"], [0.5], trials=40, bounds=bounds, seed=0, n_iter=3, neighbours=nb)
+        nb: sweep(
+            X, labels, ["dp_lloyd"], [0.5], trials=40, bounds=bounds, random_state=0, n_iter=3, neighbours=nb
+        )
         for nb in ("unbounded", "bounded")
     }
     # bounded neighbours double both sensitivities: the same eps buys noisier centres
@@ -248,10 +252,10 @@ def test_blowfish_gain_is_between_one_and_the_public_ceiling(data: tuple) -> Non
     ceiling = sensitivity_gain_bound(graph, *bounds)
     assert ceiling == pytest.approx(3 * 8.0 / (3 * 0.5))  # sum of widths / sum of min(w, width)
     assert sensitivity_gain_bound(FullDomainGraph(), *bounds) == pytest.approx(1.0)
-    gains = blowfish_gain(X, 3, 1.0, bounds, graph, seed=0)
+    gains = blowfish_gain(X, 3, 1.0, bounds, graph, random_state=0)
     assert gains.ndim == 1 and gains.size >= 2
     assert np.all(gains >= 1.0 - 1e-12) and np.all(gains <= ceiling + 1e-9)
-    np.testing.assert_allclose(blowfish_gain(X, 3, 1.0, bounds, FullDomainGraph(), seed=0), 1.0)
+    np.testing.assert_allclose(blowfish_gain(X, 3, 1.0, bounds, FullDomainGraph(), random_state=0), 1.0)
 
 
 def test_a_large_true_clustering_is_seeded_on_a_sample_and_converged_on_every_row() -> None:

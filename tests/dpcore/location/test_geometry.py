@@ -23,7 +23,7 @@ EPS = 0.01  # per metre: mean displacement 200 m
 @pytest.mark.parametrize("lat0, lon0", [(0.0, 10.0), (70.0, 25.0), (-70.0, -60.0), (45.0, 179.999)])
 def test_displacement_is_gamma_and_bearing_uniform(lat0: float, lon0: float) -> None:
     n = 20_000
-    la, lo = planar_laplace(np.full(n, lat0), np.full(n, lon0), EPS, rng=Sampler(seed=11))
+    la, lo = planar_laplace(np.full(n, lat0), np.full(n, lon0), EPS, random_state=Sampler(seed=11))
     d = haversine_m(lat0, lon0, la, lo)
     assert stats.kstest(d, stats.gamma(2, scale=1 / EPS).cdf).pvalue > 0.01
     assert abs(d.mean() - 2 / EPS) < 0.03 * 2 / EPS
@@ -43,7 +43,7 @@ def test_degrees_as_metres_bug_would_fail_at_70n() -> None:
 
 @pytest.mark.parametrize("lat0, lon0", [(89.9, 0.0), (-89.9, 120.0), (0.0, -180.0), (10.0, 179.9999)])
 def test_outputs_stay_valid_near_poles_and_antimeridian(lat0: float, lon0: float) -> None:
-    la, lo = planar_laplace(np.full(5000, lat0), np.full(5000, lon0), 1e-4, rng=5)
+    la, lo = planar_laplace(np.full(5000, lat0), np.full(5000, lon0), 1e-4, random_state=5)
     assert np.all((la >= -90) & (la <= 90)) and np.all((lo >= -180) & (lo < 180))
     d = haversine_m(lat0, lon0, la, lo)
     assert stats.kstest(d, stats.gamma(2, scale=1e4).cdf).pvalue > 0.01
@@ -82,7 +82,7 @@ def test_radius_quantiles_match_policy_and_gamma() -> None:
 
 def test_snapping_and_truncation_are_remaps_inside_region() -> None:
     region = Region(40.0, 40.1, -74.1, -74.0)
-    pl = PlanarLaplace(EPS, grid_step_m=50.0, region=region, rng=Sampler(seed=2))
+    pl = PlanarLaplace(EPS, grid_step_m=50.0, region=region, random_state=Sampler(seed=2))
     la, lo = pl.release(np.full(3000, 40.05), np.full(3000, -74.0))
     assert region.contains(la, lo).all()
     assert pl.sampling_mode_ == "demo"
@@ -111,19 +111,19 @@ def test_secure_sampler_default() -> None:
 )
 def test_validation_errors_name_problem_and_fix(lat: list, lon: list, match: str) -> None:
     with pytest.raises(ParameterError, match=match):
-        planar_laplace(lat, lon, EPS, rng=1)
+        planar_laplace(lat, lon, EPS, random_state=1)
     with pytest.raises(DataError, match=match):
         validate_latlon(lat, lon, table=True)
 
 
 def test_parameter_errors() -> None:
     with pytest.raises(ParameterError, match="epsilon"):
-        planar_laplace([0.0], [0.0], 0.0, rng=1)
+        planar_laplace([0.0], [0.0], 0.0, random_state=1)
     with pytest.raises(ParameterError, match="not both"):
         _ = PlanarLaplace(0.1, level=1, radius_m=10).epsilon_per_metre
     with pytest.raises(ParameterError, match="public reference"):
         PlanarLaplace(0.1, grid_step_m=10).release([0.0], [0.0])
     with pytest.raises(ParameterError, match="antimeridian"):
         Region(0, 10, 170, -170)
-    with pytest.raises(ParameterError, match="rng"):
-        planar_laplace([0.0], [0.0], 0.1, rng="seed")  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="random_state"):
+        planar_laplace([0.0], [0.0], 0.1, random_state="seed")  # type: ignore[arg-type]

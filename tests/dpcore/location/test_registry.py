@@ -83,7 +83,7 @@ def test_every_release_holds_only_released_values_and_states_its_scope(
 ) -> None:
     spec = LOCATIONS[key]
     params = spec.validate_params({"max_per_user": 3} if users else {})
-    out = spec.release(inputs[users], epsilon=2.0, delta=0.0, params=params, sampler=Sampler(seed=1))
+    out = spec.release(inputs[users], epsilon=2.0, delta=0.0, params=params, random_state=Sampler(seed=1))
     assert list(out.table.columns) == RELEASED_COLUMNS[key]
     assert out.scope == ("per user (at most 3 locations each)" if users else PER_LOCATION)
     assert out.details["scope"] == out.scope and out.details["region"] == US.to_dict()
@@ -101,18 +101,20 @@ def test_every_release_holds_only_released_values_and_states_its_scope(
         )
         assert d.min() > 0.0
     with pytest.raises(ParameterError, match="delta"):
-        spec.release(inputs[users], epsilon=1.0, delta=1e-6, params=params, sampler=Sampler(seed=1))
+        spec.release(inputs[users], epsilon=1.0, delta=1e-6, params=params, random_state=Sampler(seed=1))
 
 
 def test_per_location_rows_are_shuffled_and_capped_per_user(inputs: dict[bool, LocationInputs]) -> None:
     spec = LOCATIONS["planar_laplace"]
     params = spec.validate_params({"radius_m": 1.0, "max_per_user": 2})
-    out = spec.release(inputs[True], epsilon=50.0, delta=0.0, params=params, sampler=Sampler(seed=2))
+    out = spec.release(inputs[True], epsilon=50.0, delta=0.0, params=params, random_state=Sampler(seed=2))
     assert len(out.table) == 150 * 2 + 10  # at most 2 of each user's rows
     assert out.details["level_per_location"] == 25.0
     assert out.details["epsilon_per_metre"] == 25.0 / (1.0 + 1.5 * out.details["grid_step_m"])  # r = 1 m
     inside = LocationInputs(inputs[False].lat[:600], inputs[False].lon[:600], None, US)
-    per_location = spec.release(inside, epsilon=50.0, delta=0.0, params=params, sampler=Sampler(seed=2)).table
+    per_location = spec.release(
+        inside, epsilon=50.0, delta=0.0, params=params, random_state=Sampler(seed=2)
+    ).table
     # Level 50 within 1 m: each output lies metres from its input; the order is not the input order.
     d = haversine_m(
         per_location.lat.to_numpy()[:, None],
@@ -128,17 +130,17 @@ def test_per_location_rows_are_shuffled_and_capped_per_user(inputs: dict[bool, L
 def test_the_cap_keeps_a_uniformly_random_subset_of_each_users_rows() -> None:
     codes = np.repeat(np.arange(4), 5)  # 4 users with 5 rows each, all at one place
     labels, same = np.arange(4), np.zeros(20)
-    sampler = Sampler(seed=3)
+    random_state = Sampler(seed=3)
     counts = np.zeros(20)
     for _ in range(2000):
-        kept = cap_per_user(codes, labels, same, same, 2, sampler)
+        kept = cap_per_user(codes, labels, same, same, 2, random_state)
         assert np.all(np.bincount(codes[kept], minlength=4) == 2)
         counts[kept] += 1
     assert stats.chisquare(counts.reshape(4, 5).sum(axis=0)).pvalue > 1e-3  # no position is favoured
-    state = sampler.rng.bit_generator.state
-    kept = cap_per_user(np.array([0, 0, 1]), labels[:2], same[:3], same[:3], 5, sampler)
+    state = random_state.rng.bit_generator.state
+    kept = cap_per_user(np.array([0, 0, 1]), labels[:2], same[:3], same[:3], 5, random_state)
     assert np.array_equal(kept, [0, 1, 2])
-    assert sampler.rng.bit_generator.state == state  # no user over the cap: nothing is drawn
+    assert random_state.rng.bit_generator.state == state  # no user over the cap: nothing is drawn
 
 
 def test_scope_sentences_and_input_errors() -> None:
@@ -165,7 +167,7 @@ def test_planar_laplace_spends_the_level_within_the_radius_per_user(
         epsilon=1.0,
         delta=0.0,
         params=spec.validate_params({"radius_m": 500.0, "max_per_user": 4}),
-        sampler=Sampler(seed=4),
+        random_state=Sampler(seed=4),
     )
     assert out.details["level"] == 1.0 and out.details["radius_m"] == 500.0
     u = out.details["grid_step_m"]  # the grid's correction: l' / (r + 1.5 u) per metre

@@ -66,7 +66,9 @@ def test_prilocation_beats_per_location_laplace_at_state_level(visits: pd.DataFr
     """eps = 1, HS = 300 km ("state"): DE of PriLocation below per-location planar Laplace (report the %)."""
     de_p, de_l = [], []
     for t in range(3):
-        m = PriLocation(1.0, US, level="state", n_clusters=80, grid_size=30, rng=Sampler.diagnostic(t))
+        m = PriLocation(
+            1.0, US, level="state", n_clusters=80, grid_size=30, random_state=Sampler.diagnostic(t)
+        )
         m.fit(visits.user, visits.lat, visits.lon)
         de_p.append(m.diagnostic_distance_error_)
         de_l.append(
@@ -84,7 +86,13 @@ def test_prilocation_beats_per_location_laplace_at_state_level(visits: pd.DataFr
 
 def test_prilocation_budget_release_and_guarantee_structure(visits: pd.DataFrame) -> None:
     m = PriLocation(
-        0.8, US, hs_m=200_000.0, n_clusters=30, grid_size=30, max_visits_per_user=5, rng=Sampler(seed=4)
+        0.8,
+        US,
+        hs_m=200_000.0,
+        n_clusters=30,
+        grid_size=30,
+        max_visits_per_user=5,
+        random_state=Sampler(seed=4),
     )
     m.fit(visits.user, visits.lat, visits.lon)
     # Per user: at most 5 visits, each step at eps / 5 per visit (group privacy), split exactly.
@@ -147,13 +155,13 @@ def test_distance_error_formula() -> None:
 
 def test_grid_budget_sizes_and_consistency(airports: pd.DataFrame) -> None:
     la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
-    g = uniform_grid(la, lo, 1.0, US, rng=Sampler(seed=1))
+    g = uniform_grid(la, lo, 1.0, US, random_state=Sampler(seed=1))
     assert g.epsilon_spent == pytest.approx(1.0) and g.epsilon_count == pytest.approx(0.05)
     assert g.n_source == "noisy count"
     assert g.counts.shape[0] == round(np.sqrt(g.n_estimate * 0.95 / 10))
-    g2 = uniform_grid(la, lo, 1.0, US, n_estimate=3000.0, rng=1)
+    g2 = uniform_grid(la, lo, 1.0, US, n_estimate=3000.0, random_state=1)
     assert g2.epsilon_count == 0.0 and g2.counts.shape == (17, 17)
-    ag = adaptive_grid(la, lo, 1.0, US, neighbours="bounded", rng=Sampler(seed=1))
+    ag = adaptive_grid(la, lo, 1.0, US, neighbours="bounded", random_state=Sampler(seed=1))
     assert ag.epsilon_spent == pytest.approx(1.0) and ag.n_source.startswith("public")
     assert ag.counts.shape[0] == max(10, int(np.ceil(np.sqrt(len(la) * 1.0 / 10) / 4)))
     sums = np.array(
@@ -175,9 +183,9 @@ def test_grid_error_falls_as_eps_grows(airports: pd.DataFrame) -> None:
             errs = [
                 np.median(
                     relative_error(
-                        build(la, lo, eps, US, n_estimate=3000.0, rng=Sampler.diagnostic(t)).range_query(
-                            boxes
-                        ),
+                        build(
+                            la, lo, eps, US, n_estimate=3000.0, random_state=Sampler.diagnostic(t)
+                        ).range_query(boxes),
                         truth,
                         len(la),
                     )
@@ -219,10 +227,10 @@ def test_blowfish_mean_sensitivity_brute_force() -> None:
 def test_mean_position_release() -> None:
     rng = np.random.default_rng(0)
     la, lo = rng.uniform(30, 45, 2000), rng.uniform(-110, -80, 2000)
-    rel = mean_position(la, lo, 1.0, US, theta_m=10_000.0, rng=Sampler(seed=1))
+    rel = mean_position(la, lo, 1.0, US, theta_m=10_000.0, random_state=Sampler(seed=1))
     assert rel.policy == "blowfish" and rel.sampling_mode == "demo"
     assert rel.laplace_scale_m == pytest.approx(rel.l1_sensitivity_m / 1.0)
-    dp = mean_position(la, lo, 1.0, US, policy="dp", rng=Sampler(seed=1))
+    dp = mean_position(la, lo, 1.0, US, policy="dp", random_state=Sampler(seed=1))
     assert dp.l1_sensitivity_m > 50 * rel.l1_sensitivity_m
     with pytest.raises(ParameterError, match="theta_m"):
         mean_position(la, lo, 1.0, US)
@@ -394,7 +402,7 @@ def test_released_selection_uses_no_float_inverse_cdf(visits: pd.DataFrame, monk
         raise AssertionError("a release drew its selection from a float inverse CDF")
 
     monkeypatch.setattr(prilocation, "sample_log_weights", refused)
-    m = PriLocation(1.0, US, level="state", n_clusters=20, grid_size=20, rng=Sampler(seed=4))
+    m = PriLocation(1.0, US, level="state", n_clusters=20, grid_size=20, random_state=Sampler(seed=4))
     table = m.fit(visits.user, visits.lat, visits.lon).released()
     assert len(table) > 0 and m.diagnostic_added_.any()
 
@@ -434,7 +442,7 @@ def test_range_query_equals_brute_force_leaf_overlap(airports: pd.DataFrame) -> 
     la, lo = airports.latitude.to_numpy(), airports.longitude.to_numpy()
     boxes = np.vstack([random_boxes(US, 40, 5), [[24.0, 50.0, -125.0, -66.0], [30.0, 30.001, -90.0, -89.9]]])
     for build in (uniform_grid, adaptive_grid):
-        g = build(la, lo, 2.0, US, n_estimate=float(la.size), rng=Sampler.diagnostic(2))
+        g = build(la, lo, 2.0, US, n_estimate=float(la.size), random_state=Sampler.diagnostic(2))
         lv = g.leaves
         h = np.clip(np.minimum(lv[:, 1], boxes[:, 1:2]) - np.maximum(lv[:, 0], boxes[:, 0:1]), 0, None)
         w = np.clip(np.minimum(lv[:, 3], boxes[:, 3:4]) - np.maximum(lv[:, 2], boxes[:, 2:3]), 0, None)

@@ -98,9 +98,9 @@ def test_nearest_statistics_are_the_in_memory_ones_and_ties_go_to_the_lowest_ind
 @pytest.mark.parametrize("seed", [7, 11])
 def test_dp_lloyd_release_is_identical_in_memory_and_on_duckdb(data, params: dict, seed: int) -> None:
     df, path = data
-    a = release_centroids("dp_lloyd", in_memory(df), epsilon=1.0, sampler=Sampler(seed), params=params)
+    a = release_centroids("dp_lloyd", in_memory(df), epsilon=1.0, random_state=Sampler(seed), params=params)
     feat = duckdb_features(path)
-    b = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(seed), params=params)
+    b = release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=Sampler(seed), params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     assert a.details == b.details
     assert math.fsum(e for _, e in b.details["budget_log"]) == 1.0  # the whole eps, exactly
@@ -129,8 +129,8 @@ def test_blowfish_release_is_identical_in_memory_and_on_duckdb(data, graph) -> N
     assert np.array_equal(mem.sum_sensitivity_, ooc.sum_sensitivity_)
     assert np.array_equal(mem.sensitivity_gain_, ooc.sensitivity_gain_)
     params = {"n_clusters": 3, "graph": graph.to_dict()}  # the registered mechanism, as a plan runs it
-    a = release_centroids("blowfish", inputs, epsilon=1.0, sampler=Sampler(9), params=params)
-    b = release_centroids("blowfish", feat, epsilon=1.0, sampler=Sampler(9), params=params)
+    a = release_centroids("blowfish", inputs, epsilon=1.0, random_state=9, params=params)
+    b = release_centroids("blowfish", feat, epsilon=1.0, random_state=9, params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     assert a.details == b.details
 
@@ -159,8 +159,8 @@ def test_rows_missing_a_feature_are_dropped_as_prepare_drops_them(tmp_path: Path
     prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
     feat = duckdb_features(path)
     assert feat.n_rows() == prep.n_samples == 496
-    a = release_centroids("dp_lloyd", KMeansInputs.from_prepared(prep), epsilon=2.0, sampler=Sampler(1))
-    b = release_centroids("dp_lloyd", feat, epsilon=2.0, sampler=Sampler(1))
+    a = release_centroids("dp_lloyd", KMeansInputs.from_prepared(prep), epsilon=2.0, random_state=1)
+    b = release_centroids("dp_lloyd", feat, epsilon=2.0, random_state=1)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
 
 
@@ -176,13 +176,13 @@ def test_spark_drops_infinite_features_as_duckdb_and_memory_do(tmp_path: Path, s
     prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
     params = {"n_clusters": 3, "n_iter": 3}
     a = release_centroids(
-        "dp_lloyd", KMeansInputs.from_prepared(prep), epsilon=2.0, sampler=Sampler(1), params=params
+        "dp_lloyd", KMeansInputs.from_prepared(prep), epsilon=2.0, random_state=1, params=params
     )
     with open_source(path, "spark", spark=spark) as src:
         feat = TableFeatures.from_bounds(src.table, BOUNDS)
         assert feat.n_rows() == prep.n_samples == 397
-        b = release_centroids("dp_lloyd", feat, epsilon=2.0, sampler=Sampler(1), params=params)
-    c = release_centroids("dp_lloyd", duckdb_features(path), epsilon=2.0, sampler=Sampler(1), params=params)
+        b = release_centroids("dp_lloyd", feat, epsilon=2.0, random_state=1, params=params)
+    c = release_centroids("dp_lloyd", duckdb_features(path), epsilon=2.0, random_state=1, params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     pd.testing.assert_frame_equal(a.table, c.table, check_exact=True)
 
@@ -236,10 +236,10 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
         assert src.fingerprint == fingerprint(small)
         feat = TableFeatures.from_bounds(src.table, BOUNDS)
         params = {"n_clusters": 3, "n_iter": 3}
-        b = release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(2), params=params)
-        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(2), sample_rows=300)
-    a = release_centroids("dp_lloyd", in_memory(small), epsilon=1.0, sampler=Sampler(2), params=params)
-    c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, sampler=Sampler(2), params=params)
+        b = release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=2, params=params)
+        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300)
+    a = release_centroids("dp_lloyd", in_memory(small), epsilon=1.0, random_state=2, params=params)
+    c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, random_state=2, params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     pd.testing.assert_frame_equal(a.table, c.table, check_exact=True)
     # the colored passes on Spark: every row's constraint holds under the clustering it used
@@ -248,7 +248,7 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
     assert run.covariance.max_constraint(X, labels) <= 1.0 and run.covariance.gap <= 1e-5
     # ... and DuckDB draws the same sample, so the same seed gives the same clustering and release
     duck = colored.colored_release(
-        duckdb_features(part), 3, epsilon=1.0, delta=1e-6, sampler=Sampler(2), sample_rows=300
+        duckdb_features(part), 3, epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300
     )
     assert np.array_equal(duck.centres, run.centres)
     pd.testing.assert_frame_equal(duck.output.table, run.output.table, check_exact=False, rtol=1e-12)
@@ -269,8 +269,10 @@ def test_colored_out_of_core_holds_every_row_s_constraint_and_is_the_optimum(
 ) -> None:
     # from a 40-row sample the certificate passes must find the binding rows of the table themselves
     feat, inputs = colored_case(tmp_path)
-    sampler = Sampler(4)
-    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=sampler, sample_rows=sample_rows)
+    random_state = Sampler(4)
+    run = colored.colored_release(
+        feat, 3, epsilon=1.0, delta=1e-6, random_state=random_state, sample_rows=sample_rows
+    )
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
     mem = colored_noise_covariance(inputs.X, labels, 1.0, 1e-6)
@@ -283,16 +285,16 @@ def test_colored_out_of_core_holds_every_row_s_constraint_and_is_the_optimum(
 
 def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path) -> None:
     feat, inputs = colored_case(tmp_path, constant=True)
-    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4))
+    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=4)
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
     assert run.covariance.caveats and all(b.shape[1] == 2 for b in run.covariance.bases)
     assert all(np.all(block[2] == 0.0) for block in run.covariance.blocks)  # no noise along c
     np.testing.assert_allclose(run.output.table["c [original units]"], 40.0, rtol=1e-12)
     with pytest.raises(ParameterError, match="δ > 0"):
-        colored.colored_release(feat, 3, epsilon=1.0, delta=0.0, sampler=Sampler(4))
+        colored.colored_release(feat, 3, epsilon=1.0, delta=0.0, random_state=4)
     with pytest.raises(ParameterError, match="secure sampling"):
-        colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, sampler=Sampler.diagnostic(1))
+        colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1))
 
 
 def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() -> None:
@@ -310,10 +312,10 @@ def releases(feat: TableFeatures) -> list[pd.DataFrame]:
     graph = {"n_clusters": 3, "graph": DistanceThresholdGraph(0.3, "l1").to_dict()}
     kw = {"epsilon": 1.0, "delta": 1e-6, "sample_rows": 500}
     return [
-        release_centroids("dp_lloyd", feat, epsilon=1.0, sampler=Sampler(3), params=params).table,
-        release_centroids("blowfish", feat, epsilon=1.0, sampler=Sampler(3), params=graph).table,
-        colored.colored_release(feat, 3, sampler=Sampler(3), **kw).output.table,
-        white.white_release(feat, "white_per_cluster", 3, sampler=Sampler(3), **kw).output.table,
+        release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=3, params=params).table,
+        release_centroids("blowfish", feat, epsilon=1.0, random_state=3, params=graph).table,
+        colored.colored_release(feat, 3, random_state=3, **kw).output.table,
+        white.white_release(feat, "white_per_cluster", 3, random_state=3, **kw).output.table,
     ]
 
 
@@ -346,7 +348,7 @@ def test_streamed_and_in_memory_feeds_give_the_same_releases(blocks, monkeypatch
     for a, b in zip(held, streamed, strict=True):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
     params = {"n_clusters": 3, "n_iter": 4, "neighbours": "bounded"}
-    mem = release_centroids("dp_lloyd", in_memory(narrow), epsilon=1.0, sampler=Sampler(3), params=params)
+    mem = release_centroids("dp_lloyd", in_memory(narrow), epsilon=1.0, random_state=3, params=params)
     pd.testing.assert_frame_equal(mem.table, held[0], check_exact=True)
 
 
@@ -372,10 +374,10 @@ def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction() -> None:
     lower, upper = np.full(3, -1.0), np.full(3, 1.0)
     position = {tuple(r): i for i, r in enumerate(X)}
     counts = np.zeros(2000)
-    sampler = Sampler(6)
+    random_state = Sampler(6)
     same = lambda raw: np.asarray(raw, dtype=float)  # noqa: E731
     for _ in range(200):
-        salt = clustering.KEY_SCALE * (1.0 + sampler.rng.random(3))
+        salt = clustering.KEY_SCALE * (1.0 + random_state.rng.random(3))
         kept = clustering.keyed_sample(feed, same, lower, upper, salt, 0.1)
         rows = np.array([position[tuple(r)] for r in kept])
         assert len(np.unique(rows)) == len(rows)

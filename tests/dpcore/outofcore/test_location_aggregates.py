@@ -111,8 +111,8 @@ CASES = [(key, p) for key in AGGREGATE_KEYS for p in PARAMS[key]]
 def test_release_in_memory_and_on_duckdb_agree(data, key: str, params: dict, users: bool, m: int) -> None:
     df, path = data
     spec, params = LOCATIONS[key], {**params, "max_per_user": m}
-    a = spec.release(in_memory(df, users), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(4))
-    b = spec.release(on_duckdb(path, users), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(4))
+    a = spec.release(in_memory(df, users), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(4))
+    b = spec.release(on_duckdb(path, users), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(4))
     assert_same_release(a, b)
     assert b.diagnostics["rows_given"] == len(df)
     if users:  # the cap binds and the noise is for a person with m rows
@@ -157,7 +157,7 @@ def test_hotspot_centres_sit_on_the_clusters_out_of_core(data) -> None:
     _, path = data
     params = {"hotspot_k": 3, "neighbours": "unbounded", "max_per_user": 1}
     out = LOCATIONS["dp_hotspots"].release(
-        on_duckdb(path, False), epsilon=50.0, delta=0.0, params=params, sampler=Sampler(1)
+        on_duckdb(path, False), epsilon=50.0, delta=0.0, params=params, random_state=Sampler(1)
     )
     hubs = np.array([[33.6, -101.2], [40.2, -95.3], [37.0, -88.1]])
     got = out.table[["lat", "lon"]].to_numpy()
@@ -180,8 +180,8 @@ def test_spark_gives_the_in_memory_mean_and_hotspots(data, spark) -> None:
         ("blowfish_hotspots", {"hotspot_k": 4, "theta_m": 80_000.0, "max_per_user": 2}),
     ):
         spec = LOCATIONS[key]
-        a = spec.release(in_memory(df, True), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
-        b = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
+        a = spec.release(in_memory(df, True), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
+        b = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
         assert_same_release(a, b)
 
 

@@ -65,8 +65,10 @@ CASES = [
 def test_grid_release_is_identical_in_memory_and_on_duckdb(data, key, params, users, seed) -> None:
     df, path = data
     spec = LOCATIONS[key]
-    a = spec.release(in_memory(df, users), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(seed))
-    b = spec.release(on_duckdb(path, users), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(seed))
+    a = spec.release(in_memory(df, users), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(seed))
+    b = spec.release(
+        on_duckdb(path, users), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(seed)
+    )
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     assert a.details == b.details and a.diagnostics == b.diagnostics and a.scope == b.scope
     assert b.diagnostics["rows_given"] == len(df)
@@ -140,9 +142,9 @@ def test_the_cap_picks_each_of_a_user_s_rows_equally_often_whatever_their_values
     position = np.tile(np.arange(5), 50)
     hits = np.zeros(5)
     far = 0
-    sampler = Sampler(12)
+    random_state = Sampler(12)
     for _ in range(400):
-        kept = cap_per_user(codes, labels, lat.ravel(), lon.ravel(), 2, sampler)
+        kept = cap_per_user(codes, labels, lat.ravel(), lon.ravel(), 2, random_state)
         hits += np.bincount(position[kept], minlength=5)
         far += 4 in kept
     assert hits.sum() == 400 * 50 * 2
@@ -205,6 +207,6 @@ def test_spark_gives_the_duckdb_grid(data, spark) -> None:
     inputs = TableLocations(table, "lat", "lon", "user", REGION)
     params = {"neighbours": "unbounded", "max_per_user": 2}
     spec = LOCATIONS["adaptive_grid"]
-    a = spec.release(in_memory(df, True), epsilon=1.0, delta=0.0, params=params, sampler=Sampler(3))
-    b = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(3))
+    a = spec.release(in_memory(df, True), epsilon=1.0, delta=0.0, params=params, random_state=Sampler(3))
+    b = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(3))
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)

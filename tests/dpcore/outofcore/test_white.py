@@ -29,7 +29,9 @@ def test_white_out_of_core_is_the_in_memory_covariance_of_its_clustering(
     tmp_path: Path, key, sample_rows
 ) -> None:
     feat, inputs = colored_case(tmp_path)
-    run = white_release(feat, key, 3, epsilon=1.0, delta=1e-6, sampler=Sampler(4), sample_rows=sample_rows)
+    run = white_release(
+        feat, key, 3, epsilon=1.0, delta=1e-6, random_state=Sampler(4), sample_rows=sample_rows
+    )
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     mem = IN_MEMORY[key](inputs.X, labels, 1.0, 1e-6)
     np.testing.assert_allclose(run.covariance.centers, mem.centers, rtol=0, atol=1e-12)
@@ -44,18 +46,18 @@ def test_white_out_of_core_is_the_in_memory_covariance_of_its_clustering(
 def test_white_out_of_core_refusals(tmp_path: Path) -> None:
     feat, _ = colored_case(tmp_path)
     with pytest.raises(ParameterError, match="δ > 0"):
-        white_release(feat, "white", 3, epsilon=1.0, delta=0.0, sampler=Sampler(1))
+        white_release(feat, "white", 3, epsilon=1.0, delta=0.0, random_state=Sampler(1))
     with pytest.raises(ParameterError, match="secure sampling"):
-        white_release(feat, "white", 3, epsilon=1.0, delta=1e-6, sampler=Sampler.diagnostic(1))
+        white_release(feat, "white", 3, epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1))
     with pytest.raises(ParameterError, match="not a white-noise mechanism"):
-        white_release(feat, "colored", 3, epsilon=1.0, delta=1e-6, sampler=Sampler(1))
+        white_release(feat, "colored", 3, epsilon=1.0, delta=1e-6, random_state=Sampler(1))
 
 
 def test_the_registry_releases_white_from_a_table_and_a_batch_job_from_a_plan(tmp_path: Path) -> None:
     feat, _ = colored_case(tmp_path)
     params = {"n_clusters": 3, "calibration": "analytic"}
     out = release_centroids(
-        "white_per_cluster", feat, epsilon=1.0, delta=1e-6, sampler=Sampler(2), params=params
+        "white_per_cluster", feat, epsilon=1.0, delta=1e-6, random_state=Sampler(2), params=params
     )
     assert len(out.table) == 3 and "clustering" in out.details
     df = table(2000)

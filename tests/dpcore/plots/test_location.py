@@ -79,7 +79,7 @@ def test_true_vs_released_offline_and_tiles() -> None:
 
 
 def test_density_heatmap_and_displacement_histogram() -> None:
-    g = uniform_grid([40.0, 41.0, 30.0], [-100.0, -90.0, -80.0], 1.0, US, n_estimate=1000.0, rng=1)
+    g = uniform_grid([40.0, 41.0, 30.0], [-100.0, -90.0, -80.0], 1.0, US, n_estimate=1000.0, random_state=1)
     fig = density_heatmap(g)
     assert isinstance(fig.data[0], go.Heatmap) and fig.data[0].z.shape == g.counts.shape
     assert fig.layout.xaxis.title.text == "Longitude (°)"
@@ -217,7 +217,7 @@ def test_maps_draw_natural_earth_outlines_under_the_points() -> None:
 def test_density_heatmap_non_negative_post_processing() -> None:
     from dpcore.postprocess import nonnegative_counts
 
-    g = uniform_grid([40.0, 41.0, 30.0], [-100.0, -90.0, -80.0], 0.2, US, n_estimate=3.0, rng=3)
+    g = uniform_grid([40.0, 41.0, 30.0], [-100.0, -90.0, -80.0], 0.2, US, n_estimate=3.0, random_state=3)
     assert (g.counts < 0).any()  # noisy counts of an almost empty grid
     raw = density_heatmap(g)
     np.testing.assert_allclose(np.asarray(raw.data[0].z), g.counts)  # the release as it is, by default
@@ -265,7 +265,7 @@ def test_the_comparison_runs_planar_laplace_and_the_blowfish_mean_as_they_are_re
     rng = np.random.default_rng(3)
     lat, lon = rng.uniform(30, 45, 4000), rng.uniform(-110, -80, 4000)
     users = np.arange(lat.size)
-    common = dict(region=US, hs_m=300_000.0, theta_m=5_000.0, seed=2)
+    common = dict(region=US, hs_m=300_000.0, theta_m=5_000.0, random_state=2)
     by_hs = location_sweep(lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, **common)
     by_r = location_sweep(
         lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, radius_m=500.0, **common

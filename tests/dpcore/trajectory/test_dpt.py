@@ -97,9 +97,9 @@ def test_a_person_over_the_cap_keeps_a_uniformly_random_subset() -> None:
     lat = [45.0, 45.001, 45.02, 45.021, 45.05, 45.051]
     limits = TripLimits(DEFAULT_REGION, max_trips=1)
     kept = np.zeros(3)
-    sampler = Sampler.diagnostic(2)
+    random_state = Sampler.diagnostic(2)
     for _ in range(300):
-        out = prepare_trips(["a"] * 6, time, lat, [7.0] * 6, limits, sampler).trips
+        out = prepare_trips(["a"] * 6, time, lat, [7.0] * 6, limits, random_state).trips
         kept[
             int(
                 np.argmin(
@@ -119,7 +119,7 @@ TINY = Region(45.0, 45.02, 7.0, 7.03)
 M, L, ORDER = 2, 4, 2
 
 
-def _tiny_model(eps: float = 1.0, sampler: Sampler | None = None) -> DPT:
+def _tiny_model(eps: float = 1.0, random_state: Sampler | None = None) -> DPT:
     return DPT(
         eps,
         max_trips=M,
@@ -129,7 +129,7 @@ def _tiny_model(eps: float = 1.0, sampler: Sampler | None = None) -> DPT:
         levels=2,
         order=ORDER,
         window=2,
-        random_state=sampler,
+        random_state=random_state,
     )
 
 
@@ -241,9 +241,9 @@ def test_one_person_is_not_distinguishable_beyond_the_claim() -> None:
     hits = []
     for table in (base, base + person):
         count = 0
-        sampler = Sampler.diagnostic(len(table))
+        random_state = Sampler.diagnostic(len(table))
         for _ in range(runs):
-            out = _tiny_model(eps, sampler).fit(_tripset(table)).sample()
+            out = _tiny_model(eps, random_state).fit(_tripset(table)).sample()
             starts = out.offsets[:-1][out.lengths > 0]
             count += bool(((out.x[starts] < x0 + side / 4) & (out.y[starts] > y0 + 3 * side / 4)).any())
         hits.append(count)

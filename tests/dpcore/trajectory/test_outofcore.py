@@ -55,8 +55,8 @@ def test_the_engine_release_is_the_in_memory_release(
     )
     params = TRAJECTORIES[key].validate_params({"max_trips": 1, "max_fixes": 30})
     spec = TRAJECTORIES[key]
-    a = spec.release(memory, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
-    b = spec.release(engine, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
+    a = spec.release(memory, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
+    b = spec.release(engine, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
     pd.testing.assert_frame_equal(a.table, b.table)
     assert a.diagnostics == b.diagnostics and a.details == b.details
     assert a.diagnostics["trips_over_cap"] > 0  # the cap's draws were replayed

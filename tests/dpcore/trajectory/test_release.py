@@ -132,7 +132,7 @@ def test_a_secure_release_writes_every_file_once_and_debits_the_person_account(
     assert not re.search(r"\bp0000\d\d\b", text)  # no person id
     spec = TRAJECTORIES["dpt"]
     diagnostics = spec.release(
-        inputs, epsilon=1.0, delta=0.0, params=plan.params, sampler=Sampler()
+        inputs, epsilon=1.0, delta=0.0, params=plan.params, random_state=Sampler()
     ).diagnostics
     for key in ("trips_used", "fixes_used", "fixes_given"):
         assert key not in json.dumps(manifest)
