@@ -227,7 +227,7 @@ def mcmc_postprocess_many(
     Post-processing of each release alone (no data, no budget). ``progress(fraction, message)`` is called
     every ``CHUNK`` steps; an exception it raises stops the chains (e.g. a cancelled diagnostic).
 
-    One random_state, drawn from chain after chain of a group per chunk of steps, group after group: a single
+    One sampler, drawn from chain after chain of a group per chunk of steps, group after group: a single
     chain draws exactly what it would draw alone. Groups hold at most ``CHAIN_ENTRIES`` numbers of chain
     state (at least one chain), so memory stays bounded whatever the number of chains and points.
     """

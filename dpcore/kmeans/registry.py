@@ -179,9 +179,11 @@ def takes(spec: MechanismSpec, name: str) -> bool:
     return any(p.name == name for p in spec.params)
 
 
-def check_release_sampler(random_state: Sampler) -> Sampler:
-    """Refuse diagnostic sampling for a release (secure sampling or a labelled demo seed only)."""
-    if not isinstance(random_state, Sampler) or random_state.mode == "diagnostic":
+def check_release_sampler(random_state: int | Sampler | None) -> Sampler:
+    """The Sampler of :func:`~dpcore.mechanisms.check_random_state`, refused when diagnostic: a release
+    draws from secure sampling or a labelled demo seed only."""
+    random_state = check_random_state(random_state)
+    if random_state.mode == "diagnostic":
         raise ParameterError(
             "a release needs secure sampling (Sampler()) or a labelled demo seed, not diagnostic."
         )
@@ -305,5 +307,5 @@ def release_centroids(
         epsilon=epsilon,
         delta=delta,
         params=spec.validate_params(params or {}),
-        random_state=check_release_sampler(check_random_state(random_state)),
+        random_state=check_release_sampler(random_state),
     )

@@ -186,7 +186,7 @@ def colored_release(
     *,
     epsilon: float,
     delta: float,
-    random_state: Sampler,
+    random_state: int | Sampler | None = None,
     calibration: Calibration = "analytic",
     tol: float = 1e-6,
     sample_rows: int = SAMPLE_ROWS,
@@ -194,7 +194,7 @@ def colored_release(
 ) -> ColoredRun:
     """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
     ``max_certificates`` passes; noise drawn once by ``random_state`` (secure, or a labelled demo seed)."""
-    check_release_sampler(random_state)
+    random_state = check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)

@@ -63,14 +63,14 @@ def white_release(
     *,
     epsilon: float,
     delta: float,
-    random_state: Sampler,
+    random_state: int | Sampler | None = None,
     calibration: Calibration = "analytic",
     sample_rows: int = SAMPLE_ROWS,
 ) -> WhiteRun:
     """The ``white`` or ``white_per_cluster`` release on ``features`` (module docstring)."""
     if key not in KEYS:
         raise ParameterError(f"{key!r} is not a white-noise mechanism; choose one of {', '.join(KEYS)}.")
-    check_release_sampler(random_state)
+    random_state = check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("White Gaussian noise is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
     gamma = noise_gamma(epsilon, delta, calibration)

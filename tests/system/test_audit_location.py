@@ -3,7 +3,7 @@
 3. PriLocation's table revealed true visit counts ('kind' column, added rows on the centre).
 4. Budget splits exceeded eps by an ulp (uniform grid: 27 of 2,004 values).
 5. Clamping latitude and longitude into the region stretched distances (38 km -> 1,070 km at 89.5 N).
-6. The random_state had its own radius quantile (wrong Lambert-W branch below p = 5e-9).
+6. The sampler had its own radius quantile (wrong Lambert-W branch below p = 5e-9).
 7. With a user column, grids and per-location releases protected a location, not a person.
 """
 

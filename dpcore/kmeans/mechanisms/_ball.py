@@ -76,7 +76,7 @@ def ball_release(
 ) -> MechanismOutput:
     """The estimator fitted once on every row; its centres, the spend and the tree's public shape."""
     label = KMEANS[key].label
-    check_release_sampler(random_state)
+    random_state = check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError(f"{label} adds Gaussian noise: give δ > 0 (e.g. 1e-6, below 1/n).")
     est = build(float(epsilon), float(delta), inputs.require_bounds(label), params, random_state)

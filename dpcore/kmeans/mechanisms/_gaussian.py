@@ -68,7 +68,7 @@ def local_release(
 ) -> MechanismOutput:
     """True centroids of ``inputs.labels`` + N(0, Sigma) once, snapped to the noise lattice (a
     :class:`LocalSource` runs its own passes)."""
-    check_release_sampler(random_state)
+    random_state = check_release_sampler(random_state)
     if isinstance(inputs, LocalSource):
         return inputs.local_release(
             key, epsilon=epsilon, delta=delta, params=params, random_state=random_state

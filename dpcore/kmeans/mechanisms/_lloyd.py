@@ -68,7 +68,7 @@ def fit_release(
 ) -> tuple[Any, dict[str, Any]]:
     """The estimator fitted once on ``inputs`` and the manifest details every noisy-Lloyd run shares."""
     label = KMEANS[key].label
-    check_release_sampler(random_state)
+    random_state = check_release_sampler(random_state)
     if delta:
         raise ParameterError(f"{label} is pure ε noise (Laplace) and spends no δ: pass δ = 0.")
     est = build(float(epsilon), inputs.require_bounds(label), params, random_state)
