@@ -190,13 +190,13 @@ class MechanismSpec:
       ledger's calibration column: :func:`guarantee_name`, :func:`calibration_name`).
     - ``relation(params, policy) -> dpcore.accounts.Relation``: the neighbour relation when its
       parameters fix it (default: the policy's, for its definition).
-    - ``trial(inputs, eps_grid, trials, *, delta, params, sampler, progress)``: the comparison's
+    - ``trial(inputs, eps_grid, trials, *, delta, params, random_state, progress)``: the comparison's
       diagnostic (never released), scored by ``metrics``; ``trials``: a parameter for its own number of
       trials per ε when not the comparison's (e.g. MCMC chains); ``background_cost``: the work of one
       trial at one ε relative to one noisy-Lloyd fit (comparisons above a threshold run in the
       background; 0 for noise added in closed form).
     - ``covariance(inputs, epsilon, delta, params) -> Covariance``: its noise covariance (ellipses).
-    - ``out_of_core(table, *, epsilon, delta, params, sampler)``: its release on :class:`TableInputs`.
+    - ``out_of_core(table, *, epsilon, delta, params, random_state)``: its release on :class:`TableInputs`.
     - ``note(inputs, params) -> str``: a diagnostic sentence the page shows beside it (may read the
       data; costs no budget, never released).
     - ``color``: its colour on the charts, ``#rrggbb``; ``aliases``: former keys that still resolve
@@ -256,7 +256,7 @@ class MechanismSpec:
         return next((p for p in self.params if p.name == name), None)
 
     def run(
-        self, inputs: Any, *, epsilon: float, delta: float, params: Mapping[str, Any], sampler: Any
+        self, inputs: Any, *, epsilon: float, delta: float, params: Mapping[str, Any], random_state: Any
     ) -> MechanismOutput:
         """One release: ``out_of_core`` on :class:`TableInputs`, ``release`` on rows in memory."""
         if isinstance(inputs, TableInputs):
@@ -264,8 +264,10 @@ class MechanismSpec:
                 raise ParameterError(
                     f"{self.label} has no out-of-core release; read the rows into memory first."
                 )
-            return self.out_of_core(inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
-        return self.release(inputs, epsilon=epsilon, delta=delta, params=params, sampler=sampler)
+            return self.out_of_core(
+                inputs, epsilon=epsilon, delta=delta, params=params, random_state=random_state
+            )
+        return self.release(inputs, epsilon=epsilon, delta=delta, params=params, random_state=random_state)
 
 
 def guarantee_name(spec: MechanismSpec, params: Mapping[str, Any]) -> str:
