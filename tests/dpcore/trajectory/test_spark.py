@@ -44,8 +44,8 @@ def test_the_spark_release_is_the_in_memory_release(tmp_path: Path, fixes: pd.Da
     )
     spec = TRAJECTORIES["dpt"]
     params = spec.validate_params({"max_trips": 1, "max_fixes": 30})
-    a = spec.release(memory, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
-    b = spec.release(engine, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(5))
+    a = spec.release(memory, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
+    b = spec.release(engine, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(5))
     pd.testing.assert_frame_equal(a.table, b.table)
     assert a.diagnostics == b.diagnostics and a.details == b.details
     assert a.diagnostics["trips_over_cap"] > 0  # keys were drawn and handed to the partitions
