@@ -32,7 +32,7 @@ import numpy as np
 
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
-from dpcore.mechanisms import Sampler
+from dpcore.mechanisms import check_random_state
 from dpcore.private_bounds import BoundsStep
 
 __all__ = ["LABEL", "LAT_GRID", "LON_GRID", "MECHANISM", "WHOLE_EARTH", "RegionStep"]
@@ -196,12 +196,12 @@ class RegionStep:
             )
         from dpcore.location.registry import LocationInputs, keep_per_user
 
-        m = self.per_user or 1
+        m, entropy = self.per_user or 1, check_random_state(None)
         if isinstance(inputs, LocationInputs):
-            kept = keep_per_user(inputs, m, Sampler())
+            kept = keep_per_user(inputs, m, entropy)
             lat, lon = kept.lat, kept.lon
         else:  # an engine's table: the kept rows' two columns, read once
-            rows = inputs.counted(m, Sampler()).points.rows.to_pandas()
+            rows = inputs.counted(m, entropy).points.rows.to_pandas()
             lat, lon = rows["la"].to_numpy(dtype=float), rows["lo"].to_numpy(dtype=float)
         region = self.estimate(lat, lon)
         return replace(inputs, region=region), region.to_dict()
