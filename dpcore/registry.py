@@ -37,6 +37,7 @@ __all__ = [
     "TableInputs",
     "calibration_name",
     "guarantee_name",
+    "release",
 ]
 
 Definition = Literal["pure_dp", "approx_dp", "local_pdp", "blowfish", "geo_ind"]
@@ -337,3 +338,47 @@ class Registry(Mapping[str, MechanismSpec]):
     def labels(self) -> dict[str, str]:
         """Key -> display label, in registration order."""
         return {k: s.label for k, s in self._specs.items()}
+
+
+def release(
+    mechanism: str,
+    inputs: Any,
+    *,
+    epsilon: float,
+    delta: float = 0.0,
+    params: Mapping[str, Any] | None = None,
+    random_state: Any = None,
+) -> MechanismOutput:
+    """One release of the registered mechanism ``mechanism`` (its key, in any domain) on ``inputs``: the
+    domain's inputs (``KMeansInputs``, ``LocationInputs``, ``TrajectoryInputs``) or a :class:`TableInputs`
+    for mechanisms that run out of core; ``params`` are validated (defaults filled in) by its spec.
+
+    ``random_state``: None for secure sampling (OS entropy), an int for a labelled demo; a diagnostic
+    sampler is refused (:func:`dpcore.mechanisms.check_random_state`). Nothing is debited here: the
+    accounted release, bound to a release plan and the budget ledger, is ``make_release``.
+
+    >>> import numpy as np
+    >>> from dpcore.kmeans import KMeansInputs
+    >>> X = np.array([[0.1, 0.2], [0.2, 0.1], [0.8, 0.9], [0.9, 0.8]] * 100)
+    >>> inputs = KMeansInputs(X, lower=np.zeros(2), upper=np.ones(2))
+    >>> out = release("dp_lloyd", inputs, epsilon=1.0, params={"n_clusters": 2}, random_state=0)
+    >>> len(out.table)
+    2
+    """
+    from dpcore.mechanisms import check_random_state
+    from dpcore.plan import DOMAINS, registry
+
+    specs = [registry(d)[mechanism] for d in DOMAINS if mechanism in registry(d)]
+    if len(specs) != 1:
+        known = ", ".join(k for d in DOMAINS for k in registry(d))
+        raise ParameterError(f"Unknown mechanism {mechanism!r}; choose one of {known}.")
+    spec = specs[0]
+    sampler = check_random_state(random_state)
+    if sampler.mode == "diagnostic":
+        raise ParameterError(
+            "A release draws from secure sampling (random_state=None) or a labelled demo seed (an int), "
+            "never from a diagnostic sampler."
+        )
+    return spec.run(
+        inputs, epsilon=epsilon, delta=delta, params=spec.validate_params(params or {}), random_state=sampler
+    )
