@@ -425,6 +425,14 @@ class Ledger:
     that :meth:`initialise` did not create raises :class:`LedgerUnavailable`. Safe to share between
     threads, and any number of ``Ledger`` objects (threads, processes, app sessions) may use one
     database. Every method taking ``account`` accepts an :class:`Account` or its key.
+
+    >>> led = Ledger.initialise("sqlite://")  # in memory, for a notebook or a test: gone once closed
+    >>> led.set_budget("notebook", epsilon=1.0).epsilon_left
+    1.0
+    >>> record = led.spend("notebook", 0.25, 0.0, "laplace", "run-1")
+    >>> led.remaining("notebook")
+    (0.75, 0.0)
+    >>> led.close()
     """
 
     url: sa.URL

@@ -145,6 +145,13 @@ def check_random_state(random_state: int | Sampler | None) -> Sampler:
 
     ``None``: secure sampling (OS entropy, OpenDP's exact samplers), the only mode for releases; an
     integer >= 0: a labelled demo seed, reproducible; a :class:`Sampler`: used as given.
+
+    >>> check_random_state(None).mode, check_random_state(7)
+    ('secure', Sampler(mode='demo', seed=7))
+    >>> check_random_state(0.5)
+    Traceback (most recent call last):
+    ...
+    dpcore.errors.ParameterError: random_state must be None (secure sampling), an integer demo seed >= 0 ...
     """
     if random_state is None:
         return Sampler()
@@ -225,7 +232,12 @@ def laplace_mechanism(
     epsilon: float,
     random_state: int | Sampler | None = None,
 ) -> Noisy:
-    """eps-DP for neighbours at L1 distance <= Delta_1: value + Laplace(Delta_1 / eps) per coordinate."""
+    """eps-DP for neighbours at L1 distance <= Delta_1: value + Laplace(Delta_1 / eps) per coordinate.
+
+    >>> noisy = laplace_mechanism([10.0, 20.0], l1_sensitivity=1.0, epsilon=0.5)  # secure: OS entropy
+    >>> noisy.scale, noisy.sampling_mode, noisy.value.shape
+    (2.0, 'secure', (2,))
+    """
     b = laplace_scale(l1_sensitivity, epsilon)
     random_state = check_random_state(random_state)
     return Noisy(random_state.privatize(value, "laplace", b), "laplace", b, random_state.mode)
@@ -361,7 +373,15 @@ def gaussian_ratio(epsilon: float, delta: float, calibration: Calibration = "ana
 def gaussian_sigma(
     l2_sensitivity: float, epsilon: float, delta: float, calibration: Calibration = "analytic"
 ) -> float:
-    """sigma = Delta_2 / s*(eps, delta) for the chosen calibration."""
+    """sigma = Delta_2 / s*(eps, delta) for the chosen calibration.
+
+    >>> round(gaussian_sigma(1.0, epsilon=1.0, delta=1e-5), 4)  # analytic: below the classic form's 4.84
+    3.7306
+    >>> gaussian_sigma(1.0, epsilon=1.0, delta=1e-5, calibration="classic")
+    Traceback (most recent call last):
+    ...
+    dpcore.errors.ParameterError: the classic Gaussian calibration is valid only for epsilon < 1 (got 1); ...
+    """
     sigma = _check_sensitivity(l2_sensitivity) / gaussian_ratio(epsilon, delta, calibration)
     if not math.isfinite(sigma):
         raise ParameterError(

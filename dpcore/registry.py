@@ -62,6 +62,14 @@ class Param:
 
     Numeric parameters must declare both ends of the range (:meth:`Registry.register` refuses them
     otherwise): the upper end bounds the work one request can ask of the server.
+
+    >>> k = Param("n_clusters", "Clusters K", int, 3, low=1, high=50)
+    >>> k.validate("4")
+    4
+    >>> k.validate(99)
+    Traceback (most recent call last):
+    ...
+    dpcore.errors.ParameterError: Clusters K must lie in [1, 50]; got 99.
     """
 
     name: str
@@ -284,7 +292,20 @@ def calibration_name(spec: MechanismSpec, params: Mapping[str, Any]) -> str:
 
 
 class Registry(Mapping[str, MechanismSpec]):
-    """The mechanisms of one domain, by key, in registration order."""
+    """The mechanisms of one domain, by key, in registration order.
+
+    A mechanism is one module that builds its :class:`MechanismSpec` and registers it:
+
+    >>> def release(inputs, *, epsilon, delta, params, random_state): ...
+    >>> demo = Registry("example")
+    >>> spec = demo.register(MechanismSpec(
+    ...     domain="example", key="noisy_sum", label="Noisy sum", definition="pure_dp",
+    ...     summary="The sum of the values, plus noise.", formula="sum + Laplace(B / eps)",
+    ...     citation="Dwork & Roth 2014", release=release,
+    ...     params=(Param("bound", "Bound B", float, 1.0, low=0.0, high=1e6),)))
+    >>> list(demo), demo["noisy_sum"].validate_params({"bound": "2.5"})
+    (['noisy_sum'], {'bound': 2.5})
+    """
 
     def __init__(self, domain: str) -> None:
         self.domain = domain

@@ -521,6 +521,12 @@ class DPLloydKMeans(NoisyLloydBase):
     count is private. Fitted: cluster_centers_, noisy_counts_ (T, K), noisy_sums_ (T, K, d, centred rows),
     centers_history_ (T + 1, K, d), n_iter_, budget_log_, budget_spent_ (== epsilon), guarantee_,
     bounds_, sampling_mode_, noisy_n_ (auto T with a private row count only).
+
+    >>> import numpy as np
+    >>> X = np.array([[0.1, 0.2], [0.2, 0.1], [0.8, 0.9], [0.9, 0.8]] * 100)
+    >>> est = DPLloydKMeans(n_clusters=2, epsilon=1.0, bounds=(0.0, 1.0), n_iter=3).fit(X)
+    >>> est.cluster_centers_.shape, est.budget_spent_, est.sampling_mode_
+    ((2, 2), 1.0, 'secure')
     """
 
     def __init__(

@@ -171,6 +171,12 @@ class PlanarLaplace:
     ``epsilon`` per metre: exp(eps (d + 1.5 u)) for locations d metres apart); see the module docstring.
     ``region`` remaps outputs outside it to the nearest grid point inside it (the nearest point of the box
     when none is near), never resampling. Diagnostic sampling draws the float great-circle noise instead.
+
+    >>> from dpcore.location.geometry import Region, haversine_m
+    >>> us = Region(24.0, 50.0, -125.0, -66.0)
+    >>> lat, lon = PlanarLaplace(level=1.0, radius_m=1000.0, region=us).release([40.7], [-74.0])
+    >>> bool(haversine_m(40.7, -74.0, lat, lon)[0] < 100_000)  # a few km off, almost surely
+    True
     """
 
     def __init__(
