@@ -224,7 +224,7 @@ class _Kernels:
         return np.bincount(own_levels(trips, hier), minlength=hier.levels).astype(float)
 
     def counts(self, trips: TripSet, selected: np.ndarray) -> Counts:
-        return DPT(1.0, **self.model).true_counts(trips, selected)
+        return DPT(1.0, **self.model).true_counts(trips, selected)  # true counts: no epsilon, no noise
 
     def empty(self) -> Counts:
         none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
@@ -232,8 +232,9 @@ class _Kernels:
         return {name: none for name in ("start cells", *levels)}
 
 
-def _kernels(model: DPT, params: dict[str, Any], region: Region, gap_s: float, speed: float,
-             has_trip: bool) -> _Kernels:
+def _kernels(
+    model: DPT, params: dict[str, Any], region: Region, gap_s: float, speed: float, has_trip: bool
+) -> _Kernels:
     limits = TripLimits(
         region, max_trips=params["max_trips"], max_fixes=params["max_fixes"], gap_s=gap_s, max_speed_mps=speed
     )

@@ -134,9 +134,11 @@ def test_a_secure_release_writes_every_file_once_and_debits_the_person_account(
     diagnostics = spec.release(
         inputs, epsilon=1.0, delta=0.0, params=plan.params, random_state=Sampler()
     ).diagnostics
+    # the number of synthetic trips is a noisy count of the trips used: now and then equal to it by chance
+    details = json.dumps({k: v for k, v in manifest["details"].items() if k != "synthetic_trips"})
     for key in ("trips_used", "fixes_used", "fixes_given"):
         assert key not in json.dumps(manifest)
-        assert not re.search(rf'"[a-z_]+": {diagnostics[key]}\b', json.dumps(manifest["details"])), key
+        assert not re.search(rf'"[a-z_]+": {diagnostics[key]}\b', details), key
 
 
 def test_demo_releases_repeat_and_carry_the_notice(tmp_path, inputs: TrajectoryInputs) -> None:
