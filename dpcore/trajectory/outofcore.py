@@ -399,9 +399,8 @@ class _GramCounts:
 class SparkTrajectories:
     """Fixes in a Spark DataFrame ``frame`` with the columns named by ``columns`` (``person``, ``time``:
     a timestamp, or text read in ``tz``; ``lat``, ``lon``, optionally ``trip``); the public region, time
-    gap and speed limit; ``partitions``: the number of person ranges (default Spark's shuffle partitions).
-    Each :meth:`fit_model` caches the ordered rows for its three passes (``scans`` counts them) and
-    releases the cache."""
+    gap and speed limit. Each :meth:`fit_model` caches the rows in person ranges (Spark's shuffle
+    partitions) for its three passes (``scans`` counts them) and releases the cache."""
 
     frame: Any
     columns: dict[str, str | None]
@@ -410,7 +409,6 @@ class SparkTrajectories:
     max_speed_mps: float = 70.0
     tz: str = "UTC"
     block_rows: int = BLOCK_ROWS
-    partitions: int | None = None
     scans: int = field(default=0, init=False)
 
     def _ordered(self) -> Any:
@@ -434,8 +432,7 @@ class SparkTrajectories:
             present = c["person"].isNotNull() & c["time"].isNotNull() & c["lat"].isNotNull()
             rows = self.frame.where(present & c["lon"].isNotNull()).select(*cols)
             order = ["p", *(["t"] if c.get("trip") is not None else []), "us"]
-            by = ("p",) if self.partitions is None else (self.partitions, "p")
-            return rows.repartitionByRange(*by).sortWithinPartitions(*order)
+            return rows.repartitionByRange("p").sortWithinPartitions(*order)
         finally:
             session.conf.set("spark.sql.session.timeZone", zone)
 
