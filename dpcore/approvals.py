@@ -37,17 +37,9 @@ import sqlalchemy as sa
 
 from dpcore import config
 from dpcore.errors import ParameterError
-from dpcore.ledger import (
-    Account,
-    BudgetNotSet,
-    Ledger,
-    LedgerError,
-    _approval_rules,
-    _reason,
-    _release_requests,
-    _request_events,
-    _text,
-)
+from dpcore.ledger import Account, BudgetNotSet, Ledger, LedgerError
+from dpcore.ledger.records import _reason, _text
+from dpcore.ledger.schema import _approval_rules, _release_requests, _request_events
 
 __all__ = [
     "HISTORY_COLUMNS",

@@ -33,7 +33,7 @@ LABEL = "bounds estimated privately (OpenDP quantile)"  # its ledger row, in wor
 
 
 def _exact(x: float) -> Fraction:
-    """The ledger's reading of a float: its shortest decimal (``dpcore.ledger._exact``)."""
+    """The ledger's reading of a float: its shortest decimal (``dpcore.ledger.composition._exact``)."""
     return Fraction(repr(float(x)))
 
 

@@ -34,7 +34,11 @@ from dpcore import config
 from dpcore.data import fingerprint as table_fingerprint
 from dpcore.data import load_table
 from dpcore.errors import DataError, ParameterError
-from dpcore.ledger import _database_fault, _make_engine, _parse_url  # the ledger's database and its faults
+from dpcore.ledger.engines import (  # the ledger's database and its faults
+    _database_fault,
+    _make_engine,
+    _parse_url,
+)
 
 __all__ = [
     "SessionStore",

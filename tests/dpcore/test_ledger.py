@@ -22,8 +22,8 @@ from dpcore.ledger import (
     Ledger,
     LedgerError,
     ReleaseRecord,
-    _lock_accounts_query,
 )
+from dpcore.ledger.writes import _lock_accounts_query
 
 
 @pytest.fixture
