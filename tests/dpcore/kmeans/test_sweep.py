@@ -1,4 +1,7 @@
-"""The comparison sweep and its diagnostics (dpcore.kmeans.sweep); releases: tests/dpcore/kmeans/test_registry.py."""
+"""The comparison sweep and its diagnostics (dpcore.kmeans.sweep).
+
+Releases are tested in tests/dpcore/kmeans/test_registry.py.
+"""
 
 from __future__ import annotations
 
