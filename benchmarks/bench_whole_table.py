@@ -117,7 +117,7 @@ def browser_walk(page: Page, url: str, label: str, rows: int, d: int, plan_file:
     choose_radio(page, FOLDER)
     select(page, "File", label)
     notice = re.escape(f"uniform sample of {DEFAULT_MAX_ROWS:,} of the {rows:,} rows")
-    load = body.get_by_role("button", name="Load this file")
+    load = body.get_by_role("button", name="Load this table")
     t_load = timed(page, "data: load the file (to the sample notice)", load.click, notice, timeout_s)
     features = [f"x{j + 1}" for j in range(d)]
     start = time.perf_counter()

@@ -1,8 +1,9 @@
 """Command line: ``python -m dpcore <command>``; each subcommand is one function under one argparse parser.
 
 ``run-plan PLAN.json --source PATH_OR_URL [--table NAME | --query SELECT] [--engine duckdb|spark]
-[--memory-rows N]``: re-run a release plan saved from the dashboard on the full table (a database's table or
-one read-only SELECT's whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`; a mechanism without
+[--memory-rows N]``: re-run a release plan saved from the dashboard on the full table (the source kind that
+reads that form, :func:`dpcore.data.sources.from_command_line`: a file, a database's table or one read-only
+SELECT's whole result) as a batch job (:mod:`dpcore.outofcore.run_plan`; a mechanism without
 out-of-core passes reads at most N rows into memory, default ``DPCORE_JOB_MEMORY_ROWS`` or 2,000,000),
 debiting the ledger of ``DPCORE_LEDGER_URL`` (or ``--ledger``) under the plan's request id and writing the
 release files to ``<DPCORE_DATA_DIR>/artifacts`` (or ``--artifacts``). Errors print one line and exit with
@@ -68,11 +69,14 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _add_run_plan(commands: argparse._SubParsersAction) -> None:
+    from dpcore.data.sources import SOURCES
+
     p = commands.add_parser("run-plan", help="re-run a saved release plan on the full table (batch job)")
     p.add_argument("plan", help="the release's manifest JSON (or its .json bundle) saved from the dashboard")
-    p.add_argument("--source", required=True, help="Parquet file or folder, CSV file, or SQLAlchemy URL")
+    forms = "; ".join(kind.command_form for kind in SOURCES.values())
+    p.add_argument("--source", required=True, help=f"the table, one of: {forms}")
     rows = p.add_mutually_exclusive_group()
-    rows.add_argument("--table", help="table name, for a SQLAlchemy URL source")
+    rows.add_argument("--table", help="table name, for a source that holds tables")
     rows.add_argument("--query", help="one read-only SELECT, for a SQLAlchemy URL source")
     p.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb", help="default: duckdb")
     p.add_argument("--ledger", help="ledger URL (default: DPCORE_LEDGER_URL or the data folder's SQLite)")

@@ -16,11 +16,12 @@ from dpcore.data import (
 )
 from dpcore.data.dictionary import MAX_DICTIONARY_BYTES
 from dpcore.data.io import NOTES_ATTR
-from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, SourceSettings
+from dpcore.data.sources import SOURCES, SourceSettings, SourceSpec
 from dpcore.private_bounds import BoundsStep
 from ui import datasets, roles, state
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
+from ui.source_form import LOAD_KEY, source_form
 from ui.text import md
 
 ensure_entrypoint()
@@ -33,10 +34,7 @@ TABLE_ROWS = 12  # more columns than this scroll inside the preparation table
 ROW_PX = 35
 BLOBS = "Synthetic blobs"
 UPLOAD = "Upload a file"
-FOLDER = "File in a data folder"
-DATABASE = "Database"
-SOURCES = (*datasets.SAMPLE_CHOICES, BLOBS, UPLOAD)
-DB_TABLE, DB_QUERY = "A table", "A SELECT query"
+BUILT_IN = (*datasets.SAMPLE_CHOICES, BLOBS, UPLOAD)
 FEATURE_KINDS = ("numeric", "categorical", "date", "latitude", "longitude")
 DATA_DERIVED = "data-derived: not allowed for a differentially private release (demo or local-PDP only)"
 STRATEGIES = {
@@ -61,13 +59,13 @@ SCALING_NOTES = {
 def _source_of(ds: state.Dataset | None) -> str:
     """The Source option that loads ``ds`` (the first sample when nothing is loaded)."""
     if ds is None:
-        return SOURCES[0]
+        return BUILT_IN[0]
     sample = (ds.origin or {}).get("sample")
     if sample:  # by origin, not name: the curator may have renamed the sample
         return next(label for label, key in datasets.SAMPLE_CHOICES.items() if key == sample)
     kind = (ds.origin or {}).get("source", {}).get("kind")
-    if kind:
-        return FOLDER if kind == "folder_file" else DATABASE
+    if kind in SOURCES:
+        return SOURCES[kind].title
     return UPLOAD if ds.source.startswith("upload:") else BLOBS
 
 
@@ -88,7 +86,8 @@ def _source_section() -> None:
     st.header("1. Choose a table")
     ds = state.dataset()
     settings = _settings()
-    sources = SOURCES + (FOLDER,) * bool(settings.folders) + (DATABASE,) * bool(settings.databases)
+    kinds = {k.title: k for k in SOURCES.values() if getattr(settings, k.allow_list)}  # configured ones
+    sources = (*BUILT_IN, *kinds)
     if not roles.has(roles.OFFICER, roles.CURATOR):  # a viewer: the built-in demo data only
         sources = (*datasets.SAMPLE_CHOICES, BLOBS)
         st.caption("As a viewer you load the built-in samples and run the comparisons in demo mode.")
@@ -105,10 +104,8 @@ def _source_section() -> None:
         if sample:
             st.warning(sample)
         _read_again(ds)
-    if choice == FOLDER:
-        _folder_source(settings)
-    elif choice == DATABASE:
-        _database_source(settings)
+    if choice in kinds:
+        _operator_source(kinds[choice], settings)
     elif choice in datasets.SAMPLE_CHOICES:
         if st.button(f"Load {choice}", key="data_load_sample"):
             with user_errors("loading the sample") as outcome:
@@ -187,68 +184,15 @@ def _limit_note(settings: SourceSettings) -> str:
     )
 
 
-def _load_source(spec: FolderFile | DatabaseTable | DatabaseQuery) -> None:
-    with user_errors(f"reading {spec.label}") as outcome, st.spinner("Reading the table in one pass..."):
-        datasets.load_source_dataset(spec)
-    if not outcome.failed:
-        st.rerun()
-
-
-def _folder_source(settings: SourceSettings) -> None:
-    """A Parquet or CSV file (or a folder of Parquet files) under the operator's allow-listed folders."""
-    st.caption(
-        "Parquet and CSV files in the folders the operator allow-listed (nothing else on the server is "
-        f"listed). {_limit_note(settings)}"
-    )
-    with user_errors("listing the data folders") as outcome:
-        files = datasets.folder_files(settings.folders)
-    if outcome.failed:
-        return
-    if not files:
-        st.info("The allow-listed folders hold no Parquet or CSV files.")
-        return
-    choice = st.selectbox(
-        "File", list(files), key=state.persist("data_folder_file", next(iter(files)), files.__contains__)
-    )
-    if st.button("Load this file", key="data_load_folder"):
-        _load_source(files[choice])
-
-
-def _database_source(settings: SourceSettings) -> None:
-    """A table of an operator-configured database, or one read-only SELECT on it."""
-    names = list(settings.databases)
-    name = st.selectbox("Database", names, key=state.persist("data_db", names[0], names.__contains__))
-    how = st.radio(
-        "Read",
-        (DB_TABLE, DB_QUERY),
-        horizontal=True,
-        key=state.persist("data_db_read", DB_TABLE, (DB_TABLE, DB_QUERY).__contains__),
-    )
-    st.caption(
-        "Read in a read-only transaction (PostgreSQL, SQLite); a query must be exactly one SELECT, never a "
-        f"statement that changes the database. A read is stopped after {settings.query_timeout_s:g} s (the "
-        f"operator's time limit). {_limit_note(settings)}"
-    )
-    spec: DatabaseTable | DatabaseQuery
-    if how == DB_TABLE:
-        with user_errors(f"listing the tables of {name}") as outcome:
-            tables = datasets.database_tables(name)
-        if outcome.failed:
-            return
-        if not tables:
-            st.info(f"The database '{md(name)}' has no tables.")
-            return
-        table = st.selectbox(
-            "Table", tables, key=state.persist(f"data_db_table_{name}", tables[0], tables.__contains__)
-        )
-        spec = DatabaseTable(name, table)
-    else:
-        sql = st.text_area("SELECT query", key=state.persist("data_db_sql", ""), placeholder="SELECT ...")
-        if not sql.strip():
-            return
-        spec = DatabaseQuery(name, sql)
-    if st.button("Load from the database", key="data_load_db"):
-        _load_source(spec)
+def _operator_source(kind: type[SourceSpec], settings: SourceSettings) -> None:
+    """A source the operator configured, through its kind's widgets, and the button that loads it."""
+    st.caption(f"{kind.intro(settings)} {_limit_note(settings)}")
+    spec = source_form(kind, settings)
+    if spec is not None and st.button("Load this table", key=LOAD_KEY):
+        with user_errors(f"reading {spec.label}") as outcome, st.spinner("Reading the table in one pass..."):
+            datasets.load_source_dataset(spec)
+        if not outcome.failed:
+            st.rerun()
 
 
 def _upload() -> None:

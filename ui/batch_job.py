@@ -60,16 +60,13 @@ def start(
     ds = state.dataset()
     if origin is None:
         origin = (ds.origin or {}) if ds is not None else {}
-    source, table, query = datasets.job_source(origin)
     spec = JobSpec(
         manifest=plan.to_manifest(),
-        source=source,
+        source=datasets.job_source(origin),
         ledger_url=config.ledger_url(),
         artifacts_dir=str(artifacts_dir),
         user=state.user() if user is None else user,
         request_id=request_id,
-        table=table,
-        query=query,
         name=name,
     )
     return start_job(spec, jobs_dir())

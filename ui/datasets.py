@@ -14,7 +14,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,17 +26,13 @@ from dpcore.data import SAMPLES, Schema, fingerprint, prepare
 from dpcore.data.dictionary import Dictionary, check_dictionary, merge_dictionary, read_dictionary_csv
 from dpcore.data.saved import SavedPreparation, find_preparation, save_preparation
 from dpcore.data.sources import (
-    DatabaseQuery,
-    DatabaseTable,
-    FolderFile,
+    Field,
     LoadedSource,
+    SourceContext,
     SourceSettings,
     SourceSpec,
-    list_folder_files,
-    list_tables,
-    load_source,
+    batch_source,
     refuse_ledger_database,
-    resolve_folder_file,
     source_from_dict,
 )
 from dpcore.errors import DataError, DPCoreError
@@ -126,24 +122,32 @@ def database_engine(name: str) -> sa.Engine:
     return engine
 
 
-def folder_files(folders: tuple[str, ...]) -> dict[str, FolderFile]:
-    """The files under the allow-listed folders by display label (the full path when two labels clash)."""
-    files = list_folder_files(folders)
-    labels = [spec.label for spec in files]
-    return {(s.label if labels.count(s.label) == 1 else f"{s.folder}/{s.path}"): s for s in files}
-
-
-def database_tables(name: str) -> list[str]:
-    """Tables and views of an allow-listed database (listed again after a minute), stopped at the
-    operator's database time limit (``query_timeout_s``)."""
-    engine = database_engine(name)
-    return _database_tables(name, engine.url.render_as_string(hide_password=False), engine)
+def source_context(settings: SourceSettings | None = None) -> SourceContext:
+    """What the Data page reads sources with: the operator's folders and connections (engines through
+    :func:`database_engine`), the database time limit, listings kept a minute."""
+    settings = settings or source_settings()
+    return SourceContext(
+        folders=settings.folders,
+        databases=settings.databases,
+        connect=database_engine,
+        timeout_s=settings.query_timeout_s,
+        memo=_listing,
+    )
 
 
 @st.cache_data(ttl=60, show_spinner=False)
-def _database_tables(name: str, url: str, _engine: sa.Engine) -> list[str]:
-    """The listing kept per connection name and URL: a connection given another URL is listed afresh."""
-    return list_tables(_engine, timeout_s=source_settings().query_timeout_s)
+def _listing(key: tuple[Any, ...], _compute: Any) -> Any:
+    """A listing (a database's tables) kept a minute per ``key`` (its source kind's: a connection's name
+    and URL, so a connection given another URL is listed afresh)."""
+    return _compute()
+
+
+def source_options(
+    kind: type[SourceSpec], field: Field, chosen: Mapping[str, str], settings: SourceSettings
+) -> dict[str, dict[str, str]]:
+    """The choices of a source kind's widget (shown label -> the spec fields it fills) under ``settings``
+    (the folders and databases this user may load), given the fields ``chosen`` before it."""
+    return kind.options(field.name, source_context(settings), chosen)
 
 
 def _plain(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,57 +159,42 @@ def _connection_kwargs(section: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in _plain(section).items() if k != "type"}
 
 
-@st.cache_data(show_spinner=False, max_entries=2)
-def _folder_table(
-    folder: str,
-    path: str,
-    folders: tuple[str, ...],
-    max_rows: int,
-    sample_seed: int,
-    stamp: tuple[tuple[str, int, int], ...],
-) -> LoadedSource:
-    """A folder file read once per server while its files (``stamp``: path, modification time, size)
-    are unchanged: a reload or a second tab does not read a large table again."""
-    return load_source(FolderFile(folder, path), folders=folders, max_rows=max_rows, sample_seed=sample_seed)
-
-
-def _read_database(
-    spec: DatabaseTable | DatabaseQuery, engine: sa.Engine, max_rows: int, sample_seed: int, timeout_s: float
-) -> tuple[LoadedSource, float]:
-    """One read of a database table or SELECT, stopped after ``timeout_s`` seconds, with the time it ended
+def _read_now(spec: SourceSpec, settings: SourceSettings, sample_seed: int) -> tuple[LoadedSource, float]:
+    """One read of ``spec`` (a database's stopped after the operator's time limit) and the time it ended
     (seconds since the epoch)."""
-    loaded = load_source(spec, engine=engine, max_rows=max_rows, sample_seed=sample_seed, timeout_s=timeout_s)
+    loaded = spec.load(source_context(settings), max_rows=settings.max_rows, sample_seed=sample_seed)
     return loaded, time.time()
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def _database_table(
-    spec: dict[str, str], url: str, _engine: sa.Engine, max_rows: int, sample_seed: int, _timeout_s: float
+def _kept_read(
+    spec: dict[str, str], stamp: tuple[Any, ...], folders: tuple[str, ...], max_rows: int, sample_seed: int,
+    _settings: SourceSettings,
 ) -> tuple[LoadedSource, float]:
-    """A database read kept per server, by the source ``spec`` (connection name, table or SELECT text), the
-    connection's ``url`` (the operator's settings for it), the row limit and the sample seed (the time limit
-    does not change the rows read). A failed read raises and is not kept; :func:`_database_read` drops an
-    entry older than ``source_cache_ttl_s``."""
-    return _read_database(source_from_dict(spec), _engine, max_rows, sample_seed, _timeout_s)
+    """A read kept per server by the source ``spec``, what its rows depend on (``stamp``: its files'
+    modification times and sizes, its connection's URL), the allow-listed folders, the row limit and the
+    sample seed: a reload or a second tab does not read a large table again. A failed read raises and is
+    not kept; :func:`_read` drops a re-readable source's entry older than ``source_cache_ttl_s``."""
+    return _read_now(source_from_dict(spec), _settings, sample_seed)
 
 
-def _database_read(
-    spec: DatabaseTable | DatabaseQuery, settings: SourceSettings, sample_seed: int, *, again: bool
+def _read(
+    spec: SourceSpec, settings: SourceSettings, sample_seed: int, *, again: bool
 ) -> tuple[LoadedSource, float]:
-    """The rows of ``spec`` and when they were read: the read this server keeps if it is younger than the
-    operator's ``source_cache_ttl_s`` (0: none is kept) and ``again`` is False, else a new read, kept."""
-    engine = database_engine(spec.connection)
-    args = (engine, settings.max_rows, sample_seed, settings.query_timeout_s)
-    if settings.source_cache_ttl_s == 0:
-        return _read_database(spec, *args)
-    key = (spec.to_dict(), engine.url.render_as_string(hide_password=False), *args)
+    """The rows of ``spec`` and when they were read: the read this server keeps while the source's stamp
+    holds, for a re-readable source (a database) only while it is younger than the operator's
+    ``source_cache_ttl_s`` (0: none is kept) and ``again`` is False; else a new read, kept."""
+    if spec.reread and settings.source_cache_ttl_s == 0:
+        return _read_now(spec, settings, sample_seed)
+    stamp = spec.stamp(source_context(settings))
+    key = (spec.to_dict(), stamp, settings.folders, settings.max_rows, sample_seed)
     if again:
-        _database_table.clear(*key)
+        _kept_read.clear(*key, settings)
     asked = time.time()
-    loaded, read_at = _database_table(*key)
-    if asked - read_at >= settings.source_cache_ttl_s:  # kept longer than the operator allows (not new)
-        _database_table.clear(*key)
-        loaded, read_at = _database_table(*key)
+    loaded, read_at = _kept_read(*key, settings)
+    if spec.reread and asked - read_at >= settings.source_cache_ttl_s:  # kept longer than allowed (not new)
+        _kept_read.clear(*key, settings)
+        loaded, read_at = _kept_read(*key, settings)
     return loaded, read_at
 
 
@@ -219,13 +208,13 @@ def _sample_seeds() -> dict[tuple[tuple[tuple[str, str], ...], int], int]:
 def load_source_dataset(
     spec: SourceSpec, sample_seed: int | None = None, *, again: bool = False
 ) -> state.Dataset:
-    """Read a folder file or a database table/SELECT (``dpcore.data.sources``) and make it the current
-    dataset. Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
+    """Read an operator's source (any kind of ``dpcore.data.sources``) and make it the current dataset.
+    Above the row limit the dataset is a uniform sample for the diagnostics, drawn with
     ``sample_seed`` (when None, this server's seed for the source, drawn once from the OS entropy source;
     kept in the session plan), under the whole table's name and fingerprint (its ledger account is the whole
     table's); :func:`sample_of` says it is a sample. A database read is stopped at the operator's time limit
     (``query_timeout_s``) and kept per server for ``source_cache_ttl_s`` seconds; ``again`` reads it now."""
-    source = spec.folder if isinstance(spec, FolderFile) else spec.connection
+    source = spec.where
     if not roles.may_load(source):  # ui.roles, [dpcore.access]: also a restored session or a forged choice
         raise DataError(
             f"Your role may not load data from {Path(source).name or source!r} ([dpcore.access] in "
@@ -236,20 +225,13 @@ def load_source_dataset(
         key = (tuple(sorted(spec.to_dict().items())), settings.max_rows)
         sample_seed = _sample_seeds().setdefault(key, secrets.randbits(63))
     sample_seed = int(sample_seed)
-    read_at: dict[str, float] = {}
-    if isinstance(spec, FolderFile):
-        files = resolve_folder_file(spec, settings.folders)
-        stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
-        limits = (settings.folders, settings.max_rows, sample_seed)
-        loaded = _folder_table(spec.folder, spec.path, *limits, stamp)
-    else:
-        loaded, read_at["read_at"] = _database_read(spec, settings, sample_seed, again=again)
+    loaded, read_at = _read(spec, settings, sample_seed, again=again)
     origin = {
         "source": spec.to_dict(),
         "seed": sample_seed,
         "sampled": loaded.sampled,
         "rows": loaded.n_rows,
-        **read_at,
+        **({"read_at": read_at} if spec.reread else {}),
     }
     return state.set_dataset(
         spec.label,
@@ -320,30 +302,25 @@ def sample_label(ds: state.Dataset | None) -> str | None:
 
 def batch_command(origin: Mapping[str, Any]) -> str:
     """The ``run-plan`` command for the whole table of a source dataset's ``origin``, as a Markdown code
-    block: the file's path, or the database table or SELECT (exactly as typed, newlines kept); a database's
-    URL stays in the operator's config, so a placeholder names its connection."""
-    spec = origin.get("source") or {}
-    where = f"<URL of the database connection {spec.get('connection')}>"
-    rows = {
-        "folder_file": [str(PurePosixPath(str(spec.get("folder"))) / str(spec.get("path")))],
-        "database_table": [where, "--table", str(spec.get("table"))],
-        "database_query": [where, "--query", str(spec.get("sql"))],
-    }.get(str(spec.get("kind")), ["<the table>"])
+    block: the arguments its kind names it by (a file's path; a database's table or SELECT exactly as typed,
+    newlines kept; a database's URL stays in the operator's config, so a placeholder names its connection)."""
+    try:
+        rows = source_from_dict(origin.get("source") or {}).command_line()
+    except DPCoreError:
+        rows = ["<the table>"]
     command = " ".join(["python -m dpcore run-plan PLAN.json --source", *map(shlex.quote, rows)])
     fence = "`" * max(3, 1 + max(map(len, re.findall("`+", command)), default=0))
     return f"{fence}bash\n{command}\n{fence}"
 
 
-def job_source(origin: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
-    """(source, table, query) of a whole-table batch job on the source a dataset's ``origin`` names: a
-    folder file's absolute path (checked against the allow-list again), or a database connection's URL
-    (password included: it goes only to the job's process) with its table or SELECT."""
+def job_source(origin: Mapping[str, Any]) -> dict[str, Any]:
+    """What a whole-table batch job on the source of a dataset's ``origin`` reads
+    (:func:`dpcore.data.sources.batch_source`): the spec, checked against the allow-lists again, with the
+    folders or its connection's URL (password included: it goes only to the job's process)."""
     spec = source_from_dict(origin.get("source") or {})
-    if isinstance(spec, FolderFile):
-        resolve_folder_file(spec, source_settings().folders)
-        return str(Path(spec.folder).resolve().joinpath(*PurePosixPath(spec.path).parts)), None, None
-    url = database_engine(spec.connection).url.render_as_string(hide_password=False)
-    return (url, spec.table, None) if isinstance(spec, DatabaseTable) else (url, None, spec.sql)
+    ctx = source_context()
+    spec.stamp(ctx)
+    return batch_source(spec, ctx)
 
 
 def release_refusal(ds: state.Dataset | None, plan: ReleasePlan) -> str | None:

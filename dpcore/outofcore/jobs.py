@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import dpcore
+from dpcore.data.sources import is_url, source_from_batch
 from dpcore.errors import DPCoreError, ParameterError
-from dpcore.outofcore.source import is_url
 from dpcore.plan import ReleasePlan
 from dpcore.report import artifacts_folder, check_request_id
 from dpcore.url_text import url_redactor
@@ -66,17 +66,16 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a job releases: the plan (``ReleasePlan.to_manifest()``) on ``source`` (a Parquet or CSV path,
-    or a SQLAlchemy URL with ``table`` or ``query``), debiting ``ledger_url`` under ``request_id``."""
+    """What a job releases: the plan (``ReleasePlan.to_manifest()``) on ``source`` (a source spec with what
+    reading it needs: :func:`dpcore.data.sources.batch_source`), debiting ``ledger_url`` under
+    ``request_id``."""
 
     manifest: dict[str, Any]
-    source: str
+    source: dict[str, Any]
     ledger_url: str
     artifacts_dir: str
     user: str
     request_id: str
-    table: str | None = None
-    query: str | None = None
     engine: Literal["duckdb", "spark"] = "duckdb"
     name: str = "release"
 
@@ -291,9 +290,10 @@ def stop_job(
     return job_status(folder, request_id)
 
 
-def _redactor(*urls: str) -> Callable[[str], str]:
-    """A function removing the passwords and query values of the database URLs among ``urls`` (a file path
-    is left as it is) from a text: :func:`dpcore.url_text.url_redactor`."""
+def _redactor(spec: JobSpec) -> Callable[[str], str]:
+    """A function removing the passwords and query values of the job's database URLs (its source's, its
+    ledger's) from a text: :func:`dpcore.url_text.url_redactor`."""
+    urls = [*dict(spec.source.get("urls") or {}).values(), spec.ledger_url]
     return url_redactor(*filter(is_url, urls))
 
 
@@ -303,14 +303,15 @@ def _run(spec: JobSpec, log_name: str, progress: Callable[[str], None]) -> tuple
     from dpcore.ledger import Ledger
     from dpcore.outofcore.run_plan import run_plan
 
-    redact = _redactor(spec.source, spec.ledger_url)
+    redact = _redactor(spec)
     try:
+        source, context = source_from_batch(spec.source)
         ledger = Ledger(spec.ledger_url)
         try:
             run_plan(
-                spec.manifest, spec.source, ledger=ledger, artifacts_dir=spec.artifacts_dir, user=spec.user,
-                engine=spec.engine, table=spec.table, query=spec.query, request_id=spec.request_id,
-                name=spec.name, progress=progress,
+                spec.manifest, source, ledger=ledger, artifacts_dir=spec.artifacts_dir, user=spec.user,
+                engine=spec.engine, context=context, request_id=spec.request_id, name=spec.name,
+                progress=progress,
             )
         finally:
             ledger.close()

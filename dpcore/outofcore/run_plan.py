@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
 
 from dpcore import config
+from dpcore.data.sources import SourceContext, SourceSpec, from_command_line
 from dpcore.errors import DataError, DPCoreError, ParameterError
 from dpcore.kmeans.registry import KMeansInputs
-from dpcore.ledger import Ledger, sqlite_file
+from dpcore.ledger import Ledger
 from dpcore.location.geometry import Region
 from dpcore.location.plan_steps import read_location_steps
 from dpcore.location.registry import LocationInputs
@@ -50,7 +50,7 @@ from dpcore.outofcore.features import SCALINGS, TableFeatures, is_infinite, requ
 from dpcore.outofcore.feeds import is_spark, spark_frame
 from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
-from dpcore.outofcore.source import Engine, in_table_order, is_url, open_source, spark_session
+from dpcore.outofcore.source import Engine, in_table_order, open_spec, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import NO_EFFECT, PRIVATE_BOUNDS, ReleasePlan, registry
 from dpcore.report import Release, artifacts_folder, check_request_id, make_release
@@ -328,25 +328,9 @@ def start_spark() -> Any:
         ) from None
 
 
-def require_sqlite_file(source: str) -> None:
-    """``DataError`` if ``source`` is a SQLite URL whose file does not exist (connecting would create an
-    empty database there and then find no table in it)."""
-    try:
-        url = sa.make_url(source)
-        url.get_dialect()
-    except (sa.exc.ArgumentError, ImportError, ValueError):  # malformed, no such driver: open_source says so
-        return
-    file = sqlite_file(url)
-    if file is not None and not file.is_file():
-        raise DataError(
-            f"There is no SQLite database file at {file}; point --source at the database the plan was made "
-            "on."
-        )
-
-
 def run_plan(
     manifest: Mapping[str, Any],
-    source: str | os.PathLike[str],
+    source: SourceSpec | str | os.PathLike[str],
     *,
     ledger: Ledger,
     artifacts_dir: str | os.PathLike[str],
@@ -354,6 +338,7 @@ def run_plan(
     engine: Engine = "duckdb",
     table: str | None = None,
     query: str | None = None,
+    context: SourceContext | None = None,
     request_id: str | None = None,
     name: str | None = None,
     spark: Any = None,
@@ -364,7 +349,10 @@ def run_plan(
 
     ``request_id``: default the manifest's own (a plan already released under it is returned, not
     spent again), else ``plan-`` and the first 32 hex digits of the plan's key, so re-running one plan
-    never spends twice. ``table`` or ``query`` (one read-only SELECT) names a database source's rows.
+    never spends twice. ``source`` is a source spec read with ``context`` (its allow-listed folders, its
+    connection's URL: :func:`dpcore.data.sources.source_from_batch`), or the batch command's ``--source``
+    with ``table`` or ``query`` (one read-only SELECT), read by the kind that reads that form
+    (:func:`dpcore.data.sources.from_command_line`).
     ``progress`` is called with each stage, in words (the fingerprint pass, the mechanism's passes).
     ``memory_rows``: most rows read into memory for a mechanism without out-of-core passes (None: the
     configured :func:`dpcore.config.job_memory_rows`); above it ``ParameterError`` before any debit.
@@ -377,10 +365,12 @@ def run_plan(
     artifacts_folder(artifacts_dir)  # before reading any row: a folder that cannot be made is refused now
     if engine == "spark" and spark is None:
         spark = start_spark()
-    if is_url(os.fspath(source)):
-        require_sqlite_file(os.fspath(source))
+    if isinstance(source, SourceSpec):
+        spec, ctx = source, context or SourceContext()
+    else:
+        spec, ctx = from_command_line(os.fspath(source), table, query)
     say("reading every row of the source once for its fingerprint")
-    with open_source(source, engine, table=table, query=query, spark=spark) as src:
+    with open_spec(spec, ctx, engine, spark=spark) as src:
         if src.fingerprint != plan.fingerprint:
             raise DataError(
                 f"The source's fingerprint {src.fingerprint[:16]} is not the plan's {plan.fingerprint[:16]} "

@@ -1,21 +1,20 @@
 """A batch job's source as an Ibis table on DuckDB (embedded, the default) or Spark, with its fingerprint.
 
-Sources: a Parquet file, a folder of Parquet files (read in sorted path order), a CSV file, or a SQLAlchemy
-URL with a table name or one read-only SELECT. Parquet is fingerprinted in one streaming pass of record
-batches, each measured before its text is expanded, as the Data page reads them
-(:func:`dpcore.data.sources.parquet_frames`), and read by the engine where it lies; a database table or
-SELECT is read once in chunks by the Data page's own reader (:func:`dpcore.data.sources.sql_chunks`: one
-read-only transaction, rows in the order of all their columns, a query checked by
-:func:`~dpcore.data.sources.validate_select`), fingerprinted on the way and staged as a Parquet file in a
-temporary folder; a CSV file is read whole by the Data page's own reader
-(:func:`dpcore.data.sources.read_text_file`: same delimiter, encoding, type inference and size limit, so
-the same fingerprint). The fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page
-would load.
+A source is a typed spec of the source registry (:mod:`dpcore.data.sources`); its kind declares what the
+engines read (:meth:`~dpcore.data.sources.SourceSpec.batch`). Parquet files (a file, or a folder's files in
+sorted path order) are fingerprinted in one streaming pass of record batches, each measured before its text
+is expanded, as the Data page reads them (:func:`dpcore.data.sources.parquet_frames`), and read by the
+engine where they lie; a table read whole (a CSV file, by the Data page's own reader: same delimiter,
+encoding, type inference and size limit) or rows read once in chunks (a database table or SELECT, by the
+Data page's reader :func:`dpcore.data.sources.sql_chunks`: one read-only transaction, rows in the order of
+all their columns) are fingerprinted on the way and staged as a Parquet file in a temporary folder. The
+fingerprint is :func:`dpcore.data.fingerprint` of the table the Data page would load. :func:`open_source`
+takes the batch command's form (``--source`` with ``--table`` or ``--query``).
 
-Parquet is read twice (the fingerprint pass, then the engine's passes), so the files' (path, size,
-modification time, inode) are recorded before the first read and :meth:`Source.check_unchanged` refuses a
-release computed after any file was added, removed, resized or rewritten; a staged source is read once.
-A file removed or made unreadable between its listing and its reads is a ``DataError`` naming it.
+Parquet read in place is read twice (the fingerprint pass, then the engine's passes), so the files' (path,
+size, modification time, inode) are recorded before the first read and :meth:`Source.check_unchanged`
+refuses a release computed after any file was added, removed, resized or rewritten; a staged source is read
+once. A file removed or made unreadable between its listing and its reads is a ``DataError`` naming it.
 """
 
 from __future__ import annotations
@@ -38,16 +37,8 @@ import pyarrow.parquet as pq
 
 from dpcore.data.fingerprint import FingerprintStream
 from dpcore.data.io import column_name
-from dpcore.data.sources import (
-    PARQUET_SUFFIXES,
-    TEXT_SUFFIXES,
-    DatabaseQuery,
-    DatabaseTable,
-    parquet_frames,
-    parquet_parts,
-    read_text_file,
-    sql_chunks,
-)
+from dpcore.data.sources import SourceContext, SourceSpec, from_command_line, parquet_frames, parquet_parts
+from dpcore.data.sources.registry import BatchChunks, BatchFiles, BatchTable
 from dpcore.errors import DataError, ParameterError
 from dpcore.outofcore.features import SPILL_FOLDER
 
@@ -222,12 +213,6 @@ class Source:
             self._staging = None
 
 
-def is_url(source: str) -> bool:
-    """True for a SQLAlchemy URL (``dialect[+driver]://...``), False for a file path."""
-    head = source.split("://", 1)[0]
-    return "://" in source and head.replace("+", "").isalnum() and head != "file"
-
-
 def parquet_files(path: Path) -> list[Path]:
     """The Parquet file itself, or the ``.parquet`` files below the folder (partitioned layouts such as
     year=2020/...) as the Data page reads a folder (:func:`dpcore.data.sources.parquet_parts`)."""
@@ -257,52 +242,52 @@ def open_source(
     query: str | None = None,
     spark: Any = None,
 ) -> Source:
-    """The source as an Ibis table on ``engine`` with its fingerprint (see the module docstring); a
-    database URL needs exactly one of ``table`` and ``query``, a file neither."""
-    text = os.fspath(source)
-    if is_url(text):
-        if (table is None) == (query is None):
-            raise ParameterError(
-                "A database source needs --table NAME or --query 'SELECT ...' (one of them: the table or "
-                "the SELECT the plan was made on)."
-            )
-        return _stage_sql(connect(engine, spark), text, table=table, query=query)
-    if table is not None or query is not None:
-        raise ParameterError(
-            f"--{'table' if table is not None else 'query'} is for a database source; give a SQLAlchemy URL "
-            "as --source, or leave it out for a file."
-        )
-    path = Path(text).expanduser()
-    if not path.exists():
-        raise DataError(f"No file or folder at {path}; give a Parquet file or folder, a CSV file or a URL.")
+    """The source the batch command names (``--source`` with ``--table`` or ``--query``: the kind that
+    reads that form, :func:`dpcore.data.sources.from_command_line`) as an Ibis table on ``engine`` with its
+    fingerprint (:func:`open_spec`)."""
+    spec, ctx = from_command_line(os.fspath(source), table, query)
+    return open_spec(spec, ctx, engine, spark=spark)
+
+
+def open_spec(
+    spec: SourceSpec, ctx: SourceContext, engine: Engine = "duckdb", *, spark: Any = None
+) -> Source:
+    """``spec`` (read with ``ctx``) as an Ibis table on ``engine`` with its fingerprint, from the batch
+    arguments the kind declares (:meth:`~dpcore.data.sources.SourceSpec.batch`): Parquet files read where
+    they lie, a table read whole and staged, or chunks fingerprinted and staged (see the module docstring)."""
+    batch = spec.batch(ctx)
     con = connect(engine, spark)
-    suffixes = "".join(path.suffixes).lower()
-    if path.is_dir() or suffixes.endswith(PARQUET_SUFFIXES):
-        stamps = stamp_files(path)  # before the first read: the engine reads the files again
-        files = [s.path for s in stamps]
-        frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
-        try:
-            digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
-            table = read_parquet(con, [str(f) for f in files])
-        except Exception as err:  # a file removed or rewritten since it was listed: name it and the fix
-            check_unchanged(path, stamps)
-            if isinstance(err, OSError):
-                raise _unreadable(Path(err.filename) if err.filename else path, err) from None
-            raise
-        renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
-        return Source(table.rename(renamed) if renamed else table, digest, root=path, stamps=stamps)
-    if suffixes.endswith(TEXT_SUFFIXES):
+    if isinstance(batch, BatchFiles):
+        return _read_in_place(con, batch.root)
+    if isinstance(batch, BatchTable):
         from dpcore.data import fingerprint
 
         try:
-            df = read_text_file(path, path.name)
+            df = batch.read()
         except OSError as err:  # removed or made unreadable since it was found
-            raise _unreadable(path, err) from None
+            raise _unreadable(Path(err.filename) if err.filename else Path(spec.where), err) from None
         staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
         staged = Path(staging.name) / "table.parquet"
         df.to_parquet(staged, index=False)
         return Source(read_parquet(con, [str(staged)]), fingerprint(df), staging)
-    raise DataError(f"{path.name}: give a Parquet file or folder, a CSV file or a database URL (--table).")
+    return _stage_chunks(con, batch)
+
+
+def _read_in_place(con: Any, path: Path) -> Source:
+    """The Parquet file or folder ``path`` read by the engine where it lies, fingerprinted first."""
+    stamps = stamp_files(path)  # before the first read: the engine reads the files again
+    files = [s.path for s in stamps]
+    frames = (f.dropna(how="all") for f in parquet_frames(files, path.name, CHUNK_ROWS))
+    try:
+        digest = stream_fingerprint(frames)  # batches bounded once decoded, as the Data page reads them
+        table = read_parquet(con, [str(f) for f in files])
+    except Exception as err:  # a file removed or rewritten since it was listed: name it and the fix
+        check_unchanged(path, stamps)
+        if isinstance(err, OSError):
+            raise _unreadable(Path(err.filename) if err.filename else path, err) from None
+        raise
+    renamed = {column_name(c): c for c in table.columns if column_name(c) != c}  # as the Data page
+    return Source(table.rename(renamed) if renamed else table, digest, root=path, stamps=stamps)
 
 
 def _stable_types(chunk: pd.DataFrame) -> pa.Table:
@@ -382,29 +367,12 @@ class _Staging:
             self.writer.close()
 
 
-def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> Source:
-    """Read ``table`` or ``query`` at ``url`` once, as the Data page reads it (:func:`sql_chunks`):
-    fingerprint the rows and stage them as Parquet for the engine."""
-    import sqlalchemy as sa
-
-    from dpcore.url_text import URL_PLACEHOLDER, shown_url, url_redactor  # no secret in any message
-
-    try:
-        engine = sa.create_engine(url)
-    except (sa.exc.SQLAlchemyError, ImportError, ValueError, TypeError) as err:
-        # a malformed URL, an unknown or absent driver, a query value the driver cannot parse; the error of
-        # a URL that does not even parse may quote any part of it: only its type is shown
-        shown = shown_url(url)
-        why = type(err).__name__ if shown == URL_PLACEHOLDER else url_redactor(url)(str(err))
-        raise DataError(
-            f"Cannot open the database URL {shown} ({why}); give a SQLAlchemy URL such as "
-            "postgresql+psycopg://user@host/db whose driver is installed."
-        ) from None
-    shown = shown_url(engine.url)
-    spec = DatabaseTable(shown, table) if table is not None else DatabaseQuery(shown, str(query))
+def _stage_chunks(con: Any, batch: BatchChunks) -> Source:
+    """Read ``batch``'s rows once, as the Data page reads them: fingerprint them and stage them as Parquet
+    for the engine."""
     staging = tempfile.TemporaryDirectory(prefix="dpcore-source-")
     staged = Path(staging.name) / "table.parquet"
-    writer = _Staging(staged, spec.label)
+    writer = _Staging(staged, batch.label)
 
     def frames(total: int, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         seen = 0
@@ -414,15 +382,14 @@ def _stage_sql(con: Any, url: str, *, table: str | None, query: str | None) -> S
             writer.write(_stable_types(chunk))
             yield chunk
         if seen != total:
-            raise DataError(f"'{spec.label}' changed while it was read ({seen:,} of {total:,} rows); rerun.")
+            raise DataError(f"'{batch.label}' changed while it was read ({seen:,} of {total:,} rows); rerun.")
 
     try:
         try:
-            with sql_chunks(spec, engine, CHUNK_ROWS) as (total, chunks):
+            with batch.read() as (total, chunks):
                 digest = stream_fingerprint(frames(total, chunks))
         finally:
             writer.close()
-            engine.dispose()
     except BaseException:
         staging.cleanup()
         raise

@@ -108,13 +108,12 @@ def _bounded_features(page: Page) -> None:
 def _load_select(page: Page, sql: str) -> None:
     """The Data page's database source: ``sql`` typed as the SELECT, then loaded."""
     go(page, "Data")
-    choose_radio(page, "Database")
-    choose_radio(page, "A SELECT query")
+    choose_radio(page, "Database query (one SELECT)")
     box = main(page).get_by_role("textbox", name="SELECT query")
     box.fill(sql)
     box.press("Control+Enter")
     wait_for_app(page)
-    click(page, "Load from the database")
+    click(page, "Load this table")
 
 
 def _shown_fingerprint(page: Page) -> str:
@@ -130,7 +129,7 @@ def _load(page: Page, label: str) -> None:
     go(page, "Data")
     choose_radio(page, FOLDER)
     select(page, "File", label)
-    click(page, "Load this file")
+    click(page, "Load this table")
 
 
 def _recorded(server: Server, digest: str) -> list[ReleaseRecord]:
@@ -215,9 +214,9 @@ def test_release_from_a_database_table(page: Page, server: Server, warehouse: st
     digest = load_source(DatabaseTable("warehouse", "blobs"), engine=engine).fingerprint
     engine.dispose()
     go(page, "Data")
-    choose_radio(page, "Database")
+    choose_radio(page, "Database table")
     select(page, "Table", "blobs")
-    click(page, "Load from the database")
+    click(page, "Load this table")
     body = main(page)
     expect(body.get_by_text("900 rows × 2 columns").first).to_be_visible()
     expect(body.get_by_text(digest[:16]).first).to_be_visible()

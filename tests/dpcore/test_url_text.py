@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.ledger import Ledger, LedgerError
 from dpcore.url_text import URL_PLACEHOLDER, shown_url, url_redactor
-from tests.pages.test_sources import DATABASE, _open, warehouse  # noqa: F401 (a fixture)
+from tests.pages.test_sources import DATABASE, QUERY, _open, warehouse  # noqa: F401 (a fixture)
 from tests.system.test_cli_audit import one_line_refusal, run, setup, write_plan  # noqa: F401 (a fixture)
 
 SECRET = "SECRET123"
@@ -131,8 +131,8 @@ def test_the_data_page_shows_no_secret_of_a_connection_whose_reads_fail(
     at.radio(key="data_source").set_value(DATABASE).run()
     assert any("Could not list the tables" in e.value for e in at.error)
     assert SECRET not in _page_text(at)
-    at.radio(key="data_db_read").set_value("A SELECT query").run()
-    at.text_area(key="data_db_sql").input("SELECT age FROM people").run()
-    at.button(key="data_load_db").click().run()
+    at.radio(key="data_source").set_value(QUERY).run()
+    at.text_area(key="data_database_query_sql_w").input("SELECT age FROM people").run()
+    at.button(key="data_load_source").click().run()
     assert any("The database refused the read" in e.value for e in at.error)
     assert SECRET not in _page_text(at)

@@ -170,7 +170,7 @@ def test_a_reload_restores_the_name_of_an_upload_and_of_a_folder_file(tmp_path: 
     secrets = {"dpcore": {"data_folders": [str(folder)], "max_rows": 1000}}
     at = _open(secrets=secrets)
     at.radio(key="data_source").set_value("File in a data folder").run()
-    at.button(key="data_load_folder").click().run()
+    at.button(key="data_load_source").click().run()
     assert _ok(at).session_state["dp_dataset"].name == "tables/people.csv"
     _rename(at, "Survey")
     again = _open(at.query_params["s"], secrets=secrets)  # a source is read again under its label

@@ -26,7 +26,7 @@ MAX_ROWS = 100  # the table has more rows: the dataset is a sample, drawn with t
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
     """No test sees another's kept reads, sample seeds or table lists (kept by connection name and URL)."""
-    kept = (datasets._database_table, datasets._sample_seeds, datasets._database_tables)
+    kept = (datasets._kept_read, datasets._sample_seeds, datasets._listing)
     for cache in kept:
         cache.clear()
     yield
@@ -46,11 +46,13 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tables the Data page reads from the database, one entry per read."""
     seen: list[str] = []
 
-    def counted(spec, **kwargs):
-        seen.append(spec.table)
-        return load_source(spec, **kwargs)
+    read = datasets._read_now
 
-    monkeypatch.setattr(datasets, "load_source", counted)
+    def counted(spec, *args):
+        seen.append(spec.table)
+        return read(spec, *args)
+
+    monkeypatch.setattr(datasets, "_read_now", counted)
     return seen
 
 
@@ -73,8 +75,8 @@ def _secrets(url: str, **settings: Any) -> dict[str, Any]:
 
 def _load(at: AppTest) -> AppTest:
     at.radio(key="data_source").set_value(DATABASE).run()
-    at.selectbox(key="data_db_table_warehouse").set_value("people").run()
-    at.button(key="data_load_db").click().run()
+    at.selectbox(key="data_database_table_table_warehouse").set_value("people").run()
+    at.button(key="data_load_source").click().run()
     return _ok(at)
 
 
@@ -206,7 +208,7 @@ def test_a_connection_given_another_url_is_listed_afresh(warehouse: str, tmp_pat
     the minute lists that database (before, the first database's tables were shown under the new URL)."""
     at = _open(_secrets(warehouse))
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert "people" in _ok(at).selectbox(key="data_db_table_warehouse").options
+    assert "people" in _ok(at).selectbox(key="data_database_table_table_warehouse").options
     other = f"sqlite:///{tmp_path / 'other.db'}"
     engine = sa.create_engine(other)
     with engine.begin() as conn:
@@ -214,4 +216,4 @@ def test_a_connection_given_another_url_is_listed_afresh(warehouse: str, tmp_pat
     engine.dispose()
     at = _open(_secrets(other))
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert _ok(at).selectbox(key="data_db_table_warehouse").options == ["visits"]
+    assert _ok(at).selectbox(key="data_database_table_table_warehouse").options == ["visits"]

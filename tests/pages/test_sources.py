@@ -18,7 +18,6 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore import config
 from dpcore.data import fingerprint, load_table
-from dpcore.data.sources import load_source
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
@@ -29,7 +28,7 @@ from ui import datasets
 from ui.state import DEFAULT_POLICY
 
 TIMEOUT = 60
-FOLDER, DATABASE = "File in a data folder", "Database"
+FOLDER, DATABASE, QUERY = "File in a data folder", "Database table", "Database query (one SELECT)"
 
 
 def _ok(at: AppTest) -> AppTest:
@@ -86,8 +85,8 @@ def _folder_secrets(folder: Path, max_rows: int = 100) -> dict[str, Any]:
 
 def _load_folder_file(at: AppTest, label: str) -> None:
     at.radio(key="data_source").set_value(FOLDER).run()
-    at.selectbox(key="data_folder_file").set_value(label).run()
-    at.button(key="data_load_folder").click().run()
+    at.selectbox(key="data_folder_file_file").set_value(label).run()
+    at.button(key="data_load_source").click().run()
     _ok(at)
 
 
@@ -99,7 +98,8 @@ def test_sources_are_offered_only_when_the_operator_configures_them(folder: Path
 def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> None:
     at = _open(_folder_secrets(folder))
     at.radio(key="data_source").set_value(FOLDER).run()
-    assert at.selectbox(key="data_folder_file").options == ["tables/large.parquet", "tables/small.parquet"]
+    listed = at.selectbox(key="data_folder_file_file").options
+    assert listed == ["tables/large.parquet", "tables/small.parquet"]
     assert any("up to 100 rows are loaded whole" in c.value for c in at.caption)
     _load_folder_file(at, "tables/small.parquet")
     ds = at.session_state["dp_dataset"]
@@ -154,18 +154,18 @@ def test_a_database_table_and_a_select_load_and_other_statements_are_refused(war
     secrets = {"dpcore": {"databases": ["warehouse"]}, "connections": {"warehouse": connection}}
     at = _open(secrets)
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert at.selectbox(key="data_db_table_warehouse").options == ["people", "x"]
-    at.selectbox(key="data_db_table_warehouse").set_value("people").run()
-    at.button(key="data_load_db").click().run()
+    assert at.selectbox(key="data_database_table_table_warehouse").options == ["people", "x"]
+    at.selectbox(key="data_database_table_table_warehouse").set_value("people").run()
+    at.button(key="data_load_source").click().run()
     ds = _ok(at).session_state["dp_dataset"]
     assert ds.name == "warehouse: people" and ds.n_rows == 80
     assert list(ds.raw.columns) == ["age", "income", "city"]
-    at.radio(key="data_db_read").set_value("A SELECT query").run()
-    at.text_area(key="data_db_sql").input("SELECT age FROM people WHERE age < 40").run()
-    at.button(key="data_load_db").click().run()
+    at.radio(key="data_source").set_value(QUERY).run()
+    at.text_area(key="data_database_query_sql_warehouse").input("SELECT age FROM people WHERE age < 40").run()
+    at.button(key="data_load_source").click().run()
     assert list(_ok(at).session_state["dp_dataset"].raw.columns) == ["age"]
-    at.text_area(key="data_db_sql").input("SELECT 1; DROP TABLE x").run()
-    at.button(key="data_load_db").click().run()
+    at.text_area(key="data_database_query_sql_warehouse").input("SELECT 1; DROP TABLE x").run()
+    at.button(key="data_load_source").click().run()
     assert any("exactly one SELECT" in e.value for e in _ok(at).error)
     assert list(at.session_state["dp_dataset"].raw.columns) == ["age"]  # the dataset in use is kept
     engine = sa.create_engine(warehouse)
@@ -182,11 +182,13 @@ def test_a_reload_restores_a_folder_source_with_the_same_sample(
 ) -> None:
     reads: list[str] = []
 
-    def counted(spec, **kwargs):
-        reads.append(spec.path)
-        return load_source(spec, **kwargs)
+    read = datasets._read_now
 
-    monkeypatch.setattr(datasets, "load_source", counted)
+    def counted(spec, *args):
+        reads.append(spec.path)
+        return read(spec, *args)
+
+    monkeypatch.setattr(datasets, "_read_now", counted)
     secrets = _folder_secrets(folder)
     at = _open(secrets)
     _load_folder_file(at, "tables/large.parquet")
@@ -233,7 +235,7 @@ def test_a_column_empty_in_every_row_is_left_out_of_the_drop_and_cannot_empty_it
     engine.dispose()
     at = _open({"dpcore": {"databases": ["w"]}, "connections": {"w": {"url": url}}})
     at.radio(key="data_source").set_value(DATABASE).run()
-    at.button(key="data_load_db").click().run()
+    at.button(key="data_load_source").click().run()
     ds = _ok(at).session_state["dp_dataset"]
     columns = at.multiselect(key=f"data_missing_cols_{ds.dataset_id}")
     assert columns.options == ["income", "unused"] and columns.value == ["income"]
@@ -281,18 +283,18 @@ def test_a_runaway_select_is_stopped_at_the_operators_time_limit_and_the_page_ke
     at = _open(secrets)
     at.radio(key="data_source").set_value(DATABASE).run()
     assert any("stopped after 0.5 s" in c.value for c in at.caption)
-    at.button(key="data_load_db").click().run()
+    at.button(key="data_load_source").click().run()
     first = _ok(at).session_state["dp_dataset"]
-    at.radio(key="data_db_read").set_value("A SELECT query").run()
-    at.text_area(key="data_db_sql").input(runaway).run()
+    at.radio(key="data_source").set_value(QUERY).run()
+    at.text_area(key="data_database_query_sql_warehouse").input(runaway).run()
     start = time.monotonic()
-    at.button(key="data_load_db").click().run(timeout=20)
+    at.button(key="data_load_source").click().run(timeout=20)
     assert time.monotonic() - start < 10
     (error,) = _ok(at).error
     assert "stopped after the database time limit of 0.5 s" in error.value
     assert "add a WHERE clause" in error.value and "query_timeout_s" in error.value
     ds = at.session_state["dp_dataset"]
     assert ds.name == "warehouse: people" and ds.fingerprint == first.fingerprint  # the dataset is kept
-    at.text_area(key="data_db_sql").input("SELECT age FROM people WHERE age < 40").run()
-    at.button(key="data_load_db").click().run()  # the page keeps working: the next read loads
+    at.text_area(key="data_database_query_sql_warehouse").input("SELECT age FROM people WHERE age < 40").run()
+    at.button(key="data_load_source").click().run()  # the page keeps working: the next read loads
     assert not _ok(at).error and list(at.session_state["dp_dataset"].raw.columns) == ["age"]

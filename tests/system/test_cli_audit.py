@@ -311,7 +311,7 @@ def test_ctrl_c_prints_one_line_and_how_to_finish(setup, tmp_path: Path, capsys,
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dpcore.outofcore.run_plan.open_source", interrupted)
+    monkeypatch.setattr("dpcore.outofcore.run_plan.open_spec", interrupted)
     try:
         code, _, err = run(capsys, plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path)
     except KeyboardInterrupt:

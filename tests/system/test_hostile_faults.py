@@ -106,6 +106,7 @@ def test_a_full_disk_under_a_batch_job_is_reported_as_such(
     manifest, _ = people
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger_for(url, manifest).close()
+    (tmp_path / "p.parquet").touch()  # the job's source names a file (never read: the run fails first)
     state, message = jobs._run(spec(manifest, tmp_path / "p.parquet", url, tmp_path, "job-9"), "j.log", print)
     assert state == "failed" and "the server's disk is full" in message and "start it again" in message
 

@@ -24,7 +24,6 @@ from dpcore.data.sources import (
     DatabaseTable,
     FolderFile,
     SourceSettings,
-    _read_only,
     list_folder_files,
     list_tables,
     load_source,
@@ -32,6 +31,7 @@ from dpcore.data.sources import (
     source_from_dict,
     validate_select,
 )
+from dpcore.data.sources.database import _read_only
 from dpcore.errors import DataError
 from tests.postgres_server import BACKENDS, PostgresServer
 

@@ -225,7 +225,7 @@ def test_the_csv_size_limit_holds_for_gzip_and_in_the_batch_job(
     """CSV files are read into memory whole, so a folder's CSV above MAX_TEXT_MB is refused. The limit
     was on the size on disk only (a .csv.gz unpacking to more passed, held to the 50 MB upload limit
     instead), and the batch job had none: it read any CSV whole."""
-    monkeypatch.setattr(sources, "MAX_TEXT_MB", 1)
+    monkeypatch.setattr(sources.common, "MAX_TEXT_MB", 1)
     text = "".join(f"{k},{k % 7}.5\n" for k in range(150_000)).encode()  # 1.6 MB
     (tmp_path / "big.csv").write_bytes(b"a,b\n" + text)
     (tmp_path / "big.csv.gz").write_bytes(gzip.compress(b"a,b\n" + text))
@@ -257,7 +257,7 @@ def test_a_source_too_wide_is_refused_before_it_is_read_naming_it(
     def no_read(*args: object) -> None:
         raise AssertionError("the rows were read")
 
-    monkeypatch.setattr(sources, "_pass", no_read)
+    monkeypatch.setattr(sources.common, "one_pass", no_read)
     for spec, message in cases.items():
         with pytest.raises(DataError, match=message):
             load_source(spec, folders=[str(tmp_path)], engine=engine, max_rows=1)
@@ -516,13 +516,12 @@ def test_the_data_pages_table_list_is_stopped_at_the_time_limit(
     import ui.datasets
 
     monkeypatch.setattr(ui.datasets, "database_engine", lambda name: warehouse)
-    monkeypatch.setattr(
-        ui.datasets, "source_settings", lambda: SourceSettings(databases=("w",), query_timeout_s=0.5)
-    )
+    settings = SourceSettings(databases=("w",), query_timeout_s=0.5)
     slow_catalog(monkeypatch, RUNAWAY)
     start = time.monotonic()
     with pytest.raises(DataError, match=r"tables was stopped after the time limit of 0.5 s.*query_timeout_s"):
-        ui.datasets.database_tables(f"w-{uuid.uuid4().hex}")
+        table = DatabaseTable.fields[1]
+        ui.datasets.source_options(DatabaseTable, table, {"connection": f"w-{uuid.uuid4().hex}"}, settings)
     assert time.monotonic() - start < 3
     monkeypatch.undo()
     slow_catalog(monkeypatch, RUNAWAY.replace("1000000000", "3000000"))  # about 1 s, above the limit

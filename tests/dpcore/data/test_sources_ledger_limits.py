@@ -168,7 +168,7 @@ def test_the_data_page_refuses_a_connection_to_the_ledgers_database(tmp_path: Pa
     _ok(at)
     shown = " ".join(e.value for e in at.error)
     assert "leads to the ledger's own database" in shown and "read-only role" in shown, shown
-    assert not [s for s in at.selectbox if s.key == "data_db_table_w"]
+    assert not [s for s in at.selectbox if s.key == "data_database_table_table_w"]
 
 
 # -- finding 8: rows and bytes capped before pandas, the time limit in the database -----------------
@@ -179,7 +179,7 @@ def _frames(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     built: list[int] = []
     import pandas.io.sql
 
-    for module in (sources, pandas.io.sql):
+    for module in (sources.database, pandas.io.sql):
         wrap = getattr(module, "_wrap_result", None)
         if wrap is None:
             continue
@@ -251,8 +251,8 @@ def test_the_rows_kept_from_a_read_are_capped_in_bytes_as_they_arrive(
     """Rows under the row limit, too many bytes in all (400 rows of 20 kB against a 1 MB limit): the read
     stops once the kept rows pass the limit, in chunks of at most 256 kB, with the limit and the fix named;
     a read under the limit loads."""
-    monkeypatch.setattr(sources, "MAX_SQL_BYTES", 2**20, raising=False)
-    monkeypatch.setattr(sources, "SQL_CHUNK_BYTES", 2**18, raising=False)
+    monkeypatch.setattr(sources.database, "MAX_SQL_BYTES", 2**20, raising=False)
+    monkeypatch.setattr(sources.database, "SQL_CHUNK_BYTES", 2**18, raising=False)
     engine = sa.create_engine(warehouse_url)
     built = _frames(monkeypatch)
     value = "hex(zeroblob(10000))" if engine.dialect.name == "sqlite" else "repeat('x', 20000)"
@@ -273,7 +273,7 @@ def test_sqlites_time_limit_interrupts_a_step_the_progress_handler_does_not_see(
     """The progress handler looks at the clock between virtual-machine instructions; a timer calls
     ``interrupt()`` at the limit for what runs between two looks (here the handler is made to look almost
     never): the query stops at the limit, not when it ends (about 10 s)."""
-    monkeypatch.setattr(sources, "SQLITE_STEPS", 2**31 - 1)
+    monkeypatch.setattr(sources.database, "SQLITE_STEPS", 2**31 - 1)
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'w.db'}")
     sql = ROWS_OF.format(n=30_000_000) + "SELECT COUNT(*) AS n FROM c"
     try:

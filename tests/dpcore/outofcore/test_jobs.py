@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from dpcore.data import fingerprint, infer_schema, prepare
+from dpcore.data.sources import batch_source, from_command_line
 from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
 from dpcore.outofcore import jobs
@@ -68,10 +69,19 @@ def ledger_for(url: str, manifest: dict) -> Ledger:
     return ledger
 
 
-def spec(manifest: dict, source: str | Path, url: str, tmp_path: Path, request_id: str, **kw) -> JobSpec:
+def spec(
+    manifest: dict, source: str | Path, url: str, tmp_path: Path, request_id: str, table=None, query=None,
+    **kw,
+) -> JobSpec:
+    """The job of ``manifest`` on ``source`` as the batch command names it (with ``table`` or ``query``)."""
     return JobSpec(
-        manifest=manifest, source=str(source), ledger_url=url, artifacts_dir=str(tmp_path / "artifacts"),
-        user="batch", request_id=request_id, **kw,
+        manifest=manifest,
+        source=batch_source(*from_command_line(str(source), table, query)),
+        ledger_url=url,
+        artifacts_dir=str(tmp_path / "artifacts"),
+        user="batch",
+        request_id=request_id,
+        **kw,
     )
 
 

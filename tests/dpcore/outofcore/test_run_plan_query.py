@@ -237,7 +237,7 @@ def test_a_column_whose_first_or_last_chunks_are_all_missing_is_staged(
     engine = sa.create_engine(ledger_url)
     df.to_sql("people", engine, index=False)
     page = load_source(DatabaseTable("w", "people"), engine=engine, max_rows=10)
-    monkeypatch.setattr("dpcore.outofcore.source.CHUNK_ROWS", 10)
+    monkeypatch.setattr("dpcore.data.sources.database.CHUNK_ROWS", 10)
     with open_source(ledger_url, table="people") as src:
         assert src.fingerprint == page.fingerprint
         staged = src.table.to_pandas()

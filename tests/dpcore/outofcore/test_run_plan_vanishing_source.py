@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import dpcore.data.sources.folder_file as folder_file
 import dpcore.outofcore.source as source
 from dpcore.errors import DataError
 from dpcore.ledger import Ledger
@@ -97,7 +98,7 @@ def test_a_csv_file_removed_before_it_is_read_is_named_in_one_line(
     manifest, _ = dashboard_release(tmp_path, df)
     url = f"sqlite:///{tmp_path / 'batch.db'}"
     Ledger.initialise(url).set_budget(ReleasePlan.from_manifest(manifest).account, epsilon=5.0)
-    monkeypatch.setattr(source, "read_text_file", removing(path, source.read_text_file))
+    monkeypatch.setattr(folder_file, "read_text_file", removing(path, folder_file.read_text_file))
     err = refusal(capsys, manifest, path, url, tmp_path)
     assert f"The source file {path} " in err and FIX in err, err
     assert "nothing was released or debited" in err and spent(url, manifest) == 0.0
