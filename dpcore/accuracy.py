@@ -31,7 +31,6 @@ __all__ = [
     "EpsAnswer",
     "Target",
     "eps_for_target",
-    "location_metres",
     "metric_curves",
     "tidy",
 ]
@@ -113,22 +112,6 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     return out[["mechanism", "label", "epsilon", "trial", "metric", "value"]]
 
 
-def location_metres(sweep: pd.DataFrame, hs_m: float) -> pd.DataFrame:
-    """The location sweep with its distance metrics in metres: metric ``error_m``.
-
-    ``distance_error`` (DE: per user, the mean displacement as a fraction of HS, averaged over users;
-    Zhu et al. 2017) times ``hs_m`` is the mean displacement in metres; ``mean_error_m`` (distance between
-    the true and the released mean position) already is. Other metrics are kept as they are.
-    """
-    if not (math.isfinite(float(hs_m)) and hs_m > 0):
-        raise ParameterError(f"HS must be a positive number of metres (got {hs_m!r}), e.g. 300000.")
-    out = tidy(sweep).copy()
-    de = out["metric"] == "distance_error"
-    out.loc[de, "value"] = out.loc[de, "value"] * float(hs_m)
-    out.loc[de | (out["metric"] == "mean_error_m"), "metric"] = LOCATION_ERROR_M
-    return out
-
-
 def _quantile(values: np.ndarray, q: float, worst: float) -> float:
     """Linear-interpolation quantile with NaN read as ``worst`` (+inf for an error, -inf for a score)."""
     v = np.sort(np.where(np.isnan(values), worst, values))
@@ -181,7 +164,7 @@ def _crossing(e0: float, v0: float, e1: float, v1: float, target: float) -> floa
 def eps_for_target(frame: pd.DataFrame, target: Target, *, interpolate: bool = False) -> list[EpsAnswer]:
     """Per mechanism, the smallest grid eps from which the target is met at every larger grid eps.
 
-    ``frame`` is a sweep's output (see :func:`tidy`; for locations in metres, :func:`location_metres`).
+    ``frame`` is a sweep's output (see :func:`tidy`).
     Mechanisms without rows for ``target.metric`` are left out (each location mechanism has one metric).
     """
     curves = metric_curves(frame, target)

@@ -87,6 +87,8 @@ class Param:
     choice_label: Callable[[Any], str] | None = None
     #: Pages draw no widget for it (a value set elsewhere on the page, e.g. the number of clusters).
     hidden: bool = False
+    #: Named values the widget offers before a free entry, e.g. (("city", 25000.0), ...).
+    presets: tuple[tuple[str, Any], ...] = ()
 
     @property
     def numeric(self) -> bool:

@@ -1,33 +1,26 @@
-"""Locations: compare planar Laplace, PriLocation, density grids, Blowfish means and hotspots; release one.
+"""Locations: compare the registered location mechanisms over ε; release one.
 
 Diagnostics (sections 1-3) read the raw coordinates and cost no budget; the release (section 4) runs one
 mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) and is the only output meant
-to leave. Maps draw without a tile server unless the curator ticks the basemap option.
+to leave. Every mechanism's parameters are drawn from its spec's declaration (``ui.params``), compared and
+released with the same values; maps draw without a tile server.
 """
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import streamlit as st
 
 from dpcore.location.geometry import Region
-from dpcore.location.prilocation import LEVELS
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER
-from dpcore.location.sweep import MAX_TRIALS, MECHANISMS
-from dpcore.plots.location import (
-    density_heatmap,
-    displacement_histogram,
-    error_vs_eps,
-    hotspot_map,
-    true_vs_released,
-)
-from dpcore.policy import Blowfish, DistanceThresholdGraph, GeoIndistinguishability
+from dpcore.location.sweep import MAX_TRIALS, comparable
+from dpcore.plots.location import error_vs_eps
+from dpcore.policy import GeoIndistinguishability
 from ui import accuracy, datasets, state
 from ui import locations_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
+from ui.params import draw_params
 from ui.release import current_plan, release_panel, stale_reason
 from ui.requests_view import sweep_evidence
 from ui.text import md
@@ -37,7 +30,6 @@ ensure_entrypoint()
 SWEEP_KEY = "loc_sweep"
 COMPARED_KEY = "loc_compared"
 NO_USER = "(none: each row is its own user)"
-CUSTOM_HS = "custom (metres)"
 AIRPORTS = "Sample: US airports"
 DIAGNOSTIC_BANNER = (
     "**Diagnostics (non-private).** Sections 1-3 use the raw coordinates (true maps, errors over many noisy "
@@ -72,7 +64,7 @@ def _coordinates(ds: state.Dataset) -> view.Coordinates:
     lon_col = b.selectbox("Longitude column (degrees)", lon_cols, key=lon_key)
     users = [NO_USER, *others]
     user_col = c.selectbox(
-        "User column (PriLocation groups visits by user)",
+        "User column (a user's locations are protected together)",
         users,
         key=state.persist("loc_user", NO_USER, users.__contains__),
     )
@@ -180,137 +172,41 @@ def _custom_from_previous(suffix: str) -> None:
             st.session_state[k] = edge
 
 
-def _param_high(mechanism: str, name: str) -> float:
-    """The registry's upper limit of a mechanism's parameter (the widget's ``max_value``)."""
-    return float(next(p.high for p in LOCATIONS[mechanism].params if p.name == name))  # type: ignore[arg-type]
-
-
-MAX_METRES = _param_high("prilocation", "hs_m")  # HS and θ alike: half the Earth's circumference
-MAX_CLUSTERS = int(_param_high("prilocation", "n_clusters"))
-MAX_GRID = int(_param_high("prilocation", "grid_size"))
-MAX_LOCATIONS_PER_USER = int(_param_high("prilocation", "max_per_user"))
-
-
 def _number_in(low: float, high: float) -> Callable[[Any], bool]:
     """A kept widget value is reused only if it is a number of the widget's type within its limits."""
     kind = type(low)
     return lambda v: type(v) is kind and low <= v <= high
 
 
-def _parameters() -> view.Params:
-    a, b = st.columns(2)
-    with a:
-        st.subheader("PriLocation")
-        levels = [*LEVELS, CUSTOM_HS]
-        level = st.selectbox(
-            "Hierarchy level to protect (HS)",
-            levels,
-            format_func=lambda k: k if k == CUSTOM_HS else f"{k} ({LEVELS[k]:,.0f} m)",
-            key=state.persist("loc_hs_level", "state", levels.__contains__),
-        )
-        hs = (
-            float(
-                st.number_input(
-                    "HS (metres)",
-                    min_value=1.0,
-                    max_value=MAX_METRES,
-                    key=state.persist("loc_hs_m", 10_000.0, _number_in(1.0, MAX_METRES)),
-                )
-            )
-            if level == CUSTOM_HS
-            else LEVELS[level]
-        )
-        st.caption(
-            "HS: the largest distance between two places of one unit of that level. A visit is hidden "
-            "within about HS of where it was."
-        )
-        c1, c2 = st.columns(2)
-        clusters = int(
-            c1.number_input(
-                "Clusters",
-                min_value=1,
-                max_value=MAX_CLUSTERS,
-                key=state.persist("loc_clusters", 20, _number_in(1, MAX_CLUSTERS)),
-            )
-        )
-        grid = int(
-            c2.number_input(
-                "Clustering grid cells per side",
-                min_value=1,
-                max_value=MAX_GRID,
-                key=state.persist("loc_grid", 30, _number_in(1, MAX_GRID)),
-            )
-        )
-    with b:
-        st.subheader("Blowfish distance threshold")
-        pol = state.policy()
-        graph = pol.graph if isinstance(pol, Blowfish) else None
-        if isinstance(graph, DistanceThresholdGraph) and graph.metric == "haversine":
-            theta = float(graph.theta)
-            st.caption(f"θ = {theta:,.0f} m, from the Privacy policy page ({graph.label}).")
-        else:
-            theta = float(
-                st.number_input(
-                    "θ (metres)",
-                    min_value=1.0,
-                    max_value=MAX_METRES,
-                    step=1000.0,
-                    key=state.persist("loc_theta", 50_000.0, _number_in(1.0, MAX_METRES)),
-                )
-            )
-            st.caption("Set a haversine distance-threshold policy on the Privacy policy page to use its θ.")
-        st.caption(
-            f"An adversary may learn the region a person is in, but not their position within {theta:,.0f} m."
-        )
-    geo = _geo()
-    st.subheader("Hotspots (private k-means on projected coordinates)")
-    k = int(
-        st.number_input(
-            "Number of hotspots K",
-            min_value=1,
-            max_value=30,
-            step=1,
-            help="Blowfish hotspots check every pair of cells each round: their cost grows as K².",
-            key=state.persist("loc_hotspot_k", 8),
-        )
-    )
+def _parameters(coords: view.Coordinates) -> dict[str, dict[str, Any]]:
+    """Every location mechanism's parameters, mechanism key -> {name: value}, from widgets drawn from what
+    each declares: the comparison and the release use the same values."""
+    st.subheader("Parameters")
     st.caption(
-        "Locations are clamped into the public region and projected to metres around its centre; DP hotspots "
-        f"run DP-Lloyd, Blowfish hotspots Blowfish k-means with θ = {theta:,.0f} m (above)."
+        "Each mechanism's parameters as it declares them: the comparison runs each one as it would be "
+        "released, and the release panel uses the same values. Values set by the privacy policy are shown, "
+        "not asked."
     )
-    if geo is None:
-        return view.Params(hs, theta, None, None, clusters, grid, k)
-    return view.Params(hs, theta, geo.epsilon_per_metre, geo.radius_m, clusters, grid, k)
-
-
-def _geo() -> GeoIndistinguishability | None:
-    """The geo-indistinguishability policy, read-only: it is set in one place, the Privacy policy page."""
-    st.subheader("Geo-indistinguishability (planar Laplace)")
     pol = state.policy()
-    if isinstance(pol, GeoIndistinguishability):
+    geo = pol if isinstance(pol, GeoIndistinguishability) else None
+    if geo is not None:
         st.markdown(
-            f"From the Privacy policy page: level **l = {pol.level:.4g} within r = {pol.radius_m:,.0f} m** "
-            f"(ε = {pol.epsilon_per_metre:.3g} per metre). A planar Laplace release spends level l within r."
-        )
-        st.info(pol.plain_language())
-    else:
-        st.info(
-            "Planar Laplace releases under geo-indistinguishability: set its level l within a radius r as "
-            "the privacy policy. Until then, its diagnostic map runs at ε / HS per metre, as in the "
-            "comparison."
+            f"Geo-indistinguishability, from the Privacy policy page: level **l = {geo.level:.4g} within "
+            f"r = {geo.radius_m:,.0f} m** (ε = {geo.epsilon_per_metre:.3g} per metre)."
         )
     st.page_link("pages/policy.py", label="Set it on the Privacy policy page", icon=":material/shield:")
-    return pol if isinstance(pol, GeoIndistinguishability) else None
+    fixed = {} if coords.user_column is not None else {MAX_PER_USER.name: 1}
+    return draw_params("loc", LOCATIONS.values(), pol, fixed=fixed)
 
 
-def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Params, tiles: bool) -> None:
-    hs, clusters, grid = params.hs_m, params.n_clusters, params.grid_size
+def _compare(key: str, coords: view.Coordinates, region: Region, params: dict[str, dict[str, Any]]) -> None:
     st.header("3. Compare mechanisms (diagnostics, no budget)")
+    options = comparable()
     chosen = st.multiselect(
         "Mechanisms",
-        list(MECHANISMS),
-        format_func=lambda m: MECHANISMS[m][0],
-        key=state.persist("loc_mechs", list(MECHANISMS), lambda v: set(v) <= set(MECHANISMS)),
+        options,
+        format_func=lambda m: LOCATIONS[m].label,
+        key=state.persist("loc_mechs", options, lambda v: set(v) <= set(options)),
     )
     a, b = st.columns(2)
     lo, hi = a.select_slider(
@@ -328,21 +224,14 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
             key=state.persist("loc_trials", 3, _number_in(1, MAX_TRIALS)),
         )
     )
-    planar = (
-        f"Planar Laplace runs as it is released: ε is its level l within the policy's r = "
-        f"{params.radius_m:,.0f} m"
-        if params.radius_m is not None
-        else "Planar Laplace runs at ε / HS per metre (no geo-indistinguishability policy yet: its release "
-        "will use the policy's level within r)"
-    )
     st.caption(
-        f"{planar}; the Blowfish mean and hotspots at θ = {params.theta_m:,.0f} m, as released. Hotspots: "
-        "fractional WCSS loss (WCSS of the released centres minus WCSS of non-private k-means, over the "
-        f"latter; projected m²) with K = {params.hotspot_k}."
+        "Each mechanism runs with its parameters above, as it would be released (ε is the level l of a "
+        "geo-indistinguishable mechanism), every row counted as one person; each is scored by the metrics "
+        "it declares."
     )
-    args = (tuple(chosen), eps, trials, (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
-    hot = (params.hotspot_k, params.theta_m, params.radius_m)
-    settings = (key, *args, hs, clusters, grid, *hot)
+    box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
+    used = view.params_json({m: params[m] for m in chosen})
+    settings = (key, tuple(chosen), eps, trials, box, used)
     # the last comparison's settings are kept in the session plan: a reload, restart or second tab
     # shows that comparison again (from this server's cache when it has it) and the release still checks it
     compared = st.session_state[state.persist(COMPARED_KEY, None)]
@@ -351,7 +240,7 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
             st.status(f"Comparing {len(chosen)} mechanisms × {len(eps)} ε × {trials} trials...") as status,
             user_errors("running the comparison") as outcome,
         ):
-            frame = view.sweep(key, coords.lat, coords.lon, coords.users, *args, hs, clusters, grid, *hot)
+            frame = view.sweep(key, coords.lat, coords.lon, coords.users, *settings[1:])
             st.session_state[SWEEP_KEY] = (settings, frame)
             st.session_state[COMPARED_KEY] = settings
         status.update(
@@ -361,28 +250,25 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: view.Pa
     elif SWEEP_KEY not in st.session_state and compared is not None and compared[0] == key:
         with st.spinner("Showing the last comparison again..."), user_errors("redrawing the last comparison"):
             frame = view.sweep(key, coords.lat, coords.lon, coords.users, *compared[1:])
-            st.session_state[SWEEP_KEY] = (compared, frame)
+            st.session_state[SWEEP_KEY] = (tuple(compared), frame)
     stored = st.session_state.get(SWEEP_KEY)
     if stored is None or stored[0][0] != key:
         st.info("Press Run comparison to compare the mechanisms over the ε range (costs no budget).")
         return
-    if stored[0] != settings:
+    if tuple(stored[0]) != settings:
         st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
     frame = stored[1]
-    sweep_hs = stored[0][5]  # the HS the comparison ran with: DE x HS is the error in metres
     if note := view.sample_note(coords.lat.size):
         st.info(note, icon=":material/filter_alt:")
-    st.plotly_chart(error_vs_eps(frame, hs_m=sweep_hs), key="loc_err_all")
-    released = replace(params, max_per_user=int(state.kept("loc_max_per_user", 1)))  # the panel's, below
+    st.plotly_chart(error_vs_eps(frame), key="loc_err_all")
     accuracy.locations_eps_finder(
         frame,
-        sweep_hs,
         list(LOCATIONS),
-        params=lambda m: view.release_params(m, released),
-        scope=view.release_scope(coords, released),
-        radius_m=params.radius_m,
+        params=lambda m: params[m],
+        scope=view.release_scope(coords, next(iter(params.values()))),
     )
-    _maps(key, coords, region, params, tiles, eps)
+    ran = view.compared_params(stored[0])
+    _maps(key, coords, region, {m: ran[m] for m in stored[0][1]}, stored[0][2])
 
 
 def _eps_pair(value: object) -> bool:
@@ -390,9 +276,8 @@ def _eps_pair(value: object) -> bool:
 
 
 def _maps(
-    key: str, coords: view.Coordinates, region: Region, params: view.Params, tiles: bool, eps_grid: tuple
+    key: str, coords: view.Coordinates, region: Region, params: dict[str, dict[str, Any]], eps_grid: tuple
 ) -> None:
-    hs, clusters, grid = params.hs_m, params.n_clusters, params.grid_size
     st.subheader("Maps at one ε (diagnostic)")
     eps = float(
         st.select_slider(
@@ -401,88 +286,55 @@ def _maps(
             key=state.persist("loc_map_eps", eps_grid[len(eps_grid) // 2], eps_grid.__contains__),
         )
     )
-    geo_eps = eps / hs if params.geo_eps is None else params.geo_eps
-    box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
-    with user_errors("drawing the maps") as outcome:
-        d = view.diagnostics(key, coords.lat, coords.lon, coords.users, box, geo_eps, eps, hs, clusters, grid)
-    if outcome.failed:
-        return
-    if d.sample.size < coords.lat.size:
-        st.caption(f"Maps show a fixed random subset of {d.sample.size:,} of the {coords.lat.size:,} points.")
-    la, lo = coords.lat[d.sample], coords.lon[d.sample]
-    source = "ε / HS, as in the comparison" if params.geo_eps is None else "the privacy policy"
-    title = f"Planar Laplace, ε = {geo_eps:.3g} per metre ({source}): true vs released"
-    st.plotly_chart(
-        true_vs_released(la, lo, d.laplace_lat, d.laplace_lon, tiles=tiles, title=title),
-        key="loc_map_laplace",
-    )
-    st.plotly_chart(displacement_histogram(d.displacement_m, geo_eps), key="loc_displacement")
-    if d.prilocation is None:
-        st.warning(f"PriLocation at ε = {eps:g}: {d.prilocation_note}")
-    else:
-        rel = d.prilocation.iloc[: view.PLOT_POINTS]
-        title = f"PriLocation, ε = {eps:g}, HS = {hs:,.0f} m: true vs released visits"
-        st.plotly_chart(
-            true_vs_released(la, lo, rel["lat"], rel["lon"], tiles=tiles, title=title), key="loc_map_pri"
-        )
-    nonneg = "project" if st.checkbox(
-        "Show the grid counts made non-negative (post-processing of the noisy counts: keeps their total, "
-        "costs no privacy)",
-        key=state.persist("loc_heat_nonneg", False),
-    ) else None
-    left, right = st.columns(2)
-    left.plotly_chart(density_heatmap(d.uniform, nonnegative=nonneg), key="loc_heat_ug")
-    right.plotly_chart(density_heatmap(d.adaptive, nonnegative=nonneg), key="loc_heat_ag")
-    _hotspot_map(key, coords, box, params, tiles, eps, la, lo)
-
-
-def _hotspot_map(
-    key: str,
-    coords: view.Coordinates,
-    box: tuple[float, float, float, float],
-    params: view.Params,
-    tiles: bool,
-    eps: float,
-    la: np.ndarray,
-    lo: np.ndarray,
-) -> None:
-    k, theta = params.hotspot_k, params.theta_m
-    with user_errors("fitting the hotspots") as outcome:
-        h = view.hotspot_diagnostics(key, coords.lat, coords.lon, box, eps, k, theta)
-    if outcome.failed:
-        return
-    released = {
-        f"{LOCATIONS[m].label}: {h.mean_distance_m[m] / 1000:,.0f} km": (c[:, 0], c[:, 1])
-        for m, c in h.released.items()
-    }
-    fig = hotspot_map(
-        released,
-        true_centres=(h.true[:, 0], h.true[:, 1]),
-        points=(la, lo),
-        tiles=tiles,
-        title=f"Hotspots, ε = {eps:g}, K = {k}: true vs released centres",
-    )
-    st.plotly_chart(fig, key="loc_map_hotspots")
     st.caption(
-        "Legend: mean great-circle distance from each true hotspot (non-private k-means) to the nearest "
-        "released one, for this one diagnostic draw."
+        "Each compared mechanism's release output, drawn once with diagnostic noise on the true data at "
+        "this ε (the level l of a geo-indistinguishable one) with the parameters it was compared with."
     )
+    box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
+    users = coords.users if coords.user_column else None
+    cols = st.columns(2)
+    for i, (mech, values) in enumerate(params.items()):
+        with user_errors(f"drawing the map of {LOCATIONS[mech].label}") as outcome:
+            figures = view.diagnostic_figures(
+                key, coords.lat, coords.lon, users, box, mech, eps, view.params_json(values)
+            )
+        if outcome.failed:
+            continue
+        for j, fig in enumerate(figures):
+            cols[i % 2].plotly_chart(fig, key=f"loc_map_{mech}_{j}")
 
 
-def _compared_settings(key: str) -> dict[str, object] | None:
-    """The release-relevant settings of the last comparison of these coordinates, or None."""
+def _compared_settings(key: str, mech: str) -> dict[str, object] | None:
+    """The release-relevant settings of the last comparison of these coordinates (the region and
+    ``mech``'s parameters by label, when it was compared), or None."""
     stored = st.session_state.get(SWEEP_KEY)
     if stored is None or stored[0][0] != key:
         return None
-    radius = stored[0][10] if len(stored[0]) > 10 else None  # comparisons saved before it was compared
-    return dict(zip(_SETTING_NAMES, (stored[0][4], *stored[0][5:10], radius), strict=True))
+    ran = view.compared_params(stored[0]).get(mech)
+    labels = _compared_labels(mech)
+    return {"region": stored[0][4], **{labels[n]: v for n, v in (ran or {}).items() if n in labels}}
 
 
-_SETTING_NAMES = ("region", "HS", "clusters", "clustering grid", "hotspots K", "θ", "radius r")
+def _compared_labels(mech: str) -> dict[str, str]:
+    """Name -> label of ``mech``'s parameters that its comparison reads (every row counts as one person
+    there: the per-user limit is the release's alone)."""
+    return {p.name: p.label for p in LOCATIONS[mech].params if p.name != MAX_PER_USER.name}
+
+
+def _now(box: tuple, mech: str, values: dict[str, Any], compared: dict[str, object] | None) -> dict[str, Any]:
+    """The release's settings under the names :func:`_compared_settings` gives them."""
+    now: dict[str, Any] = {"region": box}
+    if compared is not None and len(compared) > 1:  # the release's mechanism was compared
+        now.update({label: values[name] for name, label in _compared_labels(mech).items()})
+    return now
 
 
 def _release(
-    key: str, coords: view.Coordinates, region: Region, params: view.Params, private_eps: float | None
+    key: str,
+    coords: view.Coordinates,
+    region: Region,
+    params: dict[str, dict[str, Any]],
+    private_eps: float | None,
 ) -> None:
     st.header("4. Release (the only output meant to leave)")
     a, b = st.columns(2)
@@ -501,7 +353,9 @@ def _release(
     geo = pol if isinstance(pol, GeoIndistinguishability) else None
     if spec.definition == "geo_ind":
         if geo is None:
-            st.info("Planar Laplace spends a level l within a radius r: set them on the Privacy policy page.")
+            st.info(
+                f"{spec.label} spends a level l within a radius r: set them on the Privacy policy page."
+            )
             return
         eps = geo.level
         b.markdown(f"Level l = **{eps:.4g}** within r = {geo.radius_m:,.0f} m, from the Privacy policy page.")
@@ -512,19 +366,8 @@ def _release(
                 "ε to spend", min_value=0.0, format="%.4g", key=state.persist("loc_rel_eps", default)
             )
         )
-    if coords.user_column is not None:
-        most = int(
-            st.number_input(
-                "Most locations per user (public)",
-                min_value=1,
-                max_value=MAX_LOCATIONS_PER_USER,
-                step=1,
-                help=MAX_PER_USER.help,
-                key=state.persist("loc_max_per_user", 1, _number_in(1, MAX_LOCATIONS_PER_USER)),
-            )
-        )
-        params = replace(params, max_per_user=most)
-    scope = view.release_scope(coords, params)
+    values = params[mech]
+    scope = view.release_scope(coords, values)
     st.caption(f"Protection: {scope}.")
     with user_errors("reading the locations to release") as outcome:
         inputs = view.release_inputs(coords, None if private_eps is not None else region)
@@ -532,24 +375,22 @@ def _release(
         return
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
     public, private = view.release_steps(coords, region, private_eps)
-    release_params = view.release_params(mech, params)
     used = [c for c in coords.columns if c is not None]
     plan = current_plan(
         "location",
         mech,
         epsilon=eps,
-        params=release_params,
+        params=values,
         scope=scope,
         steps=public,
         used=used,
         private=private,
     )
-    now = (box, params.hs_m, params.n_clusters, params.grid_size, params.hotspot_k, params.theta_m)
-    now += (params.radius_m,)
-    stale = stale_reason(_compared_settings(key), dict(zip(_SETTING_NAMES, now, strict=True)))
+    compared = _compared_settings(key, mech)
+    stale = stale_reason(compared, _now(box, mech, values, compared))
     stored = st.session_state.get(SWEEP_KEY)
     frame = stored[1] if stored is not None and stored[0][0] == key else None
-    chart = None if frame is None else lambda: error_vs_eps(frame, hs_m=stored[0][5])
+    chart = None if frame is None else lambda: error_vs_eps(frame)
     evidence = sweep_evidence(frame, mech, eps, chart)
     release_panel(key="locations", plan=plan, inputs=inputs, stale=stale, evidence=evidence)
 
@@ -574,9 +415,8 @@ if outside:
         f"{outside:,} of {coordinates.lat.size:,} locations lie outside the public region (a count from "
         "the raw data, shown to you only): every mechanism clamps them onto the region's edge."
     )
-parameters = _parameters()
-use_tiles = st.checkbox("Tile basemap for maps (needs internet)", key=state.persist("loc_tiles", False))
+parameters = _parameters(coordinates)
 data_key = view.data_key(dataset.fingerprint, dataset.cleaning, coordinates.columns)
-_compare(data_key, coordinates, public_region, parameters, use_tiles)
+_compare(data_key, coordinates, public_region, parameters)
 st.divider()
 _release(data_key, coordinates, public_region, parameters, private_epsilon)

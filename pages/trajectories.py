@@ -1,29 +1,31 @@
-"""Trajectories: compare DPT synthetic trips with two baselines over ε and trials; release one.
+"""Trajectories: compare the registered trajectory mechanisms and a per-fix baseline over ε; release one.
 
 Diagnostics (sections 1-3) read the raw fixes and cost no budget; the release (section 4) runs one
 mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) and is the only output meant
 to leave. Maps draw without a tile server.
 """
 
+import json
+from typing import Any
+
 import streamlit as st
 
 from dpcore.location.geometry import Region
 from dpcore.plots.trajectory import (
-    TRAJECTORY_COLORS,
+    TRUE_COLOR,
     distribution_histograms,
     trips_map,
     trips_side_by_side,
     utility_vs_eps,
 )
-from dpcore.trajectory.metrics import METRICS
 from dpcore.trajectory.plan_steps import columns_step, limits_step
 from dpcore.trajectory.registry import MAX_FIXES, MAX_TRIPS, TRAJECTORIES, scope_of
 from dpcore.trajectory.roads import DEFAULT_REGION
-from dpcore.trajectory.sweep import MECHANISMS
 from ui import datasets, state
 from ui import trajectories_view as view
 from ui.errors import user_errors
 from ui.nav import ensure_entrypoint
+from ui.params import draw_params
 from ui.release import current_plan, release_panel
 from ui.text import md
 
@@ -138,41 +140,51 @@ def _limits(ds: state.Dataset, fixes: view.Fixes) -> tuple[Region, int, int, flo
     return region, m, n, gap * 60.0, speed
 
 
-def _compare(key: str, trips, region: Region, limits: tuple[float, ...]) -> None:
+def _parameters(m: int, n: int) -> dict[str, dict[str, Any]]:
+    """Every trajectory mechanism's parameters, mechanism key -> {name: value}, from widgets drawn from
+    what each declares (the limits above fixed): the comparison and the release use the same values."""
+    st.subheader("Mechanism parameters")
+    fixed = {MAX_TRIPS.name: m, MAX_FIXES.name: n}
+    return draw_params("traj", TRAJECTORIES.values(), state.policy(), fixed=fixed)
+
+
+def _compare(key: str, trips, region: Region, limits: tuple[float, ...], params: dict) -> None:
     st.header("3. Compare mechanisms (diagnostics, no budget)")
-    st.caption(", ".join(MECHANISMS.values()) + ": each run on the trips above, scored against them.")
+    st.caption(
+        "Every mechanism and a per-fix planar Laplace baseline, each with its parameters above, run on the "
+        "trips above and scored against them."
+    )
     a, b = st.columns(2)
     eps = a.multiselect("ε values", list(view.EPS_OPTIONS), key=state.persist("traj_eps", [0.5, 1.0, 2.0]))
     trials = int(b.number_input("Trials per ε", 1, 20, key=state.persist("traj_trials", 3)))
-    settings = [key, list(limits), sorted(eps), trials]
+    settings = [key, list(limits), sorted(eps), trials, json.dumps(params, sort_keys=True)]
     compared = st.session_state[state.persist(COMPARED_KEY, None)]
     if st.button("Run comparison", type="primary", disabled=not eps, key="traj_run"):
         st.session_state[COMPARED_KEY] = compared = settings
-    if compared is None or compared[0] != key:
-        st.info(
-            "Press Run comparison to compare DPT with both baselines over the ε values (costs no budget)."
-        )
+    if compared is None or compared[0] != key or len(compared) < len(settings):
+        st.info("Press Run comparison to compare the mechanisms over the ε values (costs no budget).")
         return
     if compared != settings:
         st.caption("The settings changed since this comparison ran: press Run comparison to update it.")
-    with st.spinner("Comparing DPT and both baselines..."), user_errors("running the comparison") as outcome:
-        result = view.comparison(key, trips, tuple(compared[1]), tuple(compared[2]), int(compared[3]))
+    with st.spinner("Comparing the mechanisms..."), user_errors("running the comparison") as outcome:
+        result = view.comparison(
+            key, trips, tuple(compared[1]), tuple(compared[2]), int(compared[3]), compared[4]
+        )
     if outcome.failed:
         return
-    st.plotly_chart(utility_vs_eps(result.table, METRICS, MECHANISMS), key="traj_utility")
+    labels = result.labels
+    st.plotly_chart(utility_vs_eps(result.table, result.metrics, labels, result.colors), key="traj_utility")
+    colors = {"True trips": TRUE_COLOR} | {labels[k]: c for k, c in result.colors.items()}
     panels = {"True trips": view.latlon_trips(trips, region)}
-    panels.update({MECHANISMS[k]: view.latlon_trips(t, region) for k, t in result.examples.items()})
+    panels.update({labels[k]: view.latlon_trips(t, region) for k, t in result.examples.items()})
     st.plotly_chart(
         trips_side_by_side(
-            panels, region, title=f"True and synthetic trips (ε = {result.example_epsilon:g})"
+            panels, region, title=f"True and synthetic trips (ε = {result.example_epsilon:g})", colors=colors
         ),
         key="traj_side",
     )
-    colors = {"True trips": TRAJECTORY_COLORS["true"]} | {
-        MECHANISMS[k]: TRAJECTORY_COLORS[k] for k in MECHANISMS
-    }
     c1, c2 = st.columns(2)
-    sets = {"True trips": trips, **{MECHANISMS[k]: t for k, t in result.examples.items()}}
+    sets = {"True trips": trips, **{labels[k]: t for k, t in result.examples.items()}}
     c1.plotly_chart(
         distribution_histograms(view.per_trip_km(sets, "length"), title="Trip length", colors=colors),
         key="traj_len",
@@ -183,7 +195,9 @@ def _compare(key: str, trips, region: Region, limits: tuple[float, ...]) -> None
     )
 
 
-def _release(fixes: view.Fixes, region: Region, m: int, n: int, gap: float, speed: float) -> None:
+def _release(
+    fixes: view.Fixes, region: Region, m: int, n: int, gap: float, speed: float, params: dict
+) -> None:
     st.header("4. Release (the only output meant to leave)")
     a, b = st.columns(2)
     keys = list(TRAJECTORIES)
@@ -216,7 +230,7 @@ def _release(fixes: view.Fixes, region: Region, m: int, n: int, gap: float, spee
         "trajectory",
         mech,
         epsilon=eps,
-        params={"max_trips": m, "max_fixes": n},
+        params=params[mech],
         scope=scope,
         steps=steps,
         used=used,
@@ -260,11 +274,12 @@ st.plotly_chart(
         view.latlon_trips(ready.trips, public_region),
         public_region,
         title="True trips (non-private)",
-        color=TRAJECTORY_COLORS["true"],
+        color=TRUE_COLOR,
         diagnostic=True,
     ),
     key="traj_true_map",
 )
-_compare(data_key, ready.trips, public_region, limits)
+parameters = _parameters(max_trips, max_fixes)
+_compare(data_key, ready.trips, public_region, limits, parameters)
 st.divider()
-_release(chosen, public_region, max_trips, max_fixes, gap_s, speed_mps)
+_release(chosen, public_region, max_trips, max_fixes, gap_s, speed_mps, parameters)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dpcore.accuracy import HIGHER_IS_BETTER, LOCATION_ERROR_M, EpsAnswer, Target, eps_for_target, tidy
+from dpcore.accuracy import HIGHER_IS_BETTER, EpsAnswer, Target, eps_for_target, tidy
 from dpcore.plots.style import PRIVACY_CLASSES, PrivacyClass
 from ui import state
 from ui.errors import user_errors
@@ -191,47 +191,38 @@ def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str], k: int) 
 
 def locations_eps_finder(
     frame: pd.DataFrame,
-    hs_m: float,
     releasable: Collection[str],
     *,
     params: Callable[[str], Mapping[str, object]],
     scope: str,
-    radius_m: float | None,
 ) -> None:
-    """The panel under the Locations comparison chart; errors in metres use DE x HS (``hs_m``).
-    ``params`` gives a mechanism's release parameters and ``scope`` the release's unit (for the account
-    whose budget left bounds the answers); ``radius_m`` is the policy's r, within which the comparison ran
-    planar Laplace at level ε (None: at ε / HS per metre)."""
-    from dpcore.accuracy import location_metres
-    from dpcore.plots.location import METRIC_TITLES, privacy_class
-
-    metres = location_metres(frame, hs_m)
-    offered = (LOCATION_ERROR_M, "median_relative_error", "fractional_wcss_loss")
+    """The panel under the Locations comparison chart, on every metric the compared mechanisms declare.
+    ``params`` gives a mechanism's parameters (as compared and as its release takes them) and ``scope`` the
+    release's unit (for the account whose budget left bounds the answers). A mechanism whose release
+    spends the privacy policy's level (geo-indistinguishability) gets advice instead of a button."""
+    from dpcore.location import LOCATIONS
+    from dpcore.location.sweep import declared_metrics
+    from dpcore.plots.location import privacy_class
 
     def advice(answer: EpsAnswer) -> str | None:
-        if answer.mechanism != "planar_laplace":
+        spec = LOCATIONS[answer.mechanism]
+        if spec.definition != "geo_ind":
             return None
-        if radius_m is not None:
-            return (
-                f"Planar Laplace: set the geo-indistinguishability level l = {answer.epsilon:g} within "
-                f"r = {radius_m:,.0f} m on the Privacy policy page (its release spends the policy's level)."
-            )
+        values = params(answer.mechanism)
+        fixed = [p for p in spec.params if p.from_policy is not None and p.name in values]
+        within = "".join(f" with {p.label} = {float(values[p.name]):,g}" for p in fixed)
         return (
-            f"Planar Laplace: set geo-indistinguishability to ε = {answer.epsilon / hs_m:.3g} per metre "
-            f"(level {answer.epsilon:g} within HS = {hs_m:,.0f} m) on the Privacy policy page."
+            f"{spec.label}: set the geo-indistinguishability level l = {answer.epsilon:g}{within} on the "
+            "Privacy policy page (its release spends the policy's level)."
         )
 
     eps_finder(
-        metres,
+        frame,
         prefix="loc",
-        metrics={m: METRIC_TITLES[m] for m in offered if m in set(metres["metric"])},
+        metrics={name: m.title for name, m in declared_metrics(frame).items()},
         guarantees=_guarantees({m: privacy_class(m) for m in dict.fromkeys(frame["mechanism"])}),
         release=ReleaseKeys("loc_rel_mech", "loc_rel_eps", "location"),
         releasable=releasable,
         left=lambda m: budget_left("location", m, params(m), scope),
         advice=advice,
-    )
-    st.caption(
-        "Location error (m): planar Laplace and PriLocation give the mean displacement (DE × HS), the mean "
-        "positions the distance between the true and the released mean (Blowfish at θ = HS, as compared)."
     )

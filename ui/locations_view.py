@@ -1,18 +1,19 @@
 """Helpers of the Locations page: region presets, cached dpcore calls, the inputs of a release.
 
-Nothing here computes privacy or utility: noise, sensitivities, metrics and figures come from
-``dpcore.location`` and ``dpcore.plots.location``. Cached functions are keyed by ``key`` (the dataset
-fingerprint, its cleaning steps and the chosen columns) plus the parameters; arrays are passed as
+Nothing here computes privacy or utility, and nothing names a mechanism: the comparison runs the trials
+the specs of ``dpcore.location.LOCATIONS`` declare, the diagnostic maps are each spec's own release figures
+drawn with diagnostic noise. Cached functions are keyed by ``key`` (the dataset fingerprint, its cleaning
+steps and the chosen columns) plus the parameters (as canonical JSON); arrays are passed as
 ``_lat``/``_lon``/``_users`` (not hashed). On a table of more than ``DIAGNOSTIC_ROWS`` rows the comparison
-reads a uniform sample of that many rows, the same for the same key (:func:`sample_note` says so); releases
-read every row.
+and the maps read a uniform sample of that many rows, the same for the same key (:func:`sample_note` says
+so); releases read every row.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,41 +21,29 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS, diagnostic_sample, sample_label
-from dpcore.errors import DPCoreError
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region, validate_latlon
-from dpcore.location.grids import DensityGrid, adaptive_grid, uniform_grid
-from dpcore.location.hotspots import (
-    location_hotspots,
-    nearest_hotspot_distance_m,
-    project_locations,
-    true_hotspots,
-)
-from dpcore.location.laplace import PlanarLaplace
 from dpcore.location.plan_steps import columns_step, region_step
-from dpcore.location.prilocation import PriLocation
 from dpcore.location.private_region import WHOLE_EARTH, RegionStep
-from dpcore.location.registry import LOCATIONS, LocationInputs
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
 from dpcore.location.sweep import location_sweep
 from dpcore.mechanisms import Sampler
 from dpcore.plan import PrepStep
+from dpcore.plots.kmeans import diagnostic_annotation
 
 __all__ = [
     "CUSTOM_REGION",
     "EPS_OPTIONS",
     "PRESETS",
     "Coordinates",
-    "Diagnostics",
-    "HotspotDiagnostics",
-    "Params",
+    "compared_params",
     "coordinates",
     "data_extent",
     "data_key",
     "default_region",
-    "diagnostics",
-    "hotspot_diagnostics",
+    "diagnostic_figures",
+    "params_json",
     "release_inputs",
-    "release_params",
     "release_scope",
     "release_steps",
     "sample_note",
@@ -70,29 +59,12 @@ PRESETS: dict[str, tuple[float, float, float, float] | None] = {
 }
 SAMPLE_REGIONS = {"us_airports": "Contiguous US (24, 50, -125, -66)"}  # the sample's documented scope
 EPS_OPTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-PLOT_POINTS = 5000  # points drawn on a map (a fixed random subset beyond that)
 DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
-HOTSPOTS = {"dp_hotspots": "dp", "blowfish_hotspots": "blowfish"}
 
 
 def default_region(origin: Mapping[str, Any] | None) -> str | None:
     """The preset a bundled sample is documented to cover; None (the curator chooses) for any other table."""
     return SAMPLE_REGIONS.get((origin or {}).get("sample", ""))
-
-
-@dataclass(frozen=True)
-class Params:
-    """The curator's location parameters (section 2 of the page); ``geo_eps`` and ``radius_m`` come from
-    the geo-indistinguishability policy (None without one)."""
-
-    hs_m: float
-    theta_m: float
-    geo_eps: float | None
-    radius_m: float | None
-    n_clusters: int
-    grid_size: int
-    hotspot_k: int = 8
-    max_per_user: int = 1
 
 
 @dataclass(frozen=True)
@@ -124,6 +96,17 @@ def data_key(fingerprint: str, cleaning: Sequence[str], columns: Sequence[str | 
     return json.dumps({"fingerprint": fingerprint, "cleaning": list(cleaning), "columns": list(columns)})
 
 
+def params_json(params: Mapping[str, Any]) -> str:
+    """Parameters (or mechanism key -> parameters) as canonical JSON: a cache key and a comparison's kept
+    settings (:func:`compared_params` reads them back)."""
+    return json.dumps(params, sort_keys=True)
+
+
+def compared_params(settings: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Mechanism key -> the parameters a kept comparison (``settings``, as the page keeps them) ran with."""
+    return json.loads(settings[5])
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
 def sweep(
     key: str,
@@ -134,16 +117,11 @@ def sweep(
     eps: tuple[float, ...],
     trials: int,
     box: tuple[float, float, float, float],
-    hs_m: float,
-    n_clusters: int,
-    grid_size: int,
-    hotspot_k: int,
-    theta_m: float,
-    radius_m: float | None = None,
+    params: str,
 ) -> pd.DataFrame:
-    """``dpcore.location.sweep.location_sweep`` (diagnostic noise), cached per data key and parameters, on
-    every row up to ``DIAGNOSTIC_ROWS``, else on a uniform sample of that many drawn once per ``key``;
-    ``radius_m`` is the geo-indistinguishability policy's r (planar Laplace at level eps within it)."""
+    """``dpcore.location.sweep.location_sweep`` (diagnostic noise) with each mechanism's parameters
+    (``params``: :func:`params_json`), cached per data key and settings, on every row up to
+    ``DIAGNOSTIC_ROWS``, else on a uniform sample of that many drawn once per ``key``."""
     rows = diagnostic_sample(len(_lat), key)
     return location_sweep(
         _lat[rows],
@@ -153,12 +131,7 @@ def sweep(
         list(eps),
         trials,
         region=Region(*box),
-        hs_m=hs_m,
-        n_clusters=n_clusters,
-        grid_size=grid_size,
-        hotspot_k=hotspot_k,
-        theta_m=theta_m,
-        radius_m=radius_m,
+        params=json.loads(params),
         random_state=DIAGNOSTIC_SEED,
     )
 
@@ -168,97 +141,31 @@ def sample_note(n_rows: int) -> str:
     return sample_label(min(n_rows, DIAGNOSTIC_ROWS), n_rows)
 
 
-@dataclass(frozen=True)
-class Diagnostics:
-    """One diagnostic draw of each mechanism at one setting (raw data inside: never released)."""
-
-    sample: np.ndarray
-    laplace_lat: np.ndarray
-    laplace_lon: np.ndarray
-    displacement_m: np.ndarray
-    prilocation: pd.DataFrame | None
-    prilocation_note: str
-    uniform: DensityGrid
-    adaptive: DensityGrid
-
-
 @st.cache_data(show_spinner="Drawing the diagnostic maps...", max_entries=8)
-def diagnostics(
+def diagnostic_figures(
     key: str,
     _lat: np.ndarray,
     _lon: np.ndarray,
-    _users: np.ndarray,
+    _users: np.ndarray | None,
     box: tuple[float, float, float, float],
-    geo_eps: float,
+    mechanism: str,
     eps: float,
-    hs_m: float,
-    n_clusters: int,
-    grid_size: int,
-) -> Diagnostics:
-    """Planar Laplace, PriLocation and both grids drawn once with diagnostic noise (fixed seed)."""
-    random_state, region = Sampler.diagnostic(DIAGNOSTIC_SEED), Region(*box)
-    n = _lat.size
-    sample = np.sort(random_state.rng.choice(n, size=min(n, PLOT_POINTS), replace=False))
-    planar = PlanarLaplace(geo_eps, region=region, random_state=random_state)
-    z_lat, z_lon = planar.release(_lat[sample], _lon[sample])
-    note = ""
-    try:
-        model = PriLocation(
-            eps, region, hs_m=hs_m, n_clusters=n_clusters, grid_size=grid_size, random_state=random_state
-        )
-        replaced = model.fit(_users, _lat, _lon).replaced_
-    except DPCoreError as err:  # shown as a note; the other views still draw
-        replaced, note = None, str(err)
-    return Diagnostics(
-        sample=sample,
-        laplace_lat=z_lat,
-        laplace_lon=z_lon,
-        displacement_m=planar.displacement_m_,
-        prilocation=replaced,
-        prilocation_note=note,
-        uniform=uniform_grid(_lat, _lon, eps, region, n_estimate=float(n), random_state=random_state),
-        adaptive=adaptive_grid(_lat, _lon, eps, region, n_estimate=float(n), random_state=random_state),
+    params: str,
+) -> tuple[Any, ...]:
+    """``mechanism``'s release figures at ``eps`` with its parameters (``params``: its own, as JSON), drawn
+    once with diagnostic noise (fixed seed) on the comparison's rows and stamped as diagnostics: they read
+    the true data and are never released."""
+    rows = diagnostic_sample(len(_lat), key)
+    users = None if _users is None else _users[rows]
+    inputs = LocationInputs(_lat[rows], _lon[rows], users, Region(*box))
+    out = LOCATIONS[mechanism].release(
+        inputs,
+        epsilon=eps,
+        delta=0.0,
+        params=LOCATIONS[mechanism].validate_params(json.loads(params)),
+        random_state=Sampler.diagnostic(DIAGNOSTIC_SEED),
     )
-
-
-@dataclass(frozen=True)
-class HotspotDiagnostics:
-    """Non-private k-means hotspots and one diagnostic draw of each private one, as (K, 2) (lat, lon)."""
-
-    true: np.ndarray
-    released: dict[str, np.ndarray]
-    mean_distance_m: dict[str, float]
-
-
-@st.cache_data(show_spinner="Fitting the hotspots...", max_entries=8)
-def hotspot_diagnostics(
-    key: str,
-    _lat: np.ndarray,
-    _lon: np.ndarray,
-    box: tuple[float, float, float, float],
-    eps: float,
-    hotspot_k: int,
-    theta_m: float,
-) -> HotspotDiagnostics:
-    """True hotspots vs DP and Blowfish hotspots at one eps (fixed diagnostic seed; never released)."""
-    region = Region(*box)
-    data = project_locations(_lat, _lon, region)
-    true = data.to_latlon(true_hotspots(data, hotspot_k, DIAGNOSTIC_SEED))
-    released = {
-        mech: location_hotspots(
-            _lat,
-            _lon,
-            hotspot_k,
-            eps,
-            region,
-            policy=policy,
-            theta_m=theta_m,
-            random_state=Sampler.diagnostic(DIAGNOSTIC_SEED),
-        )[0]
-        for mech, policy in HOTSPOTS.items()
-    }
-    dist = {mech: nearest_hotspot_distance_m(true, c) for mech, c in released.items()}
-    return HotspotDiagnostics(true, released, dist)
+    return tuple(diagnostic_annotation(fig) for fig in out.figures)
 
 
 def data_extent(coords: Coordinates) -> Region:
@@ -294,12 +201,7 @@ def release_inputs(coords: Coordinates, region: Region | None) -> LocationInputs
     return LocationInputs(coords.lat, coords.lon, users, WHOLE_EARTH if region is None else region)
 
 
-def release_params(mech: str, params: Params) -> dict[str, Any]:
-    """The page's values of the parameters ``mech`` declares (its registry entry validates them)."""
-    values = asdict(params)
-    return {p.name: values[p.name] for p in LOCATIONS[mech].params if values.get(p.name) is not None}
-
-
-def release_scope(coords: Coordinates, params: Params) -> str:
-    """What the release protects: per user (at most ``max_per_user`` locations each) or per location."""
-    return scope_sentence(coords.user_column is not None, params.max_per_user)
+def release_scope(coords: Coordinates, params: Mapping[str, Any]) -> str:
+    """What a release with ``params`` protects: per user (at most ``max_per_user`` locations each) or per
+    location."""
+    return scope_sentence(coords.user_column is not None, int(params.get(MAX_PER_USER.name, 1)))

@@ -94,11 +94,20 @@ def prepared(key: str, _fixes: Fixes, limits: tuple[float, ...]) -> Prepared:
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def comparison(
-    key: str, _trips: TripSet, limits: tuple[float, ...], eps: tuple[float, ...], trials: int
+    key: str, _trips: TripSet, limits: tuple[float, ...], eps: tuple[float, ...], trials: int, params: str
 ) -> Comparison:
-    """DPT and both baselines over ``eps`` x ``trials`` on the prepared trips (diagnostic)."""
+    """Every trajectory mechanism and the per-fix baseline over ``eps`` x ``trials`` on the prepared trips
+    (diagnostic), each with its parameters (``params``: mechanism key -> parameters, as JSON)."""
     a, b, c, d, m, n, _, _ = limits
-    return compare(_trips, Region(a, b, c, d), eps, max_trips=int(m), max_fixes=int(n), trials=trials)
+    return compare(
+        _trips,
+        Region(a, b, c, d),
+        eps,
+        max_trips=int(m),
+        max_fixes=int(n),
+        params=json.loads(params),
+        trials=trials,
+    )
 
 
 def release_inputs(fixes: Fixes, region: Region, gap_s: float, max_speed_mps: float) -> TrajectoryInputs:

@@ -15,17 +15,21 @@ from typing import Any
 
 import numpy as np
 
+from dpcore.accuracy import LOCATION_ERROR_M
 from dpcore.errors import ParameterError
 from dpcore.location.contribution import cap_per_user, check_max_per_user, scope_sentence, user_codes
 from dpcore.location.geometry import FloatArray, Region, validate_latlon
 from dpcore.location.grids import ClampedPoints, PointCounts
 from dpcore.location.hotspots import PlanePoints, project_locations
 from dpcore.mechanisms import Sampler
-from dpcore.registry import Param, Registry
+from dpcore.registry import Metric, Param, Registry
 
 __all__ = [
+    "ERROR_M",
     "LOCATIONS",
     "MAX_PER_USER",
+    "RANGE_ERROR",
+    "WCSS_LOSS",
     "Counted",
     "Kept",
     "LocationInputs",
@@ -48,6 +52,11 @@ MAX_PER_USER = Param(
     help="A limit you know holds for every user, never read from the data: each user's extra rows are "
     "dropped at random and the noise protects a user with this many locations. Used only with a user column.",
 )
+
+#: The location trials' metrics (:mod:`dpcore.location.trial_data`).
+ERROR_M = Metric(LOCATION_ERROR_M, "Location error (m)")
+RANGE_ERROR = Metric("median_relative_error", "Rectangle queries: median relative error")
+WCSS_LOSS = Metric("fractional_wcss_loss", "Hotspots: fractional WCSS loss (vs non-private k-means)")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ on an OpenStreetMap basemap instead (needs a network).
 - :func:`hotspot_map`: hotspot centres of one or more mechanisms (optionally with the true hotspots and
   points, then stamped as a diagnostic), at equal ground scale.
 - :func:`error_vs_eps`: the location trade-off chart: median and interquartile band over trials per
-  mechanism against eps, ε-DP and not-DP mechanisms marked; with every metric, one row per unit
-  (errors in metres together).
+  mechanism against eps, ε-DP and not-DP mechanisms marked; with every metric, one row per declared
+  metric, each mechanism in its spec's colour.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 from plotly.subplots import make_subplots
 
-from dpcore.accuracy import LOCATION_ERROR_M, location_metres
 from dpcore.errors import ParameterError
 from dpcore.location.grids import DensityGrid
 from dpcore.plots.basemap import basemap_trace
@@ -43,36 +42,13 @@ from dpcore.plots.style import (
     narrow_layout,
     plain_numbers,
     value_axis,
+    wrap_title,
 )
 from dpcore.postprocess import Nonnegative, nonnegative_counts
 
 TRUE_COLOR, RELEASED_COLOR = "#1f77b4", "#d62728"
-LOCATION_COLORS: dict[str, str] = {
-    "planar_laplace": "#1f77b4",
-    "prilocation": "#d62728",
-    "uniform_grid": "#2ca02c",
-    "adaptive_grid": "#17becf",
-    "blowfish_mean": "#9467bd",
-    "dp_mean": "#ff7f0e",
-    "dp_hotspots": "#8c564b",
-    "blowfish_hotspots": "#e377c2",
-}
 HOTSPOT_SYMBOLS = ("diamond", "square", "triangle-up", "cross")
 HOTSPOT_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#ff7f0e")
-METRIC_TITLES: dict[str, str] = {
-    LOCATION_ERROR_M: "Location error (m)",
-    "distance_error": "Distance error DE (fraction of HS)",
-    "median_relative_error": "Median relative error of rectangle queries",
-    "mean_error_m": "Error of the mean position (m)",
-    "fractional_wcss_loss": "Hotspot fractional WCSS loss (projected m², vs non-private k-means)",
-}
-ROW_TITLES: dict[str, str] = {  # short y titles for the rows of the all-mechanism chart
-    LOCATION_ERROR_M: "Location error (m)",
-    "distance_error": "Distance error<br>(fraction of HS)",
-    "median_relative_error": "Rectangle queries:<br>median relative error",
-    "mean_error_m": "Mean position<br>error (m)",
-    "fractional_wcss_loss": "Hotspots: fractional<br>WCSS loss",
-}
 MAP_TICKS = 6  # at most this many ticks per map axis: labels never overlap
 
 
@@ -217,14 +193,14 @@ def hotspot_map(
     if points is not None:
         layers.append(("locations (raw data)", *_latlon(points), {"color": "#bbbbbb", "size": 3}))
     if true_centres is not None:
-        style = {"color": "black", "size": 14, "symbol": "x"}
+        style = {"color": "#000000", "size": 14, "symbol": "x"}
         layers.append(("true hotspots (non-private k-means)", *_latlon(true_centres), style))
     for i, (name, latlon) in enumerate(released.items()):
         style = {
             "color": RELEASED_COLOR if len(released) == 1 else HOTSPOT_COLORS[i % len(HOTSPOT_COLORS)],
             "size": 12,
             "symbol": HOTSPOT_SYMBOLS[i % len(HOTSPOT_SYMBOLS)],
-            "line": {"width": 1, "color": "white"},
+            "line": {"width": 1, "color": "#ffffff"},
         }
         layers.append((name, *_latlon(latlon), style))
     fig = go.Figure()
@@ -327,31 +303,31 @@ def error_vs_eps(
     sweep: pd.DataFrame,
     *,
     metric: str | None = None,
-    hs_m: float | None = None,
     band: tuple[float, float] = (0.25, 0.75),
     log_y: bool = True,
 ) -> go.Figure:
     """The location trade-off chart: median (line) and quantile band over trials per mechanism vs eps.
 
     ``sweep`` is ``location_sweep``'s output. One ``metric`` gives one panel; ``metric=None`` draws every
-    mechanism in one figure, one row per unit on a shared eps axis. With ``hs_m`` the distance errors
-    (DE x HS and the mean position's error) share one row in metres
-    (:func:`dpcore.accuracy.location_metres`). Line style and legend group mark what each mechanism
-    guarantees (solid: ε-DP; dashed: Blowfish; dash-dot: geo-indistinguishability).
+    metric the mechanisms declare, one row each on a shared eps axis (titles from the declarations; a
+    metric its mechanism does not declare is refused). Each mechanism draws in its spec's colour; line
+    style and legend group mark what it guarantees (solid: ε-DP; dashed: Blowfish; dash-dot:
+    geo-indistinguishability).
     """
+    from dpcore.location import LOCATIONS
+    from dpcore.location.sweep import declared_metrics
+
     need = {"mechanism", "label", "epsilon", "trial", "metric", "value"}
     if not need <= set(sweep.columns):
         raise ParameterError(f"the sweep frame needs columns {sorted(need)}; pass location_sweep's output.")
     lo_q, hi_q = band
     if not 0.0 <= lo_q < hi_q <= 1.0:
         raise ParameterError(f"band must be two quantiles 0 <= lo < hi <= 1 (got {band}).")
-    df = sweep if hs_m is None else location_metres(sweep, hs_m)
-    if metric is not None:
-        df = df[df["metric"] == metric]
+    df = sweep if metric is None else sweep[sweep["metric"] == metric]
     if df.empty:
         raise ParameterError(f"no sweep rows for metric {metric!r}.")
-    metrics = list(dict.fromkeys(m for m in METRIC_TITLES if m in set(df["metric"])))
-    metrics += [m for m in dict.fromkeys(df["metric"]) if m not in metrics]
+    declared = declared_metrics(df)
+    metrics = list(declared)
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08)
     mechs = list(dict.fromkeys(df["mechanism"]))
     classes = {m: privacy_class(str(m)) for m in mechs}
@@ -364,7 +340,7 @@ def error_vs_eps(
                 g = part[part["mechanism"] == mech].groupby("epsilon")["value"]
                 eps, med = g.median().index.to_numpy(), g.median().to_numpy()
                 lo, hi = g.quantile(lo_q).to_numpy(), g.quantile(hi_q).to_numpy()
-                color = LOCATION_COLORS.get(str(mech), "#7f7f7f")
+                color = LOCATIONS[str(mech)].color or "#7f7f7f"
                 label = str(part.loc[part["mechanism"] == mech, "label"].iloc[0])
                 fig.add_trace(
                     go.Scatter(
@@ -402,13 +378,13 @@ def error_vs_eps(
                     1,
                 )
                 titled.add(cls)
-        yaxis = value_axis(part["value"].to_numpy(), log=log_y and bool((part["value"] > 0).all()))
-        titles = METRIC_TITLES if len(metrics) == 1 else ROW_TITLES
-        fig.update_yaxes(**yaxis, title={"text": titles.get(str(met), str(met))}, row=row, col=1)
+        auto = declared[met].scale == "auto"
+        yaxis = value_axis(part["value"].to_numpy(), log=log_y and auto and bool((part["value"] > 0).all()))
+        fig.update_yaxes(**yaxis, title={"text": wrap_title(declared[met].title, 30)}, row=row, col=1)
     x_axis = eps_axis(df["epsilon"])
     fig.update_xaxes(**{k: v for k, v in x_axis.items() if k != "title"})
     fig.update_xaxes(title=x_axis["title"], row=len(metrics), col=1)
-    what = METRIC_TITLES.get(metrics[0], "Error") if len(metrics) == 1 else "Error of every mechanism"
+    what = declared[metrics[0]].title if len(metrics) == 1 else "Error of every mechanism"
     fig.update_layout(height=max(450, 300 * len(metrics)))
     narrow_layout(fig, f"{what} vs ε (median over trials, band {band_name})", extra_top=20)
     fig.update_layout(legend={"groupclick": "toggleitem", "title": {"text": LINE_NOTE, "side": "top"}})

@@ -21,14 +21,15 @@ from dpcore.plots.location import _map_axes, _outlines
 from dpcore.plots.style import eps_axis, narrow_layout, plain_numbers
 
 __all__ = [
-    "TRAJECTORY_COLORS",
+    "TRUE_COLOR",
     "distribution_histograms",
     "trips_map",
     "trips_side_by_side",
     "utility_vs_eps",
 ]
 
-TRAJECTORY_COLORS = {"true": "#1f77b4", "dpt": "#d62728", "markov_grid": "#2ca02c", "per_point": "#9467bd"}
+TRUE_COLOR = "#1f77b4"  # the true trips, in every chart
+OTHER_COLOR = "#7f7f7f"  # a set of trips given no colour
 MAX_DRAWN = 400  # trips drawn per map (the first ones)
 
 Trips = tuple[ArrayLike, ArrayLike, ArrayLike]  # (lat, lon, offsets)
@@ -80,9 +81,15 @@ def trips_map(
     return diagnostic_annotation(fig) if diagnostic else fig
 
 
-def trips_side_by_side(panels: Mapping[str, Trips], region: Region, *, title: str) -> go.Figure:
-    """One map per named set of trips (name -> (lat, lon, offsets)) on the same scale; diagnostic (the
-    true trips are one of them)."""
+def trips_side_by_side(
+    panels: Mapping[str, Trips],
+    region: Region,
+    *,
+    title: str,
+    colors: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """One map per named set of trips (name -> (lat, lon, offsets)) on the same scale, each in its colour
+    (``colors``: name -> hex); diagnostic (the true trips are one of them)."""
     if not panels:
         raise ParameterError("give at least one set of trips to draw.")
     names = list(panels)
@@ -90,7 +97,7 @@ def trips_side_by_side(panels: Mapping[str, Trips], region: Region, *, title: st
     lat_range, lon_range = _ranges(region)
     for col, (name, trips) in enumerate(panels.items(), 1):
         x, y = _lines(trips, MAX_DRAWN)
-        color = list(TRAJECTORY_COLORS.values())[(col - 1) % len(TRAJECTORY_COLORS)]
+        color = (colors or {}).get(name, OTHER_COLOR)
         fig.add_trace(_outlines(lat_range, lon_range), 1, col)
         fig.add_trace(
             go.Scattergl(x=x, y=y, mode="lines", line={"color": color, "width": 1}, opacity=0.5, name=name),
@@ -111,8 +118,14 @@ def trips_side_by_side(panels: Mapping[str, Trips], region: Region, *, title: st
     return diagnostic_annotation(plain_numbers(fig))
 
 
-def utility_vs_eps(table: pd.DataFrame, metrics: Mapping[str, str], labels: Mapping[str, str]) -> go.Figure:
-    """Mean (line) and min-max band over trials of each measure per mechanism vs eps (diagnostic)."""
+def utility_vs_eps(
+    table: pd.DataFrame,
+    metrics: Mapping[str, str],
+    labels: Mapping[str, str],
+    colors: Mapping[str, str],
+) -> go.Figure:
+    """Mean (line) and min-max band over trials of each measure (``metrics``: name -> title) per mechanism
+    vs eps, each mechanism under its label and in its colour (key -> hex); diagnostic."""
     need = {"mechanism", "epsilon", "trial", *metrics}
     if not need <= set(table.columns):
         raise ParameterError(f"the comparison table needs columns {sorted(need)}.")
@@ -128,7 +141,7 @@ def utility_vs_eps(table: pd.DataFrame, metrics: Mapping[str, str], labels: Mapp
             g = table[table["mechanism"] == mech].groupby("epsilon")[metric]
             eps = g.mean().index.to_numpy()
             mean, lo, hi = g.mean().to_numpy(), g.min().to_numpy(), g.max().to_numpy()
-            color = TRAJECTORY_COLORS.get(str(mech), "#7f7f7f")
+            color = colors.get(str(mech), OTHER_COLOR)
             fig.add_trace(
                 go.Scatter(
                     x=np.r_[eps, eps[::-1]],

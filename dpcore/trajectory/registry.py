@@ -18,11 +18,20 @@ import numpy as np
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region, validate_latlon
 from dpcore.mechanisms import Sampler
-from dpcore.registry import Param, Registry
+from dpcore.registry import Metric, Param, Registry
 from dpcore.trajectory.dpt import DPT
+from dpcore.trajectory.metrics import METRICS
 from dpcore.trajectory.prepare import Prepared, TripLimits, prepare_trips
 
-__all__ = ["MAX_FIXES", "MAX_TRIPS", "NEIGHBOURS", "TRAJECTORIES", "TrajectoryInputs", "scope_of"]
+__all__ = [
+    "MAX_FIXES",
+    "MAX_TRIPS",
+    "NEIGHBOURS",
+    "TRAJECTORIES",
+    "TRIP_METRICS",
+    "TrajectoryInputs",
+    "scope_of",
+]
 
 TRAJECTORIES = Registry("trajectory")
 
@@ -53,6 +62,9 @@ NEIGHBOURS = Param(
     choices=("unbounded",),
     help="unbounded: one person's trips (at most the limits above) added or removed.",
 )
+
+#: What a trajectory trial's synthetic trips are scored by (:func:`dpcore.trajectory.metrics.utility`).
+TRIP_METRICS = tuple(Metric(name, title) for name, title in METRICS.items())
 
 
 def scope_of(max_trips: int, max_fixes: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -47,11 +48,12 @@ BOX = {  # a public box around Los Angeles, wider than the data
     "West edge (lon min)": -118.9,
     "East edge (lon max)": -117.9,
 }
-HS = "city (25,000 m)"
+HS = "city (25,000)"
 PLANAR = "Planar Laplace (per location)"
+PRILOCATION = "PriLocation (users' visits)"
 MOST = 5  # public most locations per user
-USER_LABEL = "User column (PriLocation groups visits by user)"
-HS_LABEL = "Hierarchy level to protect (HS)"
+USER_LABEL = "User column (a user's locations are protected together)"
+HS_LABEL = "Hierarchy level to protect HS (metres)"
 MOST_LABEL = "Most locations per user (public)"
 STALE = "The settings changed since this comparison ran"
 
@@ -203,13 +205,15 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     _expect_settings(page)
     assert _charts(page, len(charts)) == charts  # the last comparison comes back with the plan
     expect(body.get_by_text(STALE)).to_have_count(0)
-    # the release still checks the restored comparison: another HS disables it, naming HS
-    select(page, HS_LABEL, "state (300,000 m)")
-    expect(release).to_be_disabled()
-    reason = body.get_by_text("The HS changed since the last comparison").first
+    # the release still checks the restored comparison: PriLocation with another HS is disabled, naming HS
+    select(page, "Mechanism to release", PRILOCATION)
+    select(page, HS_LABEL, "state (300,000)")
+    reason = body.get_by_text(f"The {HS_LABEL} changed since the last comparison").first
     expect(reason).to_be_visible()
+    expect(body.get_by_role("button", name=re.compile(r"^Release \(spends"))).to_be_disabled()
     _shot(page, reason, "upload-la-5-reloaded-hs-changed")
     select(page, HS_LABEL, HS)
+    select(page, "Mechanism to release", PLANAR)
     expect(release).to_be_enabled()
     _shot(page, _region(page), "upload-la-5-reloaded")
 

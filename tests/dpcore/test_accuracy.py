@@ -13,7 +13,6 @@ from dpcore.accuracy import (
     LOCATION_ERROR_M,
     Target,
     eps_for_target,
-    location_metres,
     metric_curves,
     tidy,
 )
@@ -84,21 +83,15 @@ def test_location_targets_in_metres() -> None:
     for eps in GRID:
         for t in range(5):
             rows += [
-                ("planar_laplace", "Planar Laplace", eps, t, "distance_error", 2.0 / eps),
-                ("dp_mean", "Mean (DP)", eps, t, "mean_error_m", 40_000.0 / eps),
+                ("planar_laplace", "Planar Laplace", eps, t, LOCATION_ERROR_M, 20_000.0 / eps),
+                ("dp_mean", "Mean (DP)", eps, t, LOCATION_ERROR_M, 40_000.0 / eps),
                 ("uniform_grid", "UG", eps, t, "median_relative_error", 0.1 / eps),
             ]
     sweep = pd.DataFrame(rows, columns=["mechanism", "label", "epsilon", "trial", "metric", "value"])
-    metres = location_metres(sweep, hs_m=10_000.0)
-    assert set(metres.metric) == {LOCATION_ERROR_M, "median_relative_error"}
-    pl = metres[(metres.mechanism == "planar_laplace") & (metres.epsilon == 2.0)]
-    np.testing.assert_allclose(pl.value, 10_000.0)  # DE = 1 HS = 10 km
-    answers = _by_mech(eps_for_target(metres, Target(LOCATION_ERROR_M, 8_000.0, 0.5)))
+    answers = _by_mech(eps_for_target(sweep, Target(LOCATION_ERROR_M, 8_000.0, 0.5)))
     assert set(answers) == {"planar_laplace", "dp_mean"}  # the grid has no error in metres
     assert answers["planar_laplace"].epsilon == 5.0 and answers["planar_laplace"].achieved == 4_000.0
     assert answers["dp_mean"].epsilon == 5.0 and answers["planar_laplace"].label == "Planar Laplace"
-    with pytest.raises(ParameterError, match="HS"):
-        location_metres(sweep, hs_m=0.0)
 
 
 def test_bad_targets_are_refused() -> None:
@@ -237,5 +230,6 @@ def test_locations_page_use_this_eps_sets_the_release_panel() -> None:
     assert at.selectbox(key="loc_rel_mech").value == "dp_mean"
     assert at.number_input(key="loc_rel_eps").value == 0.5  # met at the smallest eps of the grid
     assert not at.get("loc_acc_use_planar_laplace") and any(
-        "per metre" in c.value and "Privacy policy page" in c.value for c in at.caption
-    )
+        "level l = 0.5 with Radius r (metres) = 1,000 on the Privacy policy page" in c.value
+        for c in at.caption
+    )  # its release spends the policy's level: advice, not a button

@@ -121,7 +121,7 @@ def test_location_comparison_reads_the_sample_and_the_release_every_row(monkeypa
 
     monkeypatch.setattr(view, "location_sweep", spy)
     box = (24.0, 50.0, -125.0, -66.0)
-    view.sweep(key, coords.lat, coords.lon, coords.users, ("dp_mean",), (1.0,), 1, box, 3e5, 80, 30, 8, 5e4)
+    view.sweep(key, coords.lat, coords.lon, coords.users, ("dp_mean",), (1.0,), 1, box, "{}")
     (lat,) = seen
     assert np.array_equal(lat, coords.lat[diagnostic_sample(n, key)]) and lat.size == DIAGNOSTIC_ROWS
     assert view.sample_note(n).startswith(f"Comparison on a uniform sample of 50,000 of {n:,} rows")

@@ -83,7 +83,6 @@ def test_airports_sample_loads_and_comparison_draws_charts():
     assert any("Diagnostics (non-private)" in w.value for w in at.warning)
     assert any("outside the public region" in w.value for w in at.warning)  # Alaska, Hawaii, ...
     assert any("Privacy policy page" in link.label for link in at.page_link)  # geo-ind is set there only
-    assert at.checkbox(key="loc_tiles").value is False  # offline maps by default
     assert not at.get("plotly_chart")
     at.select_slider(key="loc_eps_range").set_value((0.5, 1.0))
     at.number_input(key="loc_trials").set_value(2)
@@ -108,17 +107,20 @@ def test_airports_sample_loads_and_comparison_draws_charts():
     assert [t for t in titles if "vs ε" in t] == [
         "Error of every mechanism vs ε (median over trials, band 25–75%)"  # one trade-off chart
     ]
-    assert any(t.startswith("Planar Laplace displacement") for t in titles)
-    assert any(t.startswith("PriLocation, ε = ") for t in titles)
-    assert sum(t.startswith("Private density") for t in titles) == 2
-    (hotspots,) = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "Hotspots, ε" in _title(el)]
-    assert hotspots["layout"]["title"]["text"] == "Hotspots, ε = 1, K = 8: true vs released centres"
-    names = [t["name"] for t in hotspots["data"]][1:]  # after the basemap outlines
-    assert names[:2] == ["locations (raw data)", "true hotspots (non-private k-means)"]
-    assert names[2].startswith("DP hotspots (DP-Lloyd): ") and names[2].endswith(" km")
-    assert names[3].startswith("Blowfish hotspots (distance threshold θ): ")
-    assert [_size(t["x"]) for t in hotspots["data"][2:]] == [8, 8, 8]
+    # every compared mechanism's own release figures, drawn once with diagnostic noise at the map's ε
+    assert any(t.startswith("Planar Laplace (per location): released locations") for t in titles)
+    assert any(t.startswith("PriLocation (users' visits): released locations") for t in titles)
+    grids = ("Uniform density grid: released", "Adaptive density grid: released")
+    assert sum(t.startswith(grids) for t in titles) == 2
+    charts = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    (hotspots,) = [c for c in charts if "DP hotspots (DP-Lloyd): released" in c["layout"]["title"]["text"]]
+    assert _one_line(hotspots["layout"]["title"]["text"]).endswith("released hotspot centres (K = 8, ε = 1)")
+    assert [_size(t["x"]) for t in hotspots["data"][1:]] == [8]
     assert hotspots["layout"]["yaxis"]["scaleanchor"] == "x"  # equal ground scale, offline
+    assert all(
+        any(a["text"].startswith("Diagnostic") for a in json.loads(el.proto.spec)["layout"]["annotations"])
+        for el in at.get("plotly_chart")
+    )  # every map read the true data: stamped as a diagnostic
     maps = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     assert not any(t.get("type") == "scattermap" for m in maps for t in m["data"])  # no tile server
     at.run()
@@ -276,10 +278,12 @@ def test_release_refuses_settings_that_changed_since_the_comparison():
     at.number_input(key="loc_trials").set_value(1)
     at.button(key="loc_run").click().run()
     assert not at.exception and not release_button(at, "locations").disabled
-    at.number_input(key="loc_hotspot_k").set_value(5).run()  # changed after comparing
+    at.number_input(key="loc_hotspot_k").set_value(5).run()  # another mechanism's parameter
+    assert not release_button(at, "locations").disabled  # the grid's comparison still holds
+    at.selectbox(key="loc_neighbours").set_value("bounded").run()  # the grid's own, changed after comparing
     assert release_button(at, "locations").disabled
-    assert any("hotspots K changed since the last comparison" in w.value for w in at.warning)
-    at.number_input(key="loc_hotspot_k").set_value(8).run()  # set back: what was compared
+    assert any("Neighbouring datasets changed since the last comparison" in w.value for w in at.warning)
+    at.selectbox(key="loc_neighbours").set_value("unbounded").run()  # set back: what was compared
     assert not release_button(at, "locations").disabled
     assert ledger.releases(account) == []
 

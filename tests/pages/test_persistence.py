@@ -45,14 +45,14 @@ def _locations_with_airports() -> AppTest:
 def test_locations_region_and_hs_survive_leaving_the_page():
     at = _locations_with_airports()
     _by_label(at.selectbox, "Public region").set_value("Europe (34, 72, -25, 45)").run()
-    _by_label(at.selectbox, "Hierarchy level to protect (HS)").set_value("city").run()
+    _by_label(at.selectbox, "Hierarchy level to protect HS (metres)").set_value("city").run()
     _by_label(at.number_input, "Clusters").set_value(12).run()
     _ok(at)
     at.switch_page("pages/ledger.py").run()
     at.switch_page("pages/locations.py").run()
     _ok(at)
     assert _by_label(at.selectbox, "Public region").value == "Europe (34, 72, -25, 45)"
-    assert _by_label(at.selectbox, "Hierarchy level to protect (HS)").value == "city"
+    assert _by_label(at.selectbox, "Hierarchy level to protect HS (metres)").value == "city"
     assert _by_label(at.number_input, "Clusters").value == 12
     assert [_by_label(at.number_input, label).value for label in EDGES] == [34.0, 72.0, -25.0, 45.0]
 
@@ -161,15 +161,15 @@ def test_uploaded_points_need_a_chosen_region_and_restore_from_the_data_folder(i
 def test_two_tabs_of_one_session_keep_each_others_changes():
     first = _locations_with_airports()
     token = first.query_params["s"]
-    _by_label(first.selectbox, "Hierarchy level to protect (HS)").set_value("city").run()
+    _by_label(first.selectbox, "Hierarchy level to protect HS (metres)").set_value("city").run()
     second = _open(token)  # a second tab: the same state
     second.switch_page("pages/locations.py").run()
-    assert _by_label(_ok(second).selectbox, "Hierarchy level to protect (HS)").value == "city"
+    assert _by_label(_ok(second).selectbox, "Hierarchy level to protect HS (metres)").value == "city"
     _by_label(second.number_input, "Clusters").set_value(12).run()
     _by_label(first.number_input, "Trials per ε").set_value(5).run()  # the first tab knows nothing of 12
     third = _open(token)
     third.switch_page("pages/locations.py").run()
-    assert _by_label(_ok(third).selectbox, "Hierarchy level to protect (HS)").value == "city"
+    assert _by_label(_ok(third).selectbox, "Hierarchy level to protect HS (metres)").value == "city"
     assert _by_label(third.number_input, "Clusters").value == 12
     assert _by_label(third.number_input, "Trials per ε").value == 5
 

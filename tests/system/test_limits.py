@@ -128,7 +128,7 @@ def test_location_sweep_draws_in_bounded_chunks() -> None:
 
 def test_location_sweep_chunked_draws_are_the_same_draws(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drawing the radii one (trial, eps) row at a time gives the same table as drawing them all at once."""
-    module = importlib.import_module("dpcore.location.sweep")
+    module = importlib.import_module("dpcore.location.trial_data")
     rng = np.random.default_rng(5)
     lat, lon = rng.uniform(30, 45, 2_000), rng.uniform(-110, -80, 2_000)
     users = rng.integers(0, 500, lat.size)
@@ -231,11 +231,12 @@ def test_location_engine_refuses_settings_beyond_their_limits() -> None:
 
     _assert_refused("from 1 to 50", run(["dp_mean"], [1.0], 51))
     _assert_refused("1 to 25 epsilon values", run(["dp_mean"], list(np.linspace(0.1, 5, 26)), 1))
-    _assert_refused(
-        "Number of hotspots K must lie in \\[1, 30\\]", run(["dp_hotspots"], [1.0], 1, hotspot_k=31)
-    )
-    _assert_refused("Clusters must lie", run(["prilocation"], [1.0], 1, n_clusters=10_001))
-    _assert_refused("cells per side must lie", run(["prilocation"], [1.0], 1, grid_size=5_000))
+    hot = {"dp_hotspots": {"hotspot_k": 31}}
+    _assert_refused("Number of hotspots K must lie in \\[1, 30\\]", run(["dp_hotspots"], [1], 1, params=hot))
+    pri = {"prilocation": {"n_clusters": 10_001}}
+    _assert_refused("Clusters must lie", run(["prilocation"], [1.0], 1, params=pri))
+    pri = {"prilocation": {"grid_size": 5_000}}
+    _assert_refused("cells per side must lie", run(["prilocation"], [1.0], 1, params=pri))
     _assert_refused(
         "n_queries must be a whole number from 1 to 1000", run(["uniform_grid"], [1.0], 1, n_queries=10**6)
     )
@@ -279,13 +280,14 @@ def test_kmeans_page_widgets_carry_the_engine_limits() -> None:
 
 def test_locations_page_widgets_carry_the_registry_limits() -> None:
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["loc_clusters"] = 10**9  # a kept value beyond the limit falls back to the default
+    at.session_state["loc_n_clusters"] = 10**9  # a kept value beyond the limit falls back to the default
     at.run()
     at.switch_page("pages/locations.py").run()
     at.button(key="loc_load_airports").click().run()
     assert not at.exception, [e.value for e in at.exception]
     limits = {
-        key: at.number_input(key=key).max for key in ("loc_clusters", "loc_grid", "loc_theta", "loc_trials")
+        key: at.number_input(key=key).max
+        for key in ("loc_n_clusters", "loc_grid_size", "loc_theta_m", "loc_trials")
     }
-    assert limits == {"loc_clusters": 10_000, "loc_grid": 1024, "loc_theta": 2.0e7, "loc_trials": 50}
-    assert at.number_input(key="loc_clusters").value == 20
+    assert limits == {"loc_n_clusters": 10_000, "loc_grid_size": 1024, "loc_theta_m": 2.0e7, "loc_trials": 50}
+    assert at.number_input(key="loc_n_clusters").value == 20

@@ -8,14 +8,36 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpcore.location.blowfish import noisy_mean
+from dpcore.location import trial_data
+from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitivity, noisy_mean
 from dpcore.location.budget import per_member_epsilon
-from dpcore.location.grids import DensityGrid
-from dpcore.location.hotspots import fit_hotspots, hotspot_estimator
-from dpcore.location.registry import LocationInputs, kept_details, kept_diagnostics, no_delta
-from dpcore.mechanisms import Sampler
+from dpcore.location.geometry import FloatArray, haversine_m
+from dpcore.location.grids import ClampedPoints, DensityGrid, relative_error
+from dpcore.location.hotspots import fit_hotspots, hotspot_estimator, hotspot_trials
+from dpcore.location.registry import (
+    ERROR_M,
+    RANGE_ERROR,
+    WCSS_LOSS,
+    LocationInputs,
+    kept_details,
+    kept_diagnostics,
+    no_delta,
+)
+from dpcore.location.trial_data import TrialData
+from dpcore.mechanisms import Sampler, laplace_scale
 from dpcore.plots.location import density_heatmap, hotspot_map, released_map
+from dpcore.policy import Blowfish, DistanceThresholdGraph, Policy
 from dpcore.registry import MechanismOutput, Param
+
+
+def great_circle_threshold(policy: Policy) -> float | None:
+    """The distance threshold θ (metres) of a Blowfish policy with a great-circle threshold graph, else
+    None."""
+    graph = policy.graph if isinstance(policy, Blowfish) else None
+    if isinstance(graph, DistanceThresholdGraph) and graph.metric == "haversine":
+        return float(graph.theta)
+    return None
+
 
 THETA = Param(
     "theta_m",
@@ -25,6 +47,7 @@ THETA = Param(
     low=1.0,
     high=2.0e7,
     help="Positions within θ metres of each other are protected, e.g. 50000.",
+    from_policy=great_circle_threshold,
 )
 HOTSPOT_K = Param(
     "hotspot_k",
@@ -194,3 +217,66 @@ def grid_release(
         "cells_per_side_level_1": int(grid.counts.shape[0]),
     }
     return MechanismOutput(table, (figure,), details, kept_diagnostics(counted, inputs), counted.scope)
+
+
+def grid_trial(
+    build: Callable[..., DensityGrid],
+    data: TrialData,
+    eps: FloatArray,
+    trials: int,
+    random_state: Sampler,
+    params: dict[str, Any],
+) -> dict[str, FloatArray]:
+    """Median relative error of the random rectangle queries (Qardaji et al. 2013) per run; the grid is
+    sized with the true n (as if the curator entered it), every row its own person."""
+    points: ClampedPoints = data.clamped
+    out = np.empty((trials, eps.size))
+    for i, e in enumerate(eps):
+        for t in range(trials):
+            grid = build(
+                points,
+                float(e),
+                neighbours=params["neighbours"],
+                n_estimate=float(data.n),
+                random_state=random_state,
+            )
+            answers = grid.range_query(data.boxes)
+            out[t, i] = float(np.median(relative_error(answers, data.box_truth, data.n)))
+    return {RANGE_ERROR.name: out}
+
+
+def mean_trial(
+    policy: str, data: TrialData, eps: FloatArray, trials: int, random_state: Sampler, params: dict[str, Any]
+) -> dict[str, FloatArray]:
+    """Great-circle metres between the true and the released mean position (both through the region's
+    map), n public, every row its own person; the noise of every trial and eps drawn in one call."""
+    sens = (
+        blowfish_mean_sensitivity(data.n, params["theta_m"], data.region)
+        if policy == "blowfish"
+        else dp_mean_sensitivity(data.n, data.region)
+    )
+    scale = np.array([laplace_scale(sens, e) for e in eps])
+    noise = random_state.laplace((trials, eps.size, 2), 1.0) * scale[None, :, None]
+    mx, my = data.mean_xy
+    r_lat, r_lon = data.plane.inverse(mx + noise[..., 0], my + noise[..., 1])
+    return {ERROR_M.name: haversine_m(*data.mean_latlon, r_lat, r_lon)}
+
+
+def hotspot_trial(
+    policy: str, data: TrialData, eps: FloatArray, trials: int, random_state: Sampler, params: dict[str, Any]
+) -> dict[str, FloatArray]:
+    """Fractional WCSS loss (WCSS_released - WCSS_true) / WCSS_true in plane metres² vs non-private k-means
+    (Ravi et al. 2021, Fig. 2), every row its own person; every trial's released centres scored by grid
+    filtering (``dpcore.kmeans.cells.PlanarCells``: exact nearest centres, whole cells scored as scatter +
+    n ||mean - c||²) in chunks of bounded size."""
+    k = params["hotspot_k"]
+    proj, cells = data.projected
+    base = data.true_wcss(k)
+    centres = hotspot_trials(
+        proj, k, eps.tolist(), trials, random_state, policy=policy, theta_m=params.get("theta_m")
+    )
+    sets = centres.reshape(-1, *centres.shape[2:])
+    # chunks of centre sets: grid filtering holds (sets x K x cells) bounds and up to n rows per set
+    step = max(1, trial_data.DRAW_ENTRIES // max(sets.shape[1] * cells.count.size, data.n))
+    scores = np.concatenate([cells.wcss(sets[i : i + step]) for i in range(0, len(sets), step)])
+    return {WCSS_LOSS.name: (scores.reshape(centres.shape[:2]).T - base) / base}

@@ -8,11 +8,12 @@ each level, s = 1 or 2 (cells of a level are disjoint); the budget parts never a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from dpcore.location.grids import adaptive_grid_of
-from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, neighbours_param
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, grid_trial, neighbours_param
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, RANGE_ERROR, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -41,6 +42,10 @@ SPEC = LOCATIONS.register(
         ),
         citation="Qardaji, Yang and Li 2013",
         release=release,
+        trial=partial(grid_trial, adaptive_grid_of),
+        metrics=(RANGE_ERROR,),
+        color="#17becf",
+        out_of_core=release,
         params=(neighbours_param("unbounded", "bounded"), MAX_PER_USER),
     )
 )

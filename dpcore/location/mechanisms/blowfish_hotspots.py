@@ -8,10 +8,11 @@ threshold k theta in the region's ``PlaneMap`` (k its scale factor), whatever li
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import HOTSPOT_K, THETA, hotspot_release
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.mechanisms._shared import HOTSPOT_K, THETA, hotspot_release, hotspot_trial
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -42,6 +43,10 @@ SPEC = LOCATIONS.register(
         ),
         citation="Machanavajjhala and Kifer 2015; He, Machanavajjhala and Ding 2014",
         release=release,
+        trial=partial(hotspot_trial, "blowfish"),
+        metrics=(WCSS_LOSS,),
+        color="#e377c2",
+        out_of_core=release,
         params=(HOTSPOT_K, THETA, MAX_PER_USER),
     )
 )

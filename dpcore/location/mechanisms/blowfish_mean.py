@@ -8,10 +8,11 @@ probability by at most e^eps; the group size n is public. Delta_1 = sqrt(2) k th
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import THETA, mean_release
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.mechanisms._shared import THETA, mean_release, mean_trial
+from dpcore.location.registry import ERROR_M, LOCATIONS, MAX_PER_USER, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -41,6 +42,10 @@ SPEC = LOCATIONS.register(
         ),
         citation="Machanavajjhala and Kifer 2015; He, Machanavajjhala and Ding 2014",
         release=release,
+        trial=partial(mean_trial, "blowfish"),
+        metrics=(ERROR_M,),
+        color="#9467bd",
+        out_of_core=release,
         params=(THETA, MAX_PER_USER),
     )
 )

@@ -9,10 +9,11 @@ relation, so nothing it publishes depends on a person's number of rows.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import HOTSPOT_K, hotspot_release, neighbours_param
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.mechanisms._shared import HOTSPOT_K, hotspot_release, hotspot_trial, neighbours_param
+from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -42,6 +43,10 @@ SPEC = LOCATIONS.register(
         ),
         citation="Su et al. 2016; Lee and Kifer 2018",
         release=release,
+        trial=partial(hotspot_trial, "dp"),
+        metrics=(WCSS_LOSS,),
+        color="#8c564b",
+        out_of_core=release,
         params=(HOTSPOT_K, neighbours_param("unbounded", "bounded"), MAX_PER_USER),
     )
 )

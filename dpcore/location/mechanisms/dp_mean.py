@@ -10,10 +10,11 @@ rest on the centred sum, Delta_1 = g (W + H)) and only the noisy count is publis
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import mean_release, neighbours_param
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.mechanisms._shared import mean_release, mean_trial, neighbours_param
+from dpcore.location.registry import ERROR_M, LOCATIONS, MAX_PER_USER, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -42,6 +43,10 @@ SPEC = LOCATIONS.register(
         ),
         citation="Dwork et al. 2006; Machanavajjhala and Kifer 2015",
         release=release,
+        trial=partial(mean_trial, "dp"),
+        metrics=(ERROR_M,),
+        color="#ff7f0e",
+        out_of_core=release,
         params=(neighbours_param("bounded"), MAX_PER_USER),
     )
 )

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from dpcore.location import trial_data
 from dpcore.location.budget import per_member_epsilon
+from dpcore.location.geometry import FloatArray
 from dpcore.location.laplace import PlanarLaplace, grid_note
 from dpcore.location.registry import (
+    ERROR_M,
     LOCATIONS,
     MAX_PER_USER,
     LocationInputs,
@@ -25,8 +29,10 @@ from dpcore.location.registry import (
     kept_diagnostics,
     no_delta,
 )
+from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import released_map
+from dpcore.policy import GeoIndistinguishability
 from dpcore.registry import MechanismOutput, MechanismSpec, Param
 
 LABEL = "Planar Laplace (per location)"
@@ -62,6 +68,25 @@ def release(
     return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
 
 
+def trial(
+    data: TrialData, eps: FloatArray, trials: int, random_state: Sampler, params: dict[str, Any]
+) -> dict[str, FloatArray]:
+    """Per user the mean displacement in metres, averaged over users, at level eps within r (every row its
+    own person): the great-circle displacement equals the noise radius (destination-point formula), so it
+    is drawn directly, r / eps x Gamma(2, 1) i.i.d. per visit, at most ``trial_data.DRAW_ENTRIES`` at a
+    time (the same draws, in the same order, as all at once)."""
+    per_user = np.bincount(data.visits.codes)
+    starts = np.r_[0, np.cumsum(per_user)[:-1]]
+    runs, visits = trials * eps.size, int(per_user.sum())
+    mean = np.empty(runs)
+    step = max(1, trial_data.DRAW_ENTRIES // visits)
+    for start in range(0, runs, step):
+        # Draws are i.i.d. per visit, so visit i of the sorted layout can take any user's slot.
+        g = random_state.rng.gamma(2.0, 1.0, (min(step, runs - start), visits))
+        mean[start : start + step] = (np.add.reduceat(g, starts, axis=1) / per_user).mean(axis=1)
+    return {ERROR_M.name: mean.reshape(trials, eps.size) / eps * float(params["radius_m"])}
+
+
 SPEC = LOCATIONS.register(
     MechanismSpec(
         domain="location",
@@ -80,6 +105,9 @@ SPEC = LOCATIONS.register(
         ),
         citation="Andres et al. 2013; Zhu et al. 2017, s.12.3",
         release=release,
+        trial=trial,
+        metrics=(ERROR_M,),
+        color="#1f77b4",
         params=(
             Param(
                 "radius_m",
@@ -89,6 +117,8 @@ SPEC = LOCATIONS.register(
                 low=0.01,
                 high=2.0e7,
                 help="The distance within which two places are protected at level l, e.g. 1000.",
+                from_policy=lambda pol: pol.radius_m if isinstance(pol, GeoIndistinguishability) else None,
+                hidden=True,  # set with the level on the Privacy policy page only
             ),
             MAX_PER_USER,
         ),

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from dpcore.location.prilocation import PriLocation
+from dpcore.location.geometry import FloatArray
+from dpcore.location.prilocation import LEVELS, PriLocation, distance_error, run_prilocation
 from dpcore.location.registry import (
+    ERROR_M,
     LOCATIONS,
     MAX_PER_USER,
     LocationInputs,
@@ -23,6 +25,7 @@ from dpcore.location.registry import (
     kept_diagnostics,
     no_delta,
 )
+from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import released_map
 from dpcore.registry import MechanismOutput, MechanismSpec, Param
@@ -65,6 +68,34 @@ def release(
     return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
 
 
+def trial(
+    data: TrialData, eps: FloatArray, trials: int, random_state: Sampler, params: dict[str, Any]
+) -> dict[str, FloatArray]:
+    """DE x HS in metres (DE: Zhu et al. 2017, eqs. 12.17-12.18, a fraction of HS) of ``trials`` runs per
+    eps, every row its own visit of its user: float32 selection scores (relative to each cluster centre,
+    sub-metre precision) and weight noise drawn only for the (user, cluster) pairs with visits, the only
+    ones the DE depends on (``run_prilocation(..., diagnostic=True)``); NaN where nothing is released."""
+    out = np.full((trials, eps.size), np.nan)
+    for i, e in enumerate(eps):
+        model = PriLocation(
+            float(e),
+            data.region,
+            hs_m=params["hs_m"],
+            n_clusters=params["n_clusters"],
+            grid_size=params["grid_size"],
+        )
+        e_visit, hs, k, step = model.checked_params()
+        for t in range(trials):
+            grid = params["grid_size"]
+            run = run_prilocation(
+                data.visits, e_visit, hs, data.region, k, grid, step, random_state, diagnostic=True
+            )
+            if run.kept.size:
+                de = distance_error(data.visits.codes[run.kept], run.displacement_m(data.visits), hs)
+                out[t, i] = de * hs
+    return {ERROR_M.name: out}
+
+
 SPEC = LOCATIONS.register(
     MechanismSpec(
         domain="location",
@@ -86,16 +117,20 @@ SPEC = LOCATIONS.register(
             "Zhu et al. 2017, s.12.4 (after Xiong et al.); Qardaji et al. 2013; McSherry and Talwar 2007"
         ),
         release=release,
+        trial=trial,
+        metrics=(ERROR_M,),
+        color="#d62728",
         params=(
             Param(
                 "hs_m",
-                "Hierarchy level HS (metres)",
+                "Hierarchy level to protect HS (metres)",
                 float,
                 300_000.0,
                 low=1.0,
                 high=2.0e7,
                 help="The largest distance between two places of one unit of the level you protect, "
                 "e.g. 25000 for a city.",
+                presets=tuple(LEVELS.items()),
             ),
             Param("n_clusters", "Clusters", int, 20, low=1, high=10_000, help="e.g. 20."),
             Param("grid_size", "Clustering grid cells per side", int, 30, low=1, high=1024, help="e.g. 30."),

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 
 from dpcore.errors import ParameterError
+from dpcore.location.geometry import Region
 from dpcore.mechanisms import Sampler
 from dpcore.plots.trajectory import trips_map
 from dpcore.registry import MechanismOutput
 from dpcore.trajectory.dpt import DPT
 from dpcore.trajectory.outofcore import TrajectoryTable
-from dpcore.trajectory.prepare import plane_box
+from dpcore.trajectory.prepare import TripSet, plane_box
 from dpcore.trajectory.registry import TrajectoryInputs
 
 TIMESTAMPS = "not released: synthetic trips carry no time (no true timestamp leaves)"
@@ -99,3 +100,25 @@ def synthetic_release(
         "timestamps": TIMESTAMPS,
     }
     return MechanismOutput(table, (figure,), details, dict(counts), limits.scope, files={".geojson": geojson})
+
+
+def synthetic_trial(
+    model_params: dict[str, Any],
+    trips: TripSet,
+    region: Region,
+    epsilon: float,
+    random_state: Sampler,
+    params: dict[str, Any],
+) -> TripSet:
+    """Diagnostic: the noisy model fitted at ``epsilon`` on trips already prepared under the limits of
+    ``params`` (``random_state``: a diagnostic sampler); its synthetic trips in plane metres, as the
+    release draws them."""
+    model = DPT(
+        epsilon,
+        max_trips=params["max_trips"],
+        max_fixes=params["max_fixes"],
+        box=plane_box(region),
+        random_state=random_state,
+        **model_params,
+    )
+    return model.fit(trips).sample()

@@ -5,19 +5,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpcore.location.geometry import Region
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec, Param
-from dpcore.trajectory.mechanisms._shared import synthetic_release
-from dpcore.trajectory.registry import MAX_FIXES, MAX_TRIPS, NEIGHBOURS, TRAJECTORIES, TrajectoryInputs
+from dpcore.trajectory.mechanisms._shared import synthetic_release, synthetic_trial
+from dpcore.trajectory.prepare import TripSet
+from dpcore.trajectory.registry import (
+    MAX_FIXES,
+    MAX_TRIPS,
+    NEIGHBOURS,
+    TRAJECTORIES,
+    TRIP_METRICS,
+    TrajectoryInputs,
+)
 
 LABEL = "DPT synthetic trips"
+
+
+def _model(params: dict[str, Any]) -> dict[str, Any]:
+    return {"finest": params["finest_cells"], "levels": params["levels"], "order": params["order"]}
 
 
 def release(
     inputs: TrajectoryInputs, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
-    model = {"finest": params["finest_cells"], "levels": params["levels"], "order": params["order"]}
-    return synthetic_release(LABEL, model, inputs, epsilon, delta, params, random_state)
+    return synthetic_release(LABEL, _model(params), inputs, epsilon, delta, params, random_state)
+
+
+def trial(
+    trips: TripSet, region: Region, epsilon: float, random_state: Sampler, params: dict[str, Any]
+) -> TripSet:
+    """Synthetic trips from prepared ``trips`` (diagnostic sampler), as :func:`release` draws them."""
+    return synthetic_trial(_model(params), trips, region, epsilon, random_state, params)
 
 
 SPEC = TRAJECTORIES.register(
@@ -39,6 +58,10 @@ SPEC = TRAJECTORIES.register(
         ),
         citation="He, Cormode, Machanavajjhala, Procopiuc and Srivastava 2015; Zhu et al. 2017, s.12.3.2",
         release=release,
+        trial=trial,
+        metrics=TRIP_METRICS,
+        color="#d62728",
+        out_of_core=release,
         params=(
             MAX_TRIPS,
             MAX_FIXES,

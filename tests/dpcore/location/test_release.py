@@ -460,7 +460,7 @@ def test_sweep_reports_progress_and_rejects_bad_eps(visits: pd.DataFrame) -> Non
         [1.0],
         1,
         region=US,
-        n_clusters=20,
+        params={"prilocation": {"n_clusters": 20}},
         progress=lambda f, _t: seen.append(f),
     )
     assert len(frame) == 2 and seen == sorted(seen) and seen[-1] == 1.0

@@ -11,10 +11,9 @@ from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
 from dpcore.location.grids import uniform_grid
 from dpcore.location.prilocation import synthetic_visits
-from dpcore.location.sweep import MECHANISMS, location_sweep
+from dpcore.location.registry import LOCATIONS
+from dpcore.location.sweep import comparable, location_sweep
 from dpcore.plots.location import (
-    LOCATION_COLORS,
-    METRIC_TITLES,
     density_heatmap,
     displacement_histogram,
     error_vs_eps,
@@ -24,6 +23,8 @@ from dpcore.plots.location import (
 )
 
 US = Region(24.0, 50.0, -125.0, -66.0)
+MECHANISMS = comparable()
+LABELS = {m: LOCATIONS[m].label for m in MECHANISMS}
 
 
 def _points(fig: go.Figure) -> list:
@@ -36,7 +37,8 @@ def sweep() -> pd.DataFrame:
     df = pd.read_csv("dpcore/samples/us_airports.csv")
     df = df[US.contains(df.latitude, df.longitude)]
     v = synthetic_visits(df.latitude.to_numpy(), df.longitude.to_numpy(), n_users=150, seed=1)
-    return location_sweep(v.lat, v.lon, v.user, list(MECHANISMS), [0.5, 2.0], 2, region=US, n_clusters=40)
+    params = {"prilocation": {"n_clusters": 40}, "planar_laplace": {"radius_m": 300_000.0}}
+    return location_sweep(v.lat, v.lon, v.user, MECHANISMS, [0.5, 2.0], 2, region=US, params=params)
 
 
 def test_sweep_is_tidy_and_sensible(sweep: pd.DataFrame) -> None:
@@ -44,25 +46,34 @@ def test_sweep_is_tidy_and_sensible(sweep: pd.DataFrame) -> None:
     assert len(sweep) == len(MECHANISMS) * 2 * 2
     assert np.isfinite(sweep.value).all()
     med = sweep.groupby(["mechanism", "epsilon"]).value.median()
-    assert med["planar_laplace", 2.0] == pytest.approx(1.0, rel=0.15)  # 2 / eps
+    assert med["planar_laplace", 2.0] == pytest.approx(300_000.0, rel=0.15)  # 2 r / eps metres
     assert med["dp_mean", 2.0] > med["blowfish_mean", 2.0]
     hot = sweep[sweep.metric == "fractional_wcss_loss"]
     assert set(hot.mechanism) == {"dp_hotspots", "blowfish_hotspots"} and (hot.value > -0.01).all()
-    assert {m for _, m in MECHANISMS.values()} <= set(METRIC_TITLES) and set(MECHANISMS) <= set(
-        LOCATION_COLORS
-    )
-    with pytest.raises(ParameterError, match="unknown mechanism"):
+    declared = {(m, x.name) for m in MECHANISMS for x in LOCATIONS[m].metrics}
+    assert set(zip(sweep.mechanism, sweep.metric, strict=True)) == declared  # what each declares
+    assert set(sweep.label) == set(LABELS.values())
+    with pytest.raises(ParameterError, match="Unknown location mechanism 'nope'"):
         location_sweep([40.0], [-100.0], [1], ["nope"], [1.0], 1, region=US)
+    with pytest.raises(ParameterError, match="has no parameter theta_m"):
+        location_sweep(
+            [40.0], [-100.0], [1], ["dp_mean"], [1.0], 1, region=US, params={"dp_mean": {"theta_m": 1}}
+        )
 
 
 def test_error_vs_eps_figure(sweep: pd.DataFrame) -> None:
     fig = error_vs_eps(sweep)
     lines = [t for t in fig.data if t.mode == "lines+markers"]
     assert len(fig.data) == 2 * len(MECHANISMS) and len(lines) == len(MECHANISMS)
-    assert {t.name for t in lines} == {label for label, _ in MECHANISMS.values()}
-    assert fig.layout[f"xaxis{len(METRIC_TITLES) - 1}"].title.text == "ε (privacy parameter, log scale)"
-    fig2 = error_vs_eps(sweep, metric="distance_error")
-    assert fig2.layout.yaxis.title.text.startswith("Distance error")
+    assert {t.name for t in lines} == set(LABELS.values())
+    assert {t.line.color for t in lines} == {LOCATIONS[m].color for m in MECHANISMS}  # the specs' colours
+    rows = len(set(sweep.metric))
+    assert fig.layout[f"xaxis{rows}"].title.text == "ε (privacy parameter, log scale)"
+    fig2 = error_vs_eps(sweep, metric="error_m")
+    assert fig2.layout.yaxis.title.text == "Location error (m)"
+    unknown = sweep.assign(metric=np.where(sweep.mechanism == "dp_mean", "made_up", sweep.metric))
+    with pytest.raises(ParameterError, match="declares no metric 'made_up'"):
+        error_vs_eps(unknown)  # never left off the chart silently
 
 
 def test_true_vs_released_offline_and_tiles() -> None:
@@ -137,10 +148,10 @@ def test_hotspot_map_diagnostic_and_release_forms() -> None:
 
 
 def test_error_vs_eps_marks_dp_and_not_dp_mechanisms(sweep: pd.DataFrame) -> None:
-    fig = error_vs_eps(sweep, metric="distance_error")
+    fig = error_vs_eps(sweep[sweep.mechanism.isin(["planar_laplace", "prilocation"])], metric="error_m")
     lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
-    assert lines[MECHANISMS["planar_laplace"][0]].line.dash == "dashdot"  # geo-indistinguishable
-    assert lines[MECHANISMS["prilocation"][0]].line.dash == "dash"  # Blowfish-style, not ε-DP
+    assert lines[LABELS["planar_laplace"]].line.dash == "dashdot"  # geo-indistinguishable
+    assert lines[LABELS["prilocation"]].line.dash == "dash"  # Blowfish-style, not ε-DP
     titles = {t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle.text}
     assert titles == {"Geo-indistinguishable (per metre, not ε-DP)", "Blowfish (policy graph, not ε-DP)"}
     assert list(fig.layout.xaxis.tickvals) == [0.5, 1.0, 2.0]
@@ -149,27 +160,27 @@ def test_error_vs_eps_marks_dp_and_not_dp_mechanisms(sweep: pd.DataFrame) -> Non
     assert {t.line.dash for t in grids.data if t.mode == "lines+markers"} == {"solid"}  # ε-DP
 
 
-def test_error_vs_eps_one_chart_for_every_mechanism_with_errors_in_metres(sweep: pd.DataFrame) -> None:
-    fig = error_vs_eps(sweep, hs_m=300_000.0)
+def test_error_vs_eps_one_chart_for_every_mechanism_one_row_per_declared_metric(sweep: pd.DataFrame) -> None:
+    fig = error_vs_eps(sweep)
     lines = [t for t in fig.data if t.mode == "lines+markers"]
-    assert sorted(t.name for t in lines) == sorted(label for label, _ in MECHANISMS.values())
+    assert sorted(t.name for t in lines) == sorted(LABELS.values())
     metres = [t for t in lines if t.yaxis in (None, "y")]
     assert {t.name for t in metres} == {
-        MECHANISMS[m][0] for m in ("planar_laplace", "prilocation", "blowfish_mean", "dp_mean")
+        LABELS[m] for m in ("planar_laplace", "prilocation", "blowfish_mean", "dp_mean")
     }
     assert fig.layout.yaxis.title.text == "Location error (m)"
-    pl = next(t for t in lines if t.name == MECHANISMS["planar_laplace"][0])
+    pl = next(t for t in lines if t.name == LABELS["planar_laplace"])
     de = sweep[sweep.mechanism == "planar_laplace"].groupby("epsilon").value.median().to_numpy()
-    np.testing.assert_allclose(pl.y, de * 300_000.0)  # DE is a fraction of HS
-    # The other units get their own rows on the same ε axis.
+    np.testing.assert_allclose(pl.y, de)  # in metres, as the trial reports it
+    # The other metrics get their own rows on the same ε axis, titled as declared.
     assert {fig.layout.yaxis2.title.text, fig.layout.yaxis3.title.text} == {
-        "Rectangle queries:<br>median relative error",
-        "Hotspots: fractional<br>WCSS loss",
+        "Rectangle queries: median<br>relative error",
+        "Hotspots: fractional WCSS loss<br>(vs non-private k-means)",
     }
     assert fig.layout.xaxis3.tickvals and fig.layout.xaxis2.matches == "x3"
     band = next(t for t in fig.data if t.fill == "toself" and t.name.startswith(pl.name))
     q75 = sweep[sweep.mechanism == "planar_laplace"].groupby("epsilon").value.quantile(0.75).to_numpy()
-    np.testing.assert_allclose(band.y[:2], q75 * 300_000.0)  # interquartile band by default
+    np.testing.assert_allclose(band.y[:2], q75)  # interquartile band by default
     assert "25–75%" in fig.layout.title.text
 
 
@@ -260,26 +271,42 @@ def test_nonnegative_counts_is_the_exact_projection_keeping_the_total() -> None:
 
 
 def test_the_comparison_runs_planar_laplace_and_the_blowfish_mean_as_they_are_released() -> None:
-    """With the policy's radius r, planar Laplace's error is that of level ε within r (mean displacement
-    2 r / ε, the Gamma(2, r / ε) radius), not of ε / HS per metre; the Blowfish mean uses the curator's θ."""
+    """Planar Laplace's error is that of level ε within its radius r (mean displacement 2 r / ε metres, the
+    Gamma(2, r / ε) radius); the Blowfish mean's noise follows its θ: each with its declared parameters."""
     rng = np.random.default_rng(3)
     lat, lon = rng.uniform(30, 45, 4000), rng.uniform(-110, -80, 4000)
     users = np.arange(lat.size)
-    common = dict(region=US, hs_m=300_000.0, theta_m=5_000.0, random_state=2)
-    by_hs = location_sweep(lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, **common)
+    params = {"planar_laplace": {"radius_m": 500.0}, "blowfish_mean": {"theta_m": 5_000.0}}
     by_r = location_sweep(
-        lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, radius_m=500.0, **common
+        lat, lon, users, ["planar_laplace", "blowfish_mean"], [1.0, 2.0], 3, region=US, params=params,
+        random_state=2,
     )
     planar = by_r[by_r.mechanism == "planar_laplace"]
-    metres = planar.groupby("epsilon")["value"].mean() * 300_000.0  # DE is in units of HS
+    metres = planar.groupby("epsilon")["value"].mean()
     np.testing.assert_allclose(metres.to_numpy(), [2 * 500.0 / 1.0, 2 * 500.0 / 2.0], rtol=0.05)
-    assert planar["label"].iloc[0] == "Per-location planar Laplace (level ε within r = 500 m)"
-    old = by_hs[by_hs.mechanism == "planar_laplace"].groupby("epsilon")["value"].mean() * 300_000.0
-    assert old.iloc[0] > 100 * metres.iloc[0]  # at ε / HS per metre: hundreds of km, not the release's
+    assert planar["label"].iloc[0] == LABELS["planar_laplace"]
     mean = by_r[by_r.mechanism == "blowfish_mean"].groupby("epsilon")["value"].median()
-    wider = {**common, "theta_m": 50_000.0}
-    wide = location_sweep(lat, lon, users, ["blowfish_mean"], [1.0, 2.0], 3, **wider)
+    wide = location_sweep(
+        lat,
+        lon,
+        users,
+        ["blowfish_mean"],
+        [1.0, 2.0],
+        3,
+        region=US,
+        params={"blowfish_mean": {"theta_m": 5e4}},
+        random_state=2,
+    )
     ratio = wide.groupby("epsilon")["value"].median() / mean
-    np.testing.assert_allclose(ratio.to_numpy(), 10.0, rtol=0.02)  # the noise follows θ, not HS
-    with pytest.raises(ParameterError, match="radius r must be a positive number"):
-        location_sweep(lat, lon, users, ["planar_laplace"], [1.0], 1, radius_m=0.0, **common)
+    np.testing.assert_allclose(ratio.to_numpy(), 10.0, rtol=0.02)  # the noise follows θ
+    with pytest.raises(ParameterError, match="Radius r"):
+        location_sweep(
+            lat,
+            lon,
+            users,
+            ["planar_laplace"],
+            [1.0],
+            1,
+            region=US,
+            params={"planar_laplace": {"radius_m": 0.0}},
+        )
