@@ -3,7 +3,8 @@
 A location mechanism's spec declares ``trial(data, eps, trials, random_state, params)``, which returns
 {metric: values}: ``data`` is a :class:`TrialData`, ``eps`` the checked eps grid (E,), ``params`` the
 mechanism's declared parameters (validated), ``random_state`` a diagnostic sampler; every value array is
-(trials, E) and the keys are the names of the metrics the spec declares. Everything here reads the true data: curator diagnostics only.
+(trials, E) and the keys are the names of the metrics the spec declares. Everything here reads the true
+data: curator diagnostics only.
 """
 
 from __future__ import annotations

@@ -56,11 +56,6 @@ from dpcore.outofcore.feeds import feed_of
 from dpcore.outofcore.kernel import Feed, Partial
 from dpcore.outofcore.plane import TablePlanePoints
 
-#: Location mechanisms whose passes run out of core: the density grids, the mean positions and hotspots.
-GRID_KEYS = ("uniform_grid", "adaptive_grid")
-AGGREGATE_KEYS = ("dp_mean", "blowfish_mean", "dp_hotspots", "blowfish_hotspots")
-KEYS = (*GRID_KEYS, *AGGREGATE_KEYS)
-
 
 class CellPass:
     """Kernel: a block of (lat, lon) rows clamped onto ``region`` and counted per cell of the m x m grid

@@ -12,15 +12,15 @@ Source files rewritten while the job read them are refused before anything is wr
 (:meth:`~dpcore.outofcore.source.Source.check_unchanged`), and one removed while the engine reads it is
 named in the error.
 
-A mechanism without out-of-core passes (:data:`OUT_OF_CORE` lists those with them: DP-Lloyd + MCMC,
-planar Laplace and PriLocation have none) runs in memory when the table, after the plan's dropped rows,
-has at most ``memory_rows`` rows (``--memory-rows``, else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000:
-:func:`dpcore.config.job_memory_rows`): one COUNT pass, then the engine's prepared rows (k-means: the
-features scaled by :attr:`~dpcore.outofcore.features.TableFeatures.scaling_map`, bit for bit those of
-``dpcore.data.prepare``; locations: the coordinate and user columns validated by
-:class:`~dpcore.outofcore.locations.TableLocations`) are read into the in-memory inputs, so the release is
-the dashboard's on that table. Above the limit the job refuses before the mechanism runs and before any
-debit.
+A mechanism without out-of-core passes (its spec declares no ``out_of_core`` release, e.g. planar Laplace
+and PriLocation; for k-means :data:`OUT_OF_CORE` lists those with them: DP-Lloyd + MCMC has none) runs in
+memory when the table, after the plan's dropped rows, has at most ``memory_rows`` rows (``--memory-rows``,
+else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000: :func:`dpcore.config.job_memory_rows`): one COUNT pass,
+then the engine's prepared rows (k-means: the features scaled by
+:attr:`~dpcore.outofcore.features.TableFeatures.scaling_map`, bit for bit those of ``dpcore.data.prepare``;
+locations: the coordinate and user columns validated by :class:`~dpcore.outofcore.locations.TableLocations`)
+are read into the in-memory inputs, so the release is the dashboard's on that table. Above the limit the job
+refuses before the mechanism runs and before any debit.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from dpcore.location.plan_steps import read_location_steps
 from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.features import SCALINGS, TableFeatures, is_infinite, require_columns
 from dpcore.outofcore.feeds import is_spark, spark_frame
-from dpcore.outofcore.locations import KEYS as LOCATION_KEYS
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, open_spec, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
@@ -57,11 +56,10 @@ from dpcore.report import Release, artifacts_folder, check_request_id, make_rele
 from dpcore.trajectory.outofcore import SparkTrajectories, TrajectoryTable
 from dpcore.trajectory.plan_steps import read_trajectory_steps
 
-#: Mechanisms whose passes run out of core, by domain.
+#: Mechanisms whose passes run out of core, by domain, for the domains whose specs do not declare it yet
+#: (a location or trajectory spec declares its ``out_of_core`` release).
 OUT_OF_CORE = {
     "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS, "gaussian_lloyd", "lsh_coreset"),
-    "location": LOCATION_KEYS,
-    "trajectory": ("dpt", "markov_grid"),
 }
 _FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
 _BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
@@ -254,7 +252,7 @@ def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
 
 def in_memory(plan: ReleasePlan) -> bool:
     """True if ``plan``'s mechanism has no out-of-core passes: a batch job reads the rows into memory."""
-    return plan.mechanism not in OUT_OF_CORE.get(plan.domain, ())
+    return plan.spec.out_of_core is None and plan.mechanism not in OUT_OF_CORE.get(plan.domain, ())
 
 
 def memory_limit(memory_rows: int | None = None) -> int:
@@ -274,7 +272,9 @@ def check_rows(plan: ReleasePlan, rows: int, memory_rows: int | None = None) -> 
     limit = memory_limit(memory_rows)
     if rows <= limit:
         return
-    out_of_core = ", ".join(registry(plan.domain)[k].label for k in OUT_OF_CORE.get(plan.domain, ()))
+    specs = registry(plan.domain).values()
+    listed = OUT_OF_CORE.get(plan.domain, ())
+    out_of_core = ", ".join(s.label for s in specs if s.out_of_core is not None or s.key in listed)
     raise ParameterError(
         f"{plan.spec.label} reads the rows in memory and the table has {rows:,} rows, above a batch job's "
         f"limit of {limit:,}: choose a mechanism that runs out of core ({out_of_core}), or raise the limit "
