@@ -31,7 +31,7 @@ from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.contribution import scope_sentence
-from dpcore.location.laplace import grid_note
+from dpcore.location.laplace import GRID_CALIBRATION, grid_note
 from dpcore.policy import (
     DEFINITIONS,
     ApproxDP,
@@ -47,6 +47,7 @@ from dpcore.policy import (
     odds_bound,
     policy_from_dict,
 )
+from dpcore.registry import calibration_name
 
 if TYPE_CHECKING:
     from dpcore.data import PreparedData
@@ -404,7 +405,7 @@ class ReleasePlan:
                 f"metre){scope}: two locations at most {r:g} m apart are at most e^{eps:.3g} = {odds:.3g} "
                 "times more likely to produce any output than each other; farther apart, less protected."
             )
-            if self.mechanism == "planar_laplace":  # its own level, without a private region step's
+            if calibration_name(self.spec, self.params) == GRID_CALIBRATION:  # its own level, not a region's
                 text += " " + grid_note(per_member_epsilon(self.epsilon, self.per_user or 1), r)
         else:
             what = {

@@ -61,6 +61,11 @@ def default_grid_step(epsilon_per_metre: float) -> float:
     return 10.0 ** math.floor(math.log10(0.001 / _check_epsilon(epsilon_per_metre)))
 
 
+#: The calibration a spec declares for noise sampled exactly on a public grid (its guarantee adds
+#: :func:`grid_note`).
+GRID_CALIBRATION = "exact on a public grid"
+
+
 def grid_note(level: float, radius_m: float) -> str:
     """The guarantee's sentence on the grid of a release at ``level`` per location within ``radius_m``."""
     u = default_grid_step(level / radius_m)

@@ -18,7 +18,7 @@ import pandas as pd
 from dpcore.location import trial_data
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.geometry import FloatArray
-from dpcore.location.laplace import PlanarLaplace, grid_note
+from dpcore.location.laplace import GRID_CALIBRATION, PlanarLaplace, grid_note
 from dpcore.location.registry import (
     ERROR_M,
     LOCATIONS,
@@ -33,7 +33,7 @@ from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import released_map
 from dpcore.policy import GeoIndistinguishability
-from dpcore.registry import MechanismOutput, MechanismSpec, Param
+from dpcore.registry import Calibration, MechanismOutput, MechanismSpec, Param
 
 LABEL = "Planar Laplace (per location)"
 
@@ -105,6 +105,7 @@ SPEC = LOCATIONS.register(
         ),
         citation="Andres et al. 2013; Zhu et al. 2017, s.12.3",
         release=release,
+        calibration=lambda _params: Calibration(GRID_CALIBRATION),
         trial=trial,
         metrics=(ERROR_M,),
         color="#1f77b4",
