@@ -65,14 +65,14 @@ ROUND_TO = Param(
 
 
 def _toy_release(
-    inputs: Any, *, epsilon: float, delta: float, params: dict[str, Any], sampler: Sampler
+    inputs: Any, *, epsilon: float, delta: float, params: dict[str, Any], random_state: Sampler
 ) -> MechanismOutput:
     """The number of kept locations + Laplace(g / eps), rounded to ``round_to`` (post-processing)."""
     no_delta(delta)
-    counted = inputs.counted(params["max_per_user"], sampler)  # rows in memory or an engine's table
+    counted = inputs.counted(params["max_per_user"], random_state)  # rows in memory or an engine's table
     scale = laplace_scale(counted.group, epsilon)
     step = params["round_to"]
-    value = float(np.round((counted.n + float(sampler.laplace(1, scale)[0])) / step) * step)
+    value = float(np.round((counted.n + float(random_state.laplace(1, scale)[0])) / step) * step)
     table = pd.DataFrame({"noisy_count": [value]})
     figure = go.Figure(go.Bar(x=["locations"], y=[value], marker={"color": "#123456"}))
     details = {**kept_details(counted, inputs), "laplace_scale": scale}
@@ -80,10 +80,10 @@ def _toy_release(
 
 
 def _toy_trial(
-    data: TrialData, eps: FloatArray, trials: int, sampler: Sampler, params: dict[str, Any]
+    data: TrialData, eps: FloatArray, trials: int, random_state: Sampler, params: dict[str, Any]
 ) -> dict[str, FloatArray]:
     """|Laplace(1 / eps)| per run (every row its own person), rounding aside."""
-    return {COUNT_ERROR.name: np.abs(sampler.laplace((trials, eps.size), 1.0)) / eps}
+    return {COUNT_ERROR.name: np.abs(random_state.laplace((trials, eps.size), 1.0)) / eps}
 
 
 TOY_SPEC = MechanismSpec(
@@ -167,7 +167,7 @@ def test_release_compare_plot(key: str, table: tuple[pd.DataFrame, Path]) -> Non
     spec, (frame, _) = LOCATIONS[key], table
     inputs = LocationInputs(frame.lat.to_numpy(), frame.lon.to_numpy(), frame.user.to_numpy(), US)
     params = _params(spec)
-    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(SEED))
+    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(SEED))
     assert len(out.table) > 0 and out.figures and all(isinstance(f, go.Figure) for f in out.figures)
     assert out.scope == scope_sentence(True, PER_USER) and out.details["max_per_user"] == PER_USER
     json.dumps(out.details)  # published facts are JSON

@@ -65,7 +65,7 @@ def _params(spec: MechanismSpec) -> dict[str, Any]:
 def test_release_compare_plot(key: str, fixes: tuple[pd.DataFrame, TrajectoryInputs, Path]) -> None:
     spec, (_, inputs, _) = TRAJECTORIES[key], fixes
     params = _params(spec)
-    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, sampler=Sampler(SEED))
+    out = spec.release(inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(SEED))
     assert len(out.table) > 0 and out.figures and all(isinstance(f, go.Figure) for f in out.figures)
     assert out.scope == scope_of(**LIMITS)
     json.dumps(out.details)  # published facts are JSON
