@@ -54,6 +54,7 @@ from dpcore.data.sources.registry import (
 from dpcore.data.sources.folder_file import FolderFile, list_folder_files, resolve_folder_file  # isort: skip
 from dpcore.data.sources.database_table import DatabaseTable  # isort: skip
 from dpcore.data.sources.database_query import DatabaseQuery  # isort: skip
+from dpcore.data.sources.duckdb_file import DuckDBFile as DuckDBFile  # isort: skip
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
