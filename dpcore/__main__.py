@@ -34,7 +34,7 @@ Command = Callable[[argparse.Namespace], int]
 def run_plan(args: argparse.Namespace) -> int:
     """Release the plan in ``args.plan`` on ``args.source``; print where the files are."""
     from dpcore.ledger import Ledger
-    from dpcore.outofcore.run_plan import load_manifest
+    from dpcore.manifest import load_manifest
     from dpcore.outofcore.run_plan import run_plan as run
 
     manifest = load_manifest(args.plan)

@@ -477,12 +477,12 @@ def record_outcome(ledger: Ledger, ticket: str, state: str, *, user: str, reason
 
 def release(ledger: Ledger, request: Request, *, user: str, artifacts_dir: str | os.PathLike[str]) -> Any:
     """Run an approved request's plan exactly as requested, under its release request id, and record the
-    outcome; returns the :class:`dpcore.report.Release`. The ledger debits the request id once, so a
+    outcome; returns the :class:`dpcore.releases.Release`. The ledger debits the request id once, so a
     second approver's run or the curator's retry returns the same release. A refusal at release time
     (budget lowered or spent meanwhile, files changed) is recorded as ``refused`` with the reason and
     raised."""
     from dpcore.plan import ReleasePlan
-    from dpcore.report import make_release
+    from dpcore.releases import make_release
 
     if request.state not in ("approved", "released"):
         raise LedgerError(

@@ -4,7 +4,7 @@ A :class:`ReleasePlan` holds everything that decides a release's privacy: the da
 fingerprint), every preparation step with its privacy effect, the mechanism (a key of its domain's
 registry) and its parameters, epsilon and delta, the privacy policy, the unit of protection and the
 sampling mode. It validates the combination as a whole (refusing what is invalid), derives the one
-guarantee sentence, the ledger account and the cost, runs the release (:func:`dpcore.report.make_release`)
+guarantee sentence, the ledger account and the cost, runs the release (:func:`dpcore.releases.make_release`)
 and round-trips through the manifest, so a release can be re-run or verified from its manifest alone.
 Pages, the release panel, reports and the ledger take these from the plan and compute them nowhere else.
 
@@ -48,6 +48,7 @@ from dpcore.policy import (
     policy_from_dict,
 )
 from dpcore.registry import calibration_name
+from dpcore.steps import DropMissing, Features, Impute, PrepStep, step_from_dict
 
 if TYPE_CHECKING:
     from dpcore.data import PreparedData
@@ -55,17 +56,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOMAINS",
-    "NO_EFFECT",
     "PLAN_VERSION",
-    "PrepStep",
     "ReleasePlan",
+    "features_step",
     "policy_account",
     "preparation_steps",
-    "public_bounds",
     "registry",
 ]
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: typed preparation steps; a version 1 manifest's words are read by dpcore.manifest
 DOMAINS = ("kmeans", "location", "trajectory")
 Mode = Literal["secure", "demo"]
 _ACCOUNT_FAMILY = {
@@ -75,8 +74,6 @@ _ACCOUNT_FAMILY = {
     "geo_ind": "geo_ind",
     "local_pdp": "local_pdp",
 }
-NO_EFFECT = " (no column this release reads: no effect on it)"
-PRIVATE_BOUNDS = "estimated privately at release (see its step)"
 _CLEAN_FIX = {
     "kmeans": "drop incomplete rows instead of imputing, give public bounds, and scale with min-max to the "
     "public bounds",
@@ -107,68 +104,53 @@ def registry(domain: str) -> Registry:
     raise ParameterError(f"Unknown release domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
 
 
-@dataclass(frozen=True)
-class PrepStep:
-    """One preparation step, in words, and whether it read values from the data (its privacy effect)."""
-
-    step: str
-    data_derived: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "data_derived": self.data_derived}
-
-
-def public_bounds(prepared: PreparedData) -> dict[str, list[float] | str]:
-    """Per feature: the curator's public bounds (encoded units), or what the release shows instead of
-    data-derived ones, the data's extremes, which are never written into a release."""
-    from dpcore.kmeans.registry import DATA_BOUNDS, data_bounded
+def features_step(prepared: PreparedData) -> Features:
+    """The features of ``prepared`` with their bounds in encoded units (the curator's public bounds, or
+    "private" for those a release estimates first, or "data" for data-derived ones, the data's extremes,
+    which are never written into a release) and the scaling."""
+    from dpcore.kmeans.registry import data_bounded
 
     hidden = data_bounded(prepared)
     private = set((prepared.private_bounds or {}).get("features", ()))
-    return {
-        name: PRIVATE_BOUNDS
-        if name in private
-        else DATA_BOUNDS
-        if name in hidden
-        else [float(prepared.raw_lower[j]), float(prepared.raw_upper[j])]
+    bounds = [
+        "private" if name in private else "data" if name in hidden else
+        (float(prepared.raw_lower[j]), float(prepared.raw_upper[j]))
         for j, name in enumerate(prepared.feature_names)
-    }
+    ]
+    return Features(prepared.feature_names, tuple(bounds), prepared.scaling)
 
 
 def preparation_steps(
-    cleaning: Sequence[str],
+    cleaning: Sequence[DropMissing | Impute],
     prepared: PreparedData | None = None,
     *,
-    touched: Sequence[Sequence[str]] | None = None,
     used: Collection[str] | None = None,
 ) -> tuple[PrepStep, ...]:
-    """Steps from the Data page's missing-value choices (``"<strategy> on <columns> ..."``: only ``drop``
-    keeps the guarantee) and, once features are prepared, the features with their public bounds and scaling
-    plus ``PreparedData.leaks`` (each data-derived; they include the imputations of features, which then
-    stand for their cleaning steps).
+    """Steps from the Data page's missing-value choices (only dropping rows keeps the guarantee) and, once
+    features are prepared, the features with their public bounds and scaling (:func:`features_step`), the
+    private bounds step if any, and ``PreparedData.leaks`` (each data-derived; they include the
+    imputations of features, which then stand for their cleaning steps).
 
-    With ``touched`` (the columns of each cleaning step) and ``used`` (the columns the release reads), an
-    imputation of columns the release does not read is recorded with :data:`NO_EFFECT` and keeps the
-    guarantee: it fills values in rows that are kept whatever the values are, so the release's input is
-    the same on every pair of neighbouring tables as without it."""
+    With ``used`` (the columns the release reads), an imputation of columns the release does not read is
+    recorded without effect (:class:`~dpcore.steps.Impute` ``effect=False``) and keeps the guarantee: it
+    fills values in rows that are kept whatever the values are, so the release's input is the same on
+    every pair of neighbouring tables as without it."""
     leaks = () if prepared is None else tuple(prepared.leaks)
-    columns = [None] * len(cleaning) if touched is None else list(touched)
-    steps = []
-    for text, cols in zip(cleaning, columns, strict=True):
-        if text.startswith("drop"):
-            steps.append(PrepStep(text, False))
-        elif used is not None and cols is not None and not set(cols) & set(used):
-            steps.append(PrepStep(text + NO_EFFECT, False))
+    steps: list[PrepStep] = []
+    for step in cleaning:
+        if not isinstance(step, Impute):
+            steps.append(step)
+        elif used is not None and not set(step.columns) & set(used):
+            steps.append(replace(step, effect=False))
         elif not leaks:
-            steps.append(PrepStep(text, True))
+            steps.append(replace(step, effect=True))
     if prepared is not None:
-        bounds = "; ".join(f"{k} {v}" for k, v in public_bounds(prepared).items())
-        steps.append(PrepStep(f"features and public bounds: {bounds}; scaling: {prepared.scaling}", False))
+        steps.append(features_step(prepared))
         if prepared.private_bounds:
             from dpcore.private_bounds import BoundsStep
 
-            steps.append(PrepStep(BoundsStep.from_dict(prepared.private_bounds).sentence(), False))
-    return (*steps, *(PrepStep(t, True) for t in leaks))
+            steps.append(BoundsStep.from_dict(prepared.private_bounds))
+    return (*steps, *leaks)
 
 
 @dataclass(frozen=True)
@@ -219,6 +201,9 @@ class ReleasePlan:
             raise ParameterError("A demo plan needs its seed and a secure plan has none (OS entropy).")
         if len(self.fingerprint) < 16:
             raise ParameterError("fingerprint must be the dataset's SHA-256 fingerprint (64 hex digits).")
+        object.__setattr__(self, "preparation", tuple(self.preparation))
+        if not all(isinstance(s, PrepStep) for s in self.preparation):
+            raise ParameterError("Each preparation step must be a typed step (dpcore.steps), not words.")
         derived = self.data_derived_steps
         if derived and self.mode == "secure" and spec.is_dp:
             raise PolicyError(
@@ -228,8 +213,13 @@ class ReleasePlan:
                 "explore."
             )
         self._check_policy(spec)
+        pending = {f for s in self.preparation if isinstance(s, Features) for f in s.private}
+        if pending != set((self.private_bounds or {}).get("features", ())):
+            raise PolicyError("The plan's features to bound privately are not its private bounds step's.")
         if self.private_bounds:
             self._check_private_bounds()
+        elif any(s.spends for s in self.preparation):
+            raise PolicyError("The plan runs a private step it does not record (nor debit); it was altered.")
 
     def _check_private_bounds(self) -> None:
         """A private bounds step (:mod:`dpcore.private_bounds`) bounds k-means features under differential
@@ -275,7 +265,14 @@ class ReleasePlan:
         for name in ("neighbours", "per_user"):
             if name in self.private_bounds and self.private_bounds[name] != getattr(step, name):
                 raise PolicyError(f"{what} step protects other neighbours than the release; it was altered.")
-        object.__setattr__(self, "private_bounds", step.to_dict())
+        object.__setattr__(self, "private_bounds", step.fields())
+        listed = [s for s in self.preparation if s.kind == step.kind]
+        unit = {k: getattr(step, k) for k in ("neighbours", "per_user") if hasattr(step, k)}
+        if len(listed) != 1 or replace(listed[0], **unit) != step:
+            raise PolicyError(f"{what} step is not the one the plan's preparation lists; it was altered.")
+        # the step as the release runs it, with the release's neighbours and unit
+        steps = tuple(step if s is listed[0] else s for s in self.preparation)
+        object.__setattr__(self, "preparation", steps)
 
     @property
     def bounds_step(self) -> Any:
@@ -326,7 +323,7 @@ class ReleasePlan:
 
     @property
     def data_derived_steps(self) -> list[str]:
-        return [s.step for s in self.preparation if s.data_derived]
+        return [s.text for s in self.preparation if s.data_derived]
 
     @property
     def relation(self) -> str:
@@ -466,8 +463,12 @@ class ReleasePlan:
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> ReleasePlan:
-        """The plan recorded in a manifest; re-validated, and checked to derive the same guarantee."""
-        m = manifest.get("plan", manifest)
+        """The plan recorded in a manifest (of this version, or of version 1, whose preparation in words
+        :func:`dpcore.manifest.upgrade_plan` types); re-validated, and checked to derive the same
+        guarantee."""
+        from dpcore.manifest import upgrade_plan
+
+        m = upgrade_plan(manifest.get("plan", manifest))
         if m.get("plan_version") != PLAN_VERSION:
             version = m.get("plan_version")
             raise ParameterError(f"Unsupported plan version {version!r}; expected {PLAN_VERSION}.")
@@ -480,7 +481,7 @@ class ReleasePlan:
             dataset_name=m["dataset_name"],
             fingerprint=m["dataset_fingerprint"],
             params=m["parameters"],
-            preparation=tuple(PrepStep(**s) for s in m["preparation"]),
+            preparation=tuple(step_from_dict(s) for s in m["preparation"]),
             mode=m["sampling_mode"],
             seed=m["seed"],
             scope=m.get("scope", ""),
@@ -543,7 +544,7 @@ class ReleasePlan:
             spec = specs.get(name)
             shown = spec.zero if spec is not None and spec.zero and value == 0 else _show(value)
             rows.append((spec.label if spec is not None else name, shown))
-        rows += [("Preparation", s.step + (" (data-derived)" * s.data_derived)) for s in self.preparation]
+        rows += [("Preparation", s.text + (" (data-derived)" * s.data_derived)) for s in self.preparation]
         return rows
 
 

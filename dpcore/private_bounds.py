@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpcore.errors import ParameterError
+from dpcore.steps import PrepStep
 
 __all__ = ["CANDIDATES", "LABEL", "MECHANISM", "BoundsStep"]
 
@@ -38,15 +39,18 @@ def _exact(x: float) -> Fraction:
 
 
 @dataclass(frozen=True)
-class BoundsStep:
+class BoundsStep(PrepStep):
     """Estimate (lower, upper) of ``features`` with epsilon_b = ``epsilon`` (pure DP) under ``neighbours``
     ("unbounded": a row added or removed; "bounded": a row replaced) for ``group`` rows of one person at
     once (group privacy: OpenDP's d_in times ``group``), at quantiles ``alpha`` and ``1 - alpha``; then
-    clip and apply ``scaling`` ("none" or "minmax") with them."""
+    clip and apply ``scaling`` ("none" or "minmax") with them. A plan's preparation step (kind
+    "private_bounds"; :meth:`fields` is the plan's ``private_bounds`` record)."""
 
     mechanism: ClassVar[str] = MECHANISM  # its ledger row
     title: ClassVar[str] = "private bounds"
 
+    kind: ClassVar[str] = "private_bounds"
+    spends: ClassVar[bool] = True
     features: tuple[str, ...]
     epsilon: float
     neighbours: str = "unbounded"
@@ -68,8 +72,10 @@ class BoundsStep:
         object.__setattr__(self, "epsilon", eps)
         if self.neighbours not in ("unbounded", "bounded"):
             raise ParameterError(f"neighbours must be 'unbounded' or 'bounded', got {self.neighbours!r}.")
-        if not 0 < float(self.alpha) < 0.5:
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 0.5:
             raise ParameterError(f"alpha must lie in (0, 0.5), got {self.alpha!r}; e.g. 0.01.")
+        object.__setattr__(self, "alpha", float(self.alpha))
         if self.scaling not in ("none", "minmax"):
             raise ParameterError(
                 f"Private bounds take scaling 'none' or 'minmax', not {self.scaling!r} (standardising reads "
@@ -110,15 +116,6 @@ class BoundsStep:
             "or fewer features help)"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "features": list(self.features),
-            "epsilon": self.epsilon,
-            "neighbours": self.neighbours,
-            "alpha": float(self.alpha),
-            "scaling": self.scaling,
-        }
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BoundsStep:
         try:
@@ -132,7 +129,15 @@ class BoundsStep:
         except (KeyError, TypeError) as err:
             raise ParameterError(f"The plan's private bounds step is malformed ({err}).") from None
 
-    def sentence(self) -> str:
+    def fields(self) -> dict[str, Any]:
+        """The plan's ``private_bounds`` record (``group`` only when a region step's part sets it)."""
+        out = super().fields()
+        if self.group == 1:
+            del out["group"]
+        return out
+
+    @property
+    def text(self) -> str:
         """The step in words, for "What will run" and the manifest."""
         return (
             f"lower and upper bounds of {', '.join(self.features)} estimated privately at release: OpenDP's "

@@ -407,7 +407,7 @@ def _missing(ds: state.Dataset) -> None:
     report = missing_report(ds.cleaned)
     bad = report[(report["missing"] > 0) | (report["infinite"] > 0)]
     for step in ds.cleaning:
-        st.caption(f"Applied: {md(step)}")
+        st.caption(f"Applied: {md(step.text)}")
     if bad.empty:
         st.success("No missing or infinite values in the current table.")
     else:
@@ -546,7 +546,7 @@ def _prepared(ds: state.Dataset) -> None:
             "seed's, so the release could not be reproduced)."
         )
     for leak in p.leaks:
-        st.warning(f"Leak: {md(leak)}")
+        st.warning(f"Leak: {md(leak.text)}")
     units = datasets.dictionary(ds).units
     for warning in p.warnings:
         st.info(md(warning))

@@ -84,7 +84,7 @@ def _data_summary(prep: PreparedData) -> None:
         f"bounds: **{prep.bounds_source}**"
     )
     for leak in prep.leaks:
-        st.caption(f"Leak recorded by the Data page: {md(leak)}")
+        st.caption(f"Leak recorded by the Data page: {md(leak.text)}")
 
 
 def _whole_in(low: int, high: int) -> Callable[[Any], bool]:

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from dpcore import approvals
+from dpcore.artifacts import short_id
 from dpcore.ledger import Ledger
-from dpcore.report import short_id
 from dpcore.safe_text import csv_bytes
 from ui import roles, state
 from ui.errors import user_errors

@@ -18,7 +18,7 @@ from dpcore.plots.trajectory import (
     trips_side_by_side,
     utility_vs_eps,
 )
-from dpcore.trajectory.plan_steps import columns_step, limits_step
+from dpcore.trajectory.plan_steps import PublicTripLimits, TrajectoryColumns
 from dpcore.trajectory.registry import MAX_FIXES, MAX_TRIPS, TRAJECTORIES, scope_of
 from dpcore.trajectory.roads import DEFAULT_REGION
 from ui import datasets, state
@@ -224,7 +224,7 @@ def _release(
         inputs = view.release_inputs(fixes, region, gap, speed)
     if outcome.failed:
         return
-    steps = (columns_step(*fixes.columns, tz=fixes.tz), limits_step(region, gap, speed))
+    steps = (TrajectoryColumns(*fixes.columns, tz=fixes.tz), PublicTripLimits.of(region, gap, speed))
     used = [c for c in fixes.columns if c is not None]
     plan = current_plan(
         "trajectory",

@@ -13,6 +13,7 @@ from pathlib import PurePath
 
 import pandas as pd
 
+from dpcore.artifacts import short_id
 from dpcore.ledger import Account, BudgetStatus, Ledger, ReleaseRecord, relation_factor
 from dpcore.location.private_region import LABEL as PRIVATE_REGION_LABEL
 from dpcore.location.private_region import MECHANISM as PRIVATE_REGION
@@ -20,7 +21,6 @@ from dpcore.plan import DOMAINS, registry
 from dpcore.policy import DEFINITIONS
 from dpcore.private_bounds import LABEL as PRIVATE_BOUNDS_LABEL
 from dpcore.private_bounds import MECHANISM as PRIVATE_BOUNDS
-from dpcore.report import short_id
 
 __all__ = [
     "MODES",

@@ -23,13 +23,13 @@ import streamlit as st
 from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS, diagnostic_sample, sample_label
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region, validate_latlon
-from dpcore.location.plan_steps import columns_step, region_step
+from dpcore.location.plan_steps import LocationColumns, PublicRegion
 from dpcore.location.private_region import WHOLE_EARTH, RegionStep
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, LocationInputs
 from dpcore.location.sweep import location_sweep
 from dpcore.mechanisms import Sampler
-from dpcore.plan import PrepStep
 from dpcore.plots.kmeans import diagnostic_annotation
+from dpcore.steps import PrepStep
 
 __all__ = [
     "CUSTOM_REGION",
@@ -91,9 +91,10 @@ def coordinates(frame: pd.DataFrame, lat_col: str, lon_col: str, user_col: str |
     return Coordinates(lat, lon, users, (lat_col, lon_col, user_col))
 
 
-def data_key(fingerprint: str, cleaning: Sequence[str], columns: Sequence[str | None]) -> str:
+def data_key(fingerprint: str, cleaning: Sequence[PrepStep], columns: Sequence[str | None]) -> str:
     """Cache key of the chosen coordinates: table fingerprint, cleaning steps and column names."""
-    return json.dumps({"fingerprint": fingerprint, "cleaning": list(cleaning), "columns": list(columns)})
+    steps = [s.to_dict() for s in cleaning]
+    return json.dumps({"fingerprint": fingerprint, "cleaning": steps, "columns": list(columns)})
 
 
 def params_json(params: Mapping[str, Any]) -> str:
@@ -186,11 +187,11 @@ def release_steps(
     """A release's public steps (its columns, and its public region unless it is estimated privately) and
     its private region step (:class:`~dpcore.location.private_region.RegionStep` with ε_b =
     ``private_eps``, completed by the plan; empty without one)."""
-    columns = columns_step(*coords.columns)
+    columns = LocationColumns(*coords.columns)
     if private_eps is None:
-        return (columns, region_step(region)), {}
+        return (columns, PublicRegion.of(region)), {}
     step = RegionStep(private_eps)
-    return (columns, PrepStep(step.sentence(), False)), step.asked()
+    return (columns, step), step.asked()
 
 
 def release_inputs(coords: Coordinates, region: Region | None) -> LocationInputs:

@@ -12,7 +12,7 @@ another plan (a field committed by the same click, another tab's change) release
 A plan is released once: its request ids are ``ReleasePlan.request_id(1)``, ``(2)``, ... and the panel reads
 the plan's releases from the ledger on every run, so a rerun, a double click, a reload, a second tab or a
 restart show the release made (the ledger debits a request id once); another release of the same plan
-needs the explicit "Release this plan again". The order of work is :func:`dpcore.report.make_release`'s:
+needs the explicit "Release this plan again". The order of work is :func:`dpcore.releases.make_release`'s:
 run once, store the files, debit atomically, and only then show anything. When the dataset is a uniform
 sample of a larger table, the release runs on the whole table as a batch job (:mod:`ui.batch_job`) under the
 same request ids, and the panel shows the recorded release's stored preview.
@@ -34,21 +34,13 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 from streamlit.runtime.state.session_state import Serialized
 
 from dpcore import config
+from dpcore.artifacts import sha256_file, short_id, stored_file
 from dpcore.errors import DPCoreError
 from dpcore.ledger import Account, BudgetStatus, ReleaseRecord, relation_factor
-from dpcore.plan import PrepStep, ReleasePlan, policy_account, preparation_steps, registry
-from dpcore.report import (
-    DEMO_NOTICE,
-    LOCAL_NOTICE,
-    Release,
-    StoredPreview,
-    make_release,
-    plan_releases,
-    sha256_file,
-    short_id,
-    stored_file,
-    stored_preview,
-)
+from dpcore.manifest import DEMO_NOTICE, LOCAL_NOTICE
+from dpcore.plan import ReleasePlan, policy_account, preparation_steps, registry
+from dpcore.releases import Release, StoredPreview, make_release, plan_releases, stored_preview
+from dpcore.steps import PrepStep
 from ui import batch_job, datasets, requests_view, roles, state
 from ui.errors import user_errors
 from ui.text import md
@@ -149,7 +141,7 @@ def current_plan(
     prepared = ds.prepared if domain == "kmeans" else None
     if used is None and prepared is not None:
         used = prepared.feature_names
-    cleaning = preparation_steps(ds.cleaning, prepared, touched=[c for _, c in ds.steps], used=used)
+    cleaning = preparation_steps(ds.cleaning, prepared, used=used)
     with user_errors("checking the release plan") as outcome:
         plan = ReleasePlan(
             domain=domain,

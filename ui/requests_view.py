@@ -17,9 +17,9 @@ import plotly.io as pio
 import streamlit as st
 
 from dpcore import approvals
+from dpcore.artifacts import short_id
 from dpcore.errors import DPCoreError
 from dpcore.plan import ReleasePlan
-from dpcore.report import short_id
 from ui import batch_job, roles, state
 from ui.errors import user_errors
 from ui.text import md

@@ -33,6 +33,7 @@ from dpcore.errors import DataError, DPCoreError
 from dpcore.ledger import Ledger, dataset_id_for_name
 from dpcore.mechanisms import Sampler, check_random_state
 from dpcore.policy import ApproxDP, Policy
+from dpcore.steps import DropMissing, Impute
 from ui import auth, roles
 
 __all__ = [
@@ -99,7 +100,8 @@ class Dataset:
     ``name`` carries the budget in the ledger (``dataset_id``); ``raw`` is the table as loaded (its
     fingerprint is recorded with every release); ``cleaned`` is
     ``raw`` after the curator's explicit missing-value choices (``steps``: (strategy, columns) in order,
-    ``cleaning``: the same in words); ``prepared`` is the output of ``dpcore.data.prepare`` on ``cleaned``
+    ``cleaning``: the same as typed plan steps, :mod:`dpcore.steps`); ``prepared`` is the output of
+    ``dpcore.data.prepare`` on ``cleaned``
     (None until the curator prepares features). ``origin`` says how to load ``raw`` again in a restored
     session: ``{"sample": key}``, ``{"blobs": {...}}`` or ``{"source": spec, ...}`` (a folder file or a
     database table, ``ui.datasets.load_source_dataset``); None means the table itself is kept by
@@ -113,7 +115,7 @@ class Dataset:
     fingerprint: str
     source: str = ""
     prepared: PreparedData | None = None
-    cleaning: tuple[str, ...] = ()
+    cleaning: tuple[DropMissing | Impute, ...] = ()
     steps: tuple[tuple[str, tuple[str, ...]], ...] = ()
     origin: Mapping[str, Any] | None = None
 
@@ -177,8 +179,8 @@ def set_dataset(
             return dataset()  # type: ignore[return-value]
         st.session_state[RECALL_NOTICE_KEY] = (
             f"'{ds.name}' was used earlier in this session: its own column kinds, missing-value steps "
-            f"({'; '.join(ds.cleaning) or 'none'}) and features are applied again, and its page settings "
-            "are its own (another dataset's are never carried over)."
+            f"({'; '.join(s.text for s in ds.cleaning) or 'none'}) and features are applied again, and its "
+            "page settings are its own (another dataset's are never carried over)."
         )
     return ds
 
@@ -308,11 +310,11 @@ def apply_missing(columns: Sequence[str], strategy: str) -> Dataset:
             f"{removed:,} rows{why}. Leave such columns out (an empty column cannot be a feature), or fill "
             "the values instead."
         )
-    words = f"{strategy} on {', '.join(columns)} ({removed} rows removed)"
+    step = DropMissing(tuple(columns), removed) if strategy == "drop" else Impute(strategy, tuple(columns))
     return update_dataset(
         cleaned=cleaned,
         prepared=None,
-        cleaning=(*ds.cleaning, words),
+        cleaning=(*ds.cleaning, step),
         steps=(*ds.steps, (strategy, tuple(columns))),
     )
 

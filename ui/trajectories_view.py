@@ -9,7 +9,7 @@ fingerprint, its cleaning steps and the chosen columns) plus the public limits; 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,7 @@ import streamlit as st
 from dpcore.errors import DataError
 from dpcore.location.geometry import Region
 from dpcore.mechanisms import Sampler
+from dpcore.steps import PrepStep
 from dpcore.trajectory.metrics import diameters, trip_lengths
 from dpcore.trajectory.prepare import Prepared, TripLimits, TripSet, parse_times, prepare_trips
 from dpcore.trajectory.registry import TrajectoryInputs
@@ -78,8 +79,8 @@ def read_fixes(
     )
 
 
-def data_key(fingerprint: str, cleaning: tuple[str, ...] | list[str], fixes: Fixes) -> str:
-    return json.dumps([fingerprint, list(cleaning), list(fixes.columns), fixes.tz])
+def data_key(fingerprint: str, cleaning: Sequence[PrepStep], fixes: Fixes) -> str:
+    return json.dumps([fingerprint, [s.to_dict() for s in cleaning], list(fixes.columns), fixes.tz])
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

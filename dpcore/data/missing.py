@@ -2,7 +2,8 @@
 
 "drop" removes rows (a per-row transformation: no leak). "median", "mean" (numeric) and "mode" (any
 column) fill cells with a statistic of the data; the filled value depends on every other row, so the
-imputation is recorded as a leak (``attrs["dpcore_imputed"]`` here, ``PreparedData.leaks`` in ``prepare``).
+imputation is recorded as a leak (``attrs["dpcore_imputed"]``: column -> strategy here; a
+:class:`dpcore.steps.ImputedFeature` in ``PreparedData.leaks`` in ``prepare``).
 In numeric columns, +-inf counts as missing.
 """
 
@@ -56,18 +57,11 @@ def check_strategy(strategy: str) -> None:
         )
 
 
-def imputation_leak(column: str, strategy: str) -> str:
-    return (
-        f"{column}: missing values replaced by the {strategy} of the data (data-derived; one person's value "
-        "can change every imputed row)"
-    )
-
-
 def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingStrategy) -> pd.DataFrame:
     """Return a copy with missing (and, in numeric columns, infinite) values in ``columns`` handled.
 
     "drop" removes the rows (no leak); "median"/"mean" (numeric columns) and "mode" (any column) fill them
-    with a data-derived value, which is recorded in ``attrs["dpcore_imputed"]`` (column -> what was done) and
+    with a data-derived value, which is recorded in ``attrs["dpcore_imputed"]`` (column -> strategy) and
     reported by ``prepare`` as a leak when the column is a feature.
     """
     check_strategy(strategy)
@@ -109,6 +103,6 @@ def handle_missing(df: pd.DataFrame, columns: Sequence[str], strategy: MissingSt
         else:
             value = out[c].mode(dropna=True).iloc[0]
             out[c] = out[c].mask(bad[c], value)
-        leaks[c] = imputation_leak(c, strategy)
+        leaks[c] = strategy
     out.attrs[IMPUTE_ATTR] = leaks
     return out

@@ -19,9 +19,10 @@ import pandas as pd
 
 from dpcore.data.encoding import CategoricalEncoding, DateEncoding
 from dpcore.data.fingerprint import fingerprint
-from dpcore.data.missing import IMPUTE_ATTR, MissingStrategy, check_strategy, fill_value, imputation_leak
+from dpcore.data.missing import IMPUTE_ATTR, MissingStrategy, check_strategy, fill_value
 from dpcore.data.schema import Schema, column_encoding
 from dpcore.errors import DataError
+from dpcore.steps import BoundsFromData, CategoriesFromData, ImputedFeature, PrepStep, Standardize
 
 __all__ = ["SCALINGS", "PreparedData", "prepare"]
 
@@ -56,7 +57,7 @@ class PreparedData:
     center: np.ndarray
     scale: np.ndarray
     fingerprint: str
-    leaks: list[str]
+    leaks: list[PrepStep]
     warnings: list[str]
     clipped: dict[str, int]
     n_dropped: int
@@ -150,7 +151,7 @@ def _resolve_bounds(
     encodings: Mapping[str, CategoricalEncoding | DateEncoding],
     bounds: Mapping[str, Any],
     data_bounds_ok: bool,
-    leaks: list[str],
+    leaks: list[PrepStep],
     warnings: list[str],
     private: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
@@ -168,10 +169,7 @@ def _resolve_bounds(
                 sources[name] = "encoding (public categories)"
             else:
                 sources[name] = "encoding (categories from data: leaks)"
-                leaks.append(
-                    f"{name}: category list ({enc.n_categories} categories) read from the data; it "
-                    "reveals which categories occur. Declare it public with schema.with_categories."
-                )
+                leaks.append(CategoriesFromData(name, enc.n_categories))
         elif name in bounds:
             lo, hi = _parse_bound(name, bounds[name], enc)
             if kind in _DOMAIN and (lo < _DOMAIN[kind][0] or hi > _DOMAIN[kind][1]):
@@ -189,9 +187,7 @@ def _resolve_bounds(
         elif data_bounds_ok:
             lo, hi = float(values.min()), float(values.max())
             sources[name] = "data (leaks)"
-            leaks.append(
-                f"{name}: public bounds taken from the data's min and max; they reveal the extreme values."
-            )
+            leaks.append(BoundsFromData(name))
         else:
             unbounded.append(name)
             continue
@@ -264,7 +260,8 @@ def prepare(
         raise DataError(f"Bounds given for unknown column(s) {', '.join(map(repr, stray))}; check the names.")
 
     imputed = df.attrs.get(IMPUTE_ATTR, {})
-    leaks: list[str] = [imputed[name] for name in names if name in imputed]  # other columns do not reach X
+    # other columns do not reach X
+    leaks: list[PrepStep] = [ImputedFeature(name, imputed[name]) for name in names if name in imputed]
     warnings: list[str] = []
     kinds = [schema.kinds[f] for f in names]
     encodings: dict[str, CategoricalEncoding | DateEncoding] = {}
@@ -312,7 +309,7 @@ def prepare(
                         f"Column '{name}' is categorical: use missing='mode' or 'drop', not {missing!r}."
                     )
                 columns[j] = np.where(mask, fill_value(columns[j], missing), columns[j])
-                leaks.append(imputation_leak(name, missing))
+                leaks.append(ImputedFeature(name, missing))
     n = int(keep.sum())
     if n < 2:
         raise DataError(f"Only {n} row(s) left after handling missing values; at least 2 are needed.")
@@ -351,7 +348,7 @@ def prepare(
                 "(standard deviation 0); remove them from the features or use minmax scaling."
             )
         center, scale = X.mean(axis=0), X.std(axis=0)
-        leaks.append("standardize: per-feature mean and standard deviation computed from the data")
+        leaks.append(Standardize())
     else:
         center, scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
     for j, name in enumerate(names):  # their own units until the release estimates their bounds

@@ -66,7 +66,6 @@ REVEALS = {
     SCALED: "centroid in the units of the input matrix (the DP mechanisms clip it to the public bounds given "
     "with it)",
 }
-DATA_BOUNDS = "read from the data, not published (centroids are released as fractions of this range)"
 
 
 @dataclass(frozen=True, eq=False)

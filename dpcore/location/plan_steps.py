@@ -1,65 +1,90 @@
-"""A location release's public inputs as plan steps: written by the Locations page, read by a batch job.
+"""A location release's public inputs as typed plan steps: written by the Locations page, read by a batch job.
 
-Two steps, neither read from the data: the columns ("location columns: latitude "lat", longitude "lon",
-user "id"" or user none; names as JSON strings) and the public region ("public region: lat 24.5..49.4,
-lon -125.0..-66.9"; each bound the shortest text that reads back as the same float). ``python -m dpcore
-run-plan`` rebuilds the release's input from them (:func:`read_location_steps`), so they must round-trip.
+Two steps, neither read from the data: the columns (:class:`LocationColumns`: latitude, longitude, and
+the user column or None when each row is its own person) and the public region (:class:`PublicRegion`,
+each bound a float kept exactly). ``python -m dpcore run-plan`` rebuilds the release's input from their
+fields (:func:`read_location_steps`); their sentences are derived from the fields, never parsed.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
-from dpcore.plan import PrepStep
+from dpcore.steps import PrepStep, column, number
 
-_NUMBER = r"[-+0-9.eE]+"
-_REGION = re.compile(
-    rf"public region: lat (?P<a>{_NUMBER})\.\.(?P<b>{_NUMBER}), lon (?P<c>{_NUMBER})\.\.(?P<d>{_NUMBER})"
-)
-_COLUMNS = re.compile(
-    r'location columns: latitude (?P<lat>".*?"), longitude (?P<lon>".*?"), user (?P<user>.*)'
-)
+__all__ = ["LocationColumns", "PublicRegion", "read_location_steps"]
 
 
-def region_step(region: Region) -> PrepStep:
-    """The public region, each bound written exactly (``repr`` of the float)."""
-    a, b, c, d = (repr(float(v)) for v in (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
-    return PrepStep(f"public region: lat {a}..{b}, lon {c}..{d}", False)
+@dataclass(frozen=True)
+class LocationColumns(PrepStep):
+    """The coordinate columns and the user column (``user`` None: each row is a different person)."""
+
+    kind: ClassVar[str] = "location_columns"
+    lat: str
+    lon: str
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        column(self.lat, "The latitude column")
+        column(self.lon, "The longitude column")
+        if self.user is not None:
+            column(self.user, "The user column")
+
+    @property
+    def text(self) -> str:
+        who = "none" if self.user is None else json.dumps(self.user)
+        return (
+            f"location columns: latitude {json.dumps(self.lat)}, longitude {json.dumps(self.lon)}, user {who}"
+        )
 
 
-def columns_step(lat: str, lon: str, user: str | None) -> PrepStep:
-    """The coordinate and user columns (``user`` None: each row is a different person)."""
-    who = "none" if user is None else json.dumps(user)
-    return PrepStep(
-        f"location columns: latitude {json.dumps(lat)}, longitude {json.dumps(lon)}, user {who}", False
-    )
+@dataclass(frozen=True)
+class PublicRegion(PrepStep):
+    """The curator's public latitude/longitude box (:class:`~dpcore.location.geometry.Region`)."""
+
+    kind: ClassVar[str] = "public_region"
+    lat_min: float
+    lat_max: float
+    lon_min: float
+    lon_max: float
+
+    def __post_init__(self) -> None:
+        for name in ("lat_min", "lat_max", "lon_min", "lon_max"):
+            object.__setattr__(self, name, number(getattr(self, name), f"The region's {name}"))
+        Region(self.lat_min, self.lat_max, self.lon_min, self.lon_max)  # refuses an invalid box
+
+    @classmethod
+    def of(cls, region: Region) -> PublicRegion:
+        return cls(region.lat_min, region.lat_max, region.lon_min, region.lon_max)
+
+    @property
+    def region(self) -> Region:
+        return Region(self.lat_min, self.lat_max, self.lon_min, self.lon_max)
+
+    @property
+    def text(self) -> str:  # repr: the shortest text that reads back as the same float
+        return (
+            f"public region: lat {self.lat_min!r}..{self.lat_max!r}, lon {self.lon_min!r}..{self.lon_max!r}"
+        )
 
 
-def read_location_steps(
-    steps: Iterable[str], *, private_region: bool = False
-) -> tuple[str, str, str | None, Region]:
-    """(latitude column, longitude column, user column or None, region) from a plan's steps; a plan made
-    before the columns were recorded, or with a step that does not parse, is refused with the fix. With
-    ``private_region`` (the plan estimates its region privately at release: no public region step), the
-    region is :data:`~dpcore.location.private_region.WHOLE_EARTH` until the step replaces it."""
-    columns: tuple[str, str, str | None] | None = None
-    region: Region | None = None
-    for step in steps:
-        if (m := _REGION.fullmatch(step)) is not None:
-            region = Region(*(float(m[k]) for k in "abcd"))
-        elif (m := _COLUMNS.fullmatch(step)) is not None:
-            try:
-                user = None if m["user"] == "none" else json.loads(m["user"])
-                columns = (json.loads(m["lat"]), json.loads(m["lon"]), user)
-            except ValueError as err:
-                raise ParameterError(f"Cannot read the location columns in {step!r}.") from err
-    if private_region:
-        from dpcore.location.private_region import WHOLE_EARTH
+def read_location_steps(steps: Iterable[PrepStep]) -> tuple[str, str, str | None, Region]:
+    """(latitude column, longitude column, user column or None, region) from a plan's steps; a plan without
+    them (made before the columns were recorded) is refused with the fix. When the plan estimates its
+    region privately at release (a :class:`~dpcore.location.private_region.RegionStep`, instead of a
+    public region), the region is :data:`~dpcore.location.private_region.WHOLE_EARTH` until the step
+    replaces it."""
+    from dpcore.location.private_region import WHOLE_EARTH, RegionStep
 
+    steps = tuple(steps)
+    columns = next((s for s in steps if isinstance(s, LocationColumns)), None)
+    region = next((s.region for s in steps if isinstance(s, PublicRegion)), None)
+    if any(isinstance(s, RegionStep) for s in steps):
         if region is not None:
             raise ParameterError(
                 "The plan records a public region and estimates one privately; make the plan again on the "
@@ -71,4 +96,4 @@ def read_location_steps(
             "The plan does not record its location columns and public region; make the plan again on the "
             "Locations page and download it."
         )
-    return (*columns, region)
+    return columns.lat, columns.lon, columns.user, region

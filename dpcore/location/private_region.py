@@ -34,6 +34,7 @@ from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
 from dpcore.mechanisms import check_random_state
 from dpcore.private_bounds import BoundsStep
+from dpcore.steps import PrepStep
 
 __all__ = ["LABEL", "LAT_GRID", "LON_GRID", "MECHANISM", "WHOLE_EARTH", "RegionStep"]
 
@@ -50,7 +51,7 @@ def _exact(x: float) -> Fraction:
 
 
 @dataclass(frozen=True)
-class RegionStep:
+class RegionStep(PrepStep):
     """Estimate the region (lat_min, lat_max, lon_min, lon_max) with epsilon_b = ``epsilon`` (pure DP) under
     ``neighbours`` ("unbounded": a row or user added or removed; "bounded": replaced), for all rows of one
     user at once when ``per_user`` = m (None: each row its own person), at quantiles ``alpha`` and
@@ -58,6 +59,8 @@ class RegionStep:
 
     mechanism: ClassVar[str] = MECHANISM  # its ledger row
     title: ClassVar[str] = "private region"
+    kind: ClassVar[str] = "private_region"  # a plan's preparation step; :meth:`fields`: its private_bounds
+    spends: ClassVar[bool] = True
 
     epsilon: float
     neighbours: str = "bounded"
@@ -119,7 +122,7 @@ class RegionStep:
             "cuts it); a larger ε_b helps"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
         return {
             "region": "latitude and longitude quantiles",
             "epsilon": self.epsilon,
@@ -129,9 +132,9 @@ class RegionStep:
         }
 
     def asked(self) -> dict[str, Any]:
-        """What a page asks for (:meth:`to_dict` without the neighbours and unit, which the plan sets from
+        """What a page asks for (:meth:`fields` without the neighbours and unit, which the plan sets from
         its release)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("neighbours", "per_user")}
+        return {k: v for k, v in self.fields().items() if k not in ("neighbours", "per_user")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RegionStep:
@@ -147,7 +150,8 @@ class RegionStep:
         except (KeyError, TypeError) as err:
             raise ParameterError(f"The plan's private region step is malformed ({err}).") from None
 
-    def sentence(self) -> str:
+    @property
+    def text(self) -> str:
         """The step in words, for the plan's preparation (it replaces the public region)."""
         return (
             f"no public region: estimated privately at release: OpenDP's DP quantile at {self.alpha:g} and "

@@ -18,9 +18,9 @@ A job's files, in the jobs folder, are named by its request id:
 A request id is debited at most once, however often its job is started: one job at a time holds the lock
 (a second start, from another tab or server process, returns the running job's status; a child that finds
 the lock held exits without touching anything), and the ledger records a request id once
-(:func:`dpcore.report.make_release` returns a request already recorded without debiting it again), so
+(:func:`dpcore.releases.make_release` returns a request already recorded without debiting it again), so
 starting a failed or stopped job again is safe. The dashboard shows the finished release with
-:func:`dpcore.report.stored_release`.
+:func:`dpcore.releases.stored_release`.
 
 The child reads one JSON object on its standard input: ``{"folder": jobs folder, "started": ISO time,
 "lock_fd": the inherited locked descriptor or null, "spec": the JobSpec's fields}``.
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import dpcore
+from dpcore.artifacts import artifacts_folder, check_request_id
 from dpcore.data.sources import is_url, source_from_batch
 from dpcore.errors import DPCoreError, ParameterError
 from dpcore.plan import ReleasePlan
-from dpcore.report import artifacts_folder, check_request_id
 from dpcore.url_text import url_redactor
 
 __all__ = ["JobSpec", "JobStatus", "job_status", "start_job", "stop_job"]
@@ -269,7 +269,7 @@ def stop_job(
     it), then wait up to ``wait_s`` seconds for its lock to be free; returns its status then ("stopped", or
     what it wrote if it ended first). A job not running is left as it is. The ledger's debit is one
     transaction, so a stop either leaves the request unspent or, after the debit, a release whose files
-    :func:`dpcore.report.stored_release` publishes."""
+    :func:`dpcore.releases.stored_release` publishes."""
     path, lock, _ = _files(folder, request_id)
     status = job_status(folder, request_id)
     if status is None or status.state != "running":

@@ -1,12 +1,13 @@
 """Re-run a saved release plan on a full table as a batch job (``python -m dpcore run-plan``).
 
 The plan comes from a release manifest (``<stem>-manifest.json`` or the ``.json`` bundle written by
-:func:`dpcore.report.make_release`, or :meth:`dpcore.plan.ReleasePlan.to_manifest`) and is rebuilt and
+:func:`dpcore.releases.make_release`, or :meth:`dpcore.plan.ReleasePlan.to_manifest`) and is rebuilt and
 re-validated by :meth:`~dpcore.plan.ReleasePlan.from_manifest`. The job refuses a source whose fingerprint
-is not the plan's, rebuilds the release's input from the plan's preparation steps (k-means: public bounds,
-scaling, rows dropped for missing values; locations: rows dropped, the coordinate and user columns, the
-public region), runs the mechanism's passes out of core, then releases through
-:func:`dpcore.report.make_release`: same ledger account, same artifacts, and the request id decides
+is not the plan's, rebuilds the release's input from the fields of the plan's typed preparation steps
+(:mod:`dpcore.steps`; k-means: public bounds, scaling, rows dropped for missing values; locations: rows
+dropped, the coordinate and user columns, the public region), whatever the column names, runs the
+mechanism's passes out of core, then releases through
+:func:`dpcore.releases.make_release`: same ledger account, same artifacts, and the request id decides
 whether anything is spent (an id already in the ledger returns the first release and spends nothing).
 Source files rewritten while the job read them are refused before anything is written or spent
 (:meth:`~dpcore.outofcore.source.Source.check_unchanged`), and one removed while the engine reads it is
@@ -27,10 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import operator
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from dpcore import config
+from dpcore.artifacts import artifacts_folder, check_request_id
 from dpcore.data.sources import SourceContext, SourceSpec, from_command_line
 from dpcore.errors import DataError, DPCoreError, ParameterError
 from dpcore.kmeans.registry import KMeansInputs
@@ -51,8 +51,10 @@ from dpcore.outofcore.feeds import is_spark, spark_frame
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, open_spec, spark_session
 from dpcore.outofcore.white import KEYS as WHITE_KEYS
-from dpcore.plan import NO_EFFECT, PRIVATE_BOUNDS, ReleasePlan, registry
-from dpcore.report import Release, artifacts_folder, check_request_id, make_release
+from dpcore.plan import ReleasePlan, registry
+from dpcore.private_bounds import BoundsStep
+from dpcore.releases import Release, make_release
+from dpcore.steps import DropMissing, Features, Impute, Unreadable
 from dpcore.trajectory.outofcore import SparkTrajectories, TrajectoryTable
 from dpcore.trajectory.plan_steps import read_trajectory_steps
 
@@ -61,45 +63,14 @@ from dpcore.trajectory.plan_steps import read_trajectory_steps
 OUT_OF_CORE = {
     "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS, "gaussian_lloyd", "lsh_coreset"),
 }
-_FEATURES = re.compile(r"features and public bounds: (?P<bounds>.*); scaling: (?P<scaling>\w+)")
-_BOUND = re.compile(r"(?P<name>.+?) \[(?P<lo>[^,\[\]]+), (?P<hi>[^,\[\]]+)\](?:; |$)")
 PLACEHOLDER = (-1.0, 1.0)  # bounds of a feature whose bounds the release estimates privately first
-_DROP = re.compile(r"drop on (?P<columns>.+) \(\d+ rows? removed\)")
 
 
-def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest in a manifest file or a release's JSON bundle (``{"manifest": ..., "data": ...}``),
-    checked to rebuild a valid plan (a field missing, of the wrong type or altered is refused)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DataError(f"Cannot read the plan {path}: {err}. Give a release's manifest JSON file.") from err
-    manifest = data.get("manifest", data) if isinstance(data, dict) else None
-    inner = manifest.get("plan", manifest) if isinstance(manifest, dict) else None
-    if not isinstance(inner, dict) or "mechanism" not in inner:
-        raise DataError(f"{path} is not a release manifest (no mechanism); give a *-manifest.json file.")
-    try:
-        plan = ReleasePlan.from_manifest(manifest)
-        if not all(isinstance(s.step, str) for s in plan.preparation):
-            raise TypeError("a preparation step is not text")
-    except KeyError as err:
-        problem = f"it has no field {err.args[0]!r}"
-    except (TypeError, AttributeError) as err:
-        problem = f"a field has the wrong type: {err}"
-    except ValueError as err:  # a DPCoreError too: a value out of range, a guarantee that does not follow
-        problem = str(err).rstrip(".")
-    else:
-        return manifest
-    raise DataError(
-        f"{path} is not a valid release plan ({problem}); a plan is not edited by hand: download the plan "
-        "again from the dashboard."
-    )
 
-
-def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]], str, list[str]]:
+def kmeans_steps(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]], str, list[str]]:
     """(public bounds per feature in order, scaling, columns whose missing rows are dropped) from the
-    plan's preparation steps, as :func:`dpcore.plan.preparation_steps` wrote them; anything that cannot
-    be recomputed out of core (data-derived steps, imputation, unparseable text) is refused."""
+    fields of the plan's preparation steps; anything that cannot be recomputed out of core (data-derived
+    steps, imputation, a step of another kind) is refused."""
     private = list(plan.private_bounds.get("features", ())) if plan.private_bounds else []
     if private and in_memory(plan):
         raise ParameterError(
@@ -113,37 +84,27 @@ def parse_preparation(plan: ReleasePlan) -> tuple[dict[str, tuple[float, float]]
             f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
             "recompute it. Make the plan with dropped rows, public bounds and min-max or no scaling."
         )
-    bounds: dict[str, tuple[float, float]] | None = None
-    scaling, dropped = "", []
-    for step in (s.step for s in plan.preparation):
-        if private and step == plan.bounds_step.sentence():  # make_release runs it (dpcore.private_bounds)
+    features: Features | None = None
+    dropped: list[str] = []
+    for step in plan.preparation:
+        if isinstance(step, DropMissing):
+            dropped += step.columns
+        elif isinstance(step, BoundsStep | Impute):  # make_release runs the first; the second has no effect
             continue
-        if (m := _DROP.fullmatch(step)) is not None:
-            dropped += m["columns"].split(", ")
-            continue
-        if step.endswith(NO_EFFECT):  # an imputation of columns the release does not read
-            continue
-        m = _FEATURES.fullmatch(step)
-        if m is None or bounds is not None:
-            raise ParameterError(f"The batch job cannot replay the preparation step {step!r}.")
-        text, bounds = m["bounds"], {}
-        while text:
-            pending = next((f for f in private if text.startswith(f"{f} {PRIVATE_BOUNDS}")), None)
-            if pending is not None:  # a placeholder box until the step estimates it, before the mechanism
-                bounds[pending] = PLACEHOLDER
-                text = text[len(f"{pending} {PRIVATE_BOUNDS}") :].removeprefix("; ")
-                continue
-            b = _BOUND.match(text)
-            if b is None:
-                raise ParameterError(f"Cannot read the public bounds in {step!r} (a name with '; ' or '[').")
-            bounds[b["name"]] = (float(b["lo"]), float(b["hi"]))
-            text = text[b.end() :]
-        scaling = m["scaling"]
-    if not bounds:
+        elif isinstance(step, Features) and features is None:
+            features = step
+        else:
+            raise ParameterError(f"The batch job cannot replay the preparation step {step.text!r}.")
+    if features is None:
         raise ParameterError("The plan records no features with public bounds; prepare features first.")
-    if scaling not in SCALINGS:
-        raise ParameterError(f"The plan's scaling {scaling!r} cannot run out of core; use min-max or none.")
-    return bounds, scaling, dropped
+    # a placeholder box for a feature whose bounds the step estimates, before the mechanism
+    bounds = {f: features.public.get(f, PLACEHOLDER) for f in features.features}
+    if set(features.features) - set(features.public) != set(private) or features.scaling not in SCALINGS:
+        raise ParameterError(
+            f"The plan's scaling {features.scaling!r} or bounds read from the data cannot run out of core; "
+            "use min-max or no scaling, with public bounds."
+        )
+    return bounds, features.scaling, dropped
 
 
 def _valid(table: Any, column: str) -> Any:
@@ -168,7 +129,7 @@ def plan_features(plan: ReleasePlan, table: Any) -> TableFeatures:
     Refuses (one COUNT pass) a table whose features still miss a value after the plan's drop steps: the
     dashboard cannot make such a plan (``prepare`` refuses missing features), so its drop step was edited
     out, and the rows the features' filter would drop are not in the manifest."""
-    bounds, scaling, dropped = parse_preparation(plan)
+    bounds, scaling, dropped = kmeans_steps(plan)
     kept = drop_missing(table, dropped)
     require_columns(kept, list(bounds))
     unchecked = [c for c in bounds if c not in dropped]
@@ -195,10 +156,11 @@ def location_steps(plan: ReleasePlan) -> tuple[list[str], str, str, str | None, 
             f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
             "recompute it. Make the plan with dropped rows instead."
         )
-    private = plan.bounds_step  # a region estimated privately: make_release runs it before the mechanism
-    steps = [s.step for s in plan.preparation if private is None or s.step != private.sentence()]
-    dropped = [c for step in steps if (m := _DROP.fullmatch(step)) for c in m["columns"].split(", ")]
-    lat, lon, user, region = read_location_steps(steps, private_region=private is not None)
+    unreplayable = [s.text for s in plan.preparation if isinstance(s, Unreadable)]
+    if unreplayable:
+        raise ParameterError(f"The batch job cannot replay the preparation step {unreplayable[0]!r}.")
+    dropped = [c for step in plan.preparation if isinstance(step, DropMissing) for c in step.columns]
+    lat, lon, user, region = read_location_steps(plan.preparation)
     if not plan.scope:  # every location release protects a unit: the release checks it is the plan's
         raise ParameterError(
             "The plan does not say what it protects (its scope, e.g. 'per user (at most 5 locations each)'), "
@@ -223,8 +185,7 @@ def plan_trajectories(plan: ReleasePlan, table: Any) -> TrajectoryTable | SparkT
             f"The plan's preparation read values from the data ({'; '.join(derived)}); a batch job cannot "
             "recompute it. Make the plan with dropped rows instead."
         )
-    columns, region, gap, speed = read_trajectory_steps([s.step for s in plan.preparation])
-    tz = str(columns.pop("tz"))
+    columns, tz, region, gap, speed = read_trajectory_steps(plan.preparation)
     if is_spark(table):
         return SparkTrajectories(spark_frame(table), columns, region, gap, speed, tz=tz)
     backend = table.get_backend()
@@ -240,9 +201,9 @@ def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
     is not refused on ``rows``: the job counts the rows left and decides then, before any debit."""
     try:
         if plan.domain == "trajectory":
-            read_trajectory_steps([s.step for s in plan.preparation])
+            read_trajectory_steps(plan.preparation)
             return None
-        dropped = location_steps(plan)[0] if plan.domain == "location" else parse_preparation(plan)[2]
+        dropped = location_steps(plan)[0] if plan.domain == "location" else kmeans_steps(plan)[2]
         if rows is not None and not dropped:
             check_rows(plan, rows)
     except DPCoreError as err:

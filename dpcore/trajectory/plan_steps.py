@@ -1,69 +1,105 @@
-"""A trajectory release's public inputs as plan steps (written by the Trajectories page, read back by
-:func:`read_trajectory_steps`): the columns (names as JSON strings, the time zone the timestamps are read
-in) and the public region, time gap and speed limit (each number the shortest text that reads back as the
-same float). Neither is read from the data."""
+"""A trajectory release's public inputs as typed plan steps (written by the Trajectories page, read back by
+:func:`read_trajectory_steps`): the columns with the time zone naive timestamps are read in
+(:class:`TrajectoryColumns`) and the public region, time gap and speed limit (:class:`PublicTripLimits`,
+each number a float kept exactly). Neither is read from the data; their sentences are derived, never
+parsed."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
-from dpcore.plan import PrepStep
+from dpcore.steps import PrepStep, column, number
 
-_NUMBER = r"[-+0-9.eE]+"
-_LIMITS = re.compile(
-    rf"public trip limits: region lat (?P<a>{_NUMBER})\.\.(?P<b>{_NUMBER}), "
-    rf"lon (?P<c>{_NUMBER})\.\.(?P<d>{_NUMBER}); "
-    rf"new trip after a gap of (?P<gap>{_NUMBER}) s; fixes faster than (?P<speed>{_NUMBER}) m/s dropped"
-)
-_COLUMNS = re.compile(
-    r'trajectory columns: person (?P<person>".*?"), time (?P<time>".*?") '
-    r"\(naive times read as (?P<tz>.*?)\), "
-    r'latitude (?P<lat>".*?"), longitude (?P<lon>".*?"), trip (?P<trip>.*)'
-)
+__all__ = ["PublicTripLimits", "TrajectoryColumns", "read_trajectory_steps"]
 
 
-def limits_step(region: Region, gap_s: float, max_speed_mps: float) -> PrepStep:
-    """The public region, the time gap that starts a new trip and the speed limit, written exactly."""
-    a, b, c, d = (repr(float(v)) for v in (region.lat_min, region.lat_max, region.lon_min, region.lon_max))
-    return PrepStep(
-        f"public trip limits: region lat {a}..{b}, lon {c}..{d}; new trip after a gap of {float(gap_s)!r} s; "
-        f"fixes faster than {float(max_speed_mps)!r} m/s dropped",
-        False,
-    )
+@dataclass(frozen=True)
+class TrajectoryColumns(PrepStep):
+    """The person, timestamp, coordinate and trip columns (``trip`` None: trips split at the time gap), and
+    the zone naive timestamps are read in."""
+
+    kind: ClassVar[str] = "trajectory_columns"
+    person: str
+    time: str
+    lat: str
+    lon: str
+    trip: str | None = None
+    tz: str = "UTC"
+
+    def __post_init__(self) -> None:
+        for name in ("person", "time", "lat", "lon", "tz"):
+            column(getattr(self, name), f"The {name} column" if name != "tz" else "The time zone")
+        if self.trip is not None:
+            column(self.trip, "The trip column")
+
+    @property
+    def columns(self) -> dict[str, str | None]:
+        """The columns by role (person, time, lat, lon, trip)."""
+        return {"person": self.person, "time": self.time, "lat": self.lat, "lon": self.lon, "trip": self.trip}
+
+    @property
+    def text(self) -> str:
+        trip = "none (split at the gap)" if self.trip is None else json.dumps(self.trip)
+        return (
+            f"trajectory columns: person {json.dumps(self.person)}, time {json.dumps(self.time)} "
+            f"(naive times read as {self.tz}), "
+            f"latitude {json.dumps(self.lat)}, longitude {json.dumps(self.lon)}, trip {trip}"
+        )
 
 
-def columns_step(person: str, time: str, lat: str, lon: str, trip: str | None, tz: str = "UTC") -> PrepStep:
-    """The person, timestamp (and the zone naive times are read in), coordinate and trip columns."""
-    return PrepStep(
-        f"trajectory columns: person {json.dumps(person)}, time {json.dumps(time)} "
-        f"(naive times read as {tz}), "
-        f"latitude {json.dumps(lat)}, longitude {json.dumps(lon)}, trip "
-        + ("none (split at the gap)" if trip is None else json.dumps(trip)),
-        False,
-    )
+@dataclass(frozen=True)
+class PublicTripLimits(PrepStep):
+    """The public region, the time gap (s) that starts a new trip and the speed limit (m/s) above which a
+    fix is dropped."""
+
+    kind: ClassVar[str] = "trip_limits"
+    lat_min: float
+    lat_max: float
+    lon_min: float
+    lon_max: float
+    gap_s: float
+    max_speed_mps: float
+
+    def __post_init__(self) -> None:
+        for name in ("lat_min", "lat_max", "lon_min", "lon_max", "gap_s", "max_speed_mps"):
+            object.__setattr__(self, name, number(getattr(self, name), f"The trip limits' {name}"))
+        Region(self.lat_min, self.lat_max, self.lon_min, self.lon_max)  # refuses an invalid box
+        if self.gap_s <= 0 or self.max_speed_mps <= 0:
+            raise ParameterError("The time gap and the speed limit must be positive.")
+
+    @classmethod
+    def of(cls, region: Region, gap_s: float, max_speed_mps: float) -> PublicTripLimits:
+        return cls(region.lat_min, region.lat_max, region.lon_min, region.lon_max, gap_s, max_speed_mps)
+
+    @property
+    def region(self) -> Region:
+        return Region(self.lat_min, self.lat_max, self.lon_min, self.lon_max)
+
+    @property
+    def text(self) -> str:  # repr: the shortest text that reads back as the same float
+        return (
+            f"public trip limits: region lat {self.lat_min!r}..{self.lat_max!r}, lon {self.lon_min!r}.."
+            f"{self.lon_max!r}; new trip after a gap of {self.gap_s!r} s; fixes faster than "
+            f"{self.max_speed_mps!r} m/s dropped"
+        )
 
 
-def read_trajectory_steps(steps: Iterable[str]) -> tuple[dict[str, str | None], Region, float, float]:
-    """(columns by role, region, gap s, speed m/s) from a plan's steps; refused with the fix otherwise."""
-    columns: dict[str, str | None] | None = None
-    limits: tuple[Region, float, float] | None = None
-    for step in steps:
-        if (m := _LIMITS.fullmatch(step)) is not None:
-            limits = (Region(*(float(m[k]) for k in "abcd")), float(m["gap"]), float(m["speed"]))
-        elif (m := _COLUMNS.fullmatch(step)) is not None:
-            try:
-                trip = None if m["trip"] == "none (split at the gap)" else json.loads(m["trip"])
-                columns = {k: json.loads(m[k]) for k in ("person", "time", "lat", "lon")} | {"trip": trip}
-                columns["tz"] = m["tz"]
-            except ValueError as err:
-                raise ParameterError(f"Cannot read the trajectory columns in {step!r}.") from err
+def read_trajectory_steps(
+    steps: Iterable[PrepStep],
+) -> tuple[dict[str, str | None], str, Region, float, float]:
+    """(columns by role, time zone, region, gap s, speed m/s) from a plan's steps; refused with the fix
+    otherwise."""
+    steps = tuple(steps)
+    columns = next((s for s in steps if isinstance(s, TrajectoryColumns)), None)
+    limits = next((s for s in steps if isinstance(s, PublicTripLimits)), None)
     if columns is None or limits is None:
         raise ParameterError(
             "The plan does not record its trajectory columns and public limits; make the plan again on the "
             "Trajectories page and download it."
         )
-    return (columns, *limits)
+    return columns.columns, columns.tz, limits.region, limits.gap_s, limits.max_speed_mps

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from dpcore.artifacts import short_id
 from dpcore.ledger import Ledger
 from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
-from dpcore.report import short_id
 from tests.browser.conftest import Server, open_app, screenshot, wait_for_app
 from tests.browser.e2e import (
     assert_no_exception,

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 from playwright.sync_api import Browser
 
-from dpcore.report import html_report
+from dpcore.html_report import html_report
 from tests.dpcore.test_report import manifest
 
 pytestmark = pytest.mark.browser

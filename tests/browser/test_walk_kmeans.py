@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 from playwright.sync_api import Page, expect
 
+from dpcore.artifacts import short_id
 from dpcore.ledger import Account, Ledger
+from dpcore.manifest import DEMO_NOTICE
 from dpcore.plan import ReleasePlan, policy_account
 from dpcore.policy import make_policy
-from dpcore.report import DEMO_NOTICE, short_id
 from tests.browser.conftest import Server, wait_for_app
 from tests.browser.e2e import (
     MARKETING,

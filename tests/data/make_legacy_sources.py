@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from dpcore.report import make_release
 
 from dpcore.data import fingerprint, infer_schema, prepare
 from dpcore.data.sources import DatabaseQuery, DatabaseTable, FolderFile, load_source
@@ -18,7 +19,6 @@ from dpcore.kmeans import KMeansInputs
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import PureDP
-from dpcore.report import make_release
 
 HERE = Path(__file__).resolve().parent / "legacy_sources"
 BOUNDS = {"a": (-10.0, 10.0), "b": (0.0, 10.0)}

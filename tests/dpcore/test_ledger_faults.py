@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from dpcore import config
+from dpcore.artifacts import STAGING, sha256_file
 from dpcore.errors import ParameterError
 from dpcore.kmeans.registry import KMeansInputs
 from dpcore.ledger import (
@@ -27,7 +28,7 @@ from dpcore.ledger import (
 )
 from dpcore.plan import ReleasePlan
 from dpcore.policy import PureDP
-from dpcore.report import STAGING, make_release, sha256_file
+from dpcore.releases import make_release
 
 FRESH = "never started over silently"
 

@@ -15,10 +15,12 @@ from dpcore.errors import PolicyError
 from dpcore.kmeans.lloyd import DPLloydKMeans
 from dpcore.kmeans.registry import KMeansInputs
 from dpcore.ledger import Account, BudgetNotSet, Ledger
+from dpcore.manifest import DEMO_NOTICE
 from dpcore.mechanisms import Sampler
 from dpcore.plan import ReleasePlan, policy_account, preparation_steps
 from dpcore.policy import ApproxDP, Blowfish, GeoIndistinguishability, LocalPDP, PartitionGraph, PureDP
-from dpcore.report import DEMO_NOTICE, make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing, Impute
 
 FP = "ab" * 32
 
@@ -39,7 +41,8 @@ def _plan(**kw) -> ReleasePlan:
 def _prepared(strategy: str):
     df = pd.DataFrame({"a": [0.1, 0.9, np.nan, 0.5, 0.2, np.nan], "b": [0.3, 0.4, 0.8, np.nan, 0.6, 0.1]})
     cleaned = handle_missing(df, ["a", "b"], strategy)
-    step = f"{strategy} on a, b ({len(df) - len(cleaned)} rows removed)"
+    removed = len(df) - len(cleaned)
+    step = DropMissing(("a", "b"), removed) if strategy == "drop" else Impute(strategy, ("a", "b"))
     bounds = {"a": (0, 1), "b": (0, 1)}
     prep = prepare(cleaned, infer_schema(cleaned), ["a", "b"], scaling="none", bounds=bounds)
     return step, prep
@@ -171,11 +174,11 @@ def test_make_release_records_the_plan_in_manifest_and_ledger(tmp_path) -> None:
 
 def test_location_releases_refuse_imputed_coordinates() -> None:
     """Adding one person moves every imputed location (the mean): a DP grid's sensitivity 1 would not hold."""
-    steps = preparation_steps(["median on latitude, longitude (0 rows removed)"])
+    steps = preparation_steps([Impute("median", ("latitude", "longitude"))])
     assert steps[0].data_derived
     with pytest.raises(PolicyError, match="read values from the data"):
         _plan(domain="location", mechanism="uniform_grid", params={}, preparation=steps)
-    kept = preparation_steps(["drop on latitude, longitude (3 rows removed)"])
+    kept = preparation_steps([DropMissing(("latitude", "longitude"), 3)])
     plan = _plan(domain="location", mechanism="uniform_grid", params={}, preparation=kept)
     assert "does not cover" not in plan.guarantee
 

@@ -30,7 +30,7 @@ from dpcore.postprocess import (
     round_table,
     significant_decimals,
 )
-from dpcore.report import Release, make_release, rounded_output
+from dpcore.releases import Release, make_release, rounded_output
 
 BOUNDS = {"income": (20_000.0, 100_000.0), "wines": (0.0, 1_500.0)}
 

@@ -20,7 +20,7 @@ from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import Blowfish, PartitionGraph, PureDP
 from dpcore.private_bounds import MECHANISM, BoundsStep
-from dpcore.report import make_release, plan_releases
+from dpcore.releases import make_release, plan_releases
 from tests.system.test_audit_per_user_cap import clopper_pearson_epsilon
 from ui.ledger_view import accounts_frame, releases_frame
 
@@ -65,7 +65,7 @@ def test_prepare_leaves_the_pending_feature_unscaled_and_the_plan_says_what_will
     assert plan.cost == (1.0, 0.0) and not plan.data_derived_steps
     rows = dict(plan.summary_rows())
     assert rows["ε_b (private bounds)"] == "0.1" and rows["ε in all"] == "1"
-    assert any("estimated privately at release" in s.step for s in plan.preparation)
+    assert any("estimated privately at release" in s.text for s in plan.preparation)
     assert "ε = 1:" in plan.guarantee and "ε_b = 0.1" in plan.guarantee
     assert ReleasePlan.from_manifest(json.loads(json.dumps(plan.to_manifest()))) == plan
     assert batch_refusal(plan) is None  # DP-Lloyd runs out of core: the batch job replays the step
@@ -185,7 +185,7 @@ def test_the_batch_job_replays_the_bound_step_and_debits_it_with_the_release(
 def test_a_demo_release_refuses_private_bounds_saying_why_and_what_to_do(prepared) -> None:
     with pytest.raises(PolicyError, match=r"not available in demo mode.*reproduced from the demo seed"):
         _plan(prepared, mode="demo", seed=7)
-    assert _plan(prepared, mode="demo", seed=7, private_bounds={}).mode == "demo"
+    assert _plan(prepared, mode="demo", seed=7, private_bounds={}, preparation=()).mode == "demo"
 
 
 def test_the_stated_rank_error_bounds_what_each_quantile_misses_by() -> None:
@@ -194,7 +194,7 @@ def test_the_stated_rank_error_bounds_what_each_quantile_misses_by() -> None:
     same ε_b over 30 features (9,707 rows, more than the table) picks grid values that miss the data."""
     step = BoundsStep(("x",), 2 * 2 * (np.log(163) + np.log(20)) / 400)
     assert step.rank_error() == pytest.approx(400) and len(step.candidates) == 163
-    assert "off by up to 400 rows (95%)" in step.accuracy() and step.accuracy() in step.sentence()
+    assert "off by up to 400 rows (95%)" in step.accuracy() and step.accuracy() in step.text
     x = np.random.default_rng(4).uniform(0, 1000, 4000)
     ranks = np.sort(x).searchsorted([step.estimate(x[:, None])[0][0] for _ in range(40)])
     assert (np.abs(ranks - 40) <= 400).mean() >= 0.9, ranks

@@ -1,4 +1,5 @@
-"""dpcore.report: manifest fields, DEMO and local marking, files, offline HTML, artifacts, make_release."""
+"""dpcore.manifest, html_report, artifacts, releases: manifest fields, DEMO and local marking, files, offline
+HTML, artifacts, make_release."""
 
 from __future__ import annotations
 
@@ -16,25 +17,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
+from dpcore.artifacts import load_artifacts, release_files, save_artifacts, sha256_file, stored_file
 from dpcore.errors import ParameterError
+from dpcore.html_report import REPORT_ROWS, html_report
 from dpcore.kmeans.registry import KMEANS, KMeansInputs
 from dpcore.ledger import BudgetExceeded, BudgetNotSet, Ledger, LedgerError
+from dpcore.manifest import DEMO_NOTICE, LOCAL_NOTICE, build_manifest
 from dpcore.plan import ReleasePlan
 from dpcore.policy import LocalPDP, PureDP
-from dpcore.report import (
-    DEMO_NOTICE,
-    LOCAL_NOTICE,
-    REPORT_ROWS,
-    build_manifest,
-    html_report,
-    load_artifacts,
-    make_release,
-    release_files,
-    save_artifacts,
-    sha256_file,
-    stored_file,
-    stored_preview,
-)
+from dpcore.releases import make_release, stored_preview
 
 
 def _plan(**changes) -> ReleasePlan:

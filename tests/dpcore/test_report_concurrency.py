@@ -12,16 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from dpcore.artifacts import STAGING, save_artifacts, sha256_file
 from dpcore.kmeans.registry import KMEANS
 from dpcore.ledger import Ledger
-from dpcore.report import (
-    STAGING,
-    Release,
-    build_manifest,
-    make_release,
-    save_artifacts,
-    sha256_file,
-)
+from dpcore.manifest import build_manifest
+from dpcore.releases import Release, make_release
 from tests.dpcore.test_report import INPUTS, _plan
 
 SAME_SECOND = "2026-01-02T03:04:05+00:00"
@@ -36,7 +31,7 @@ def identical_runs_meet_before_debit(monkeypatch: pytest.MonkeyPatch, runs: int 
         return replace(spec.release(inputs, **kw), figures=())
 
     monkeypatch.setitem(KMEANS._specs, "dp_lloyd", replace(spec, release=without_figures))
-    monkeypatch.setattr("dpcore.report.build_manifest", partial(build_manifest, time=SAME_SECOND))
+    monkeypatch.setattr("dpcore.releases.build_manifest", partial(build_manifest, time=SAME_SECOND))
     barrier, register = threading.Barrier(runs, timeout=120), Ledger.register_dataset
 
     def all_staged(self: Ledger, *args: object, **kwargs: object) -> None:
@@ -92,11 +87,11 @@ def test_two_writers_of_the_same_bytes_at_once_both_save(tmp_path: Path, monkeyp
     others: list[tuple[Path, str]] = []
 
     def another_writer_between_write_and_rename(src: str, dst: str) -> None:
-        monkeypatch.setattr("dpcore.report.os.replace", rename)
+        monkeypatch.setattr("dpcore.artifacts.os.replace", rename)
         others.append(save_artifacts(folder, "same", files))  # the same bytes, written and renamed first
         rename(src, dst)
 
-    monkeypatch.setattr("dpcore.report.os.replace", another_writer_between_write_and_rename)
+    monkeypatch.setattr("dpcore.artifacts.os.replace", another_writer_between_write_and_rename)
     path, digest = save_artifacts(folder, "same", files)
     assert (path, digest) == others[0] and sha256_file(path) == digest
     assert [p.name for p in folder.iterdir()] == [path.name]  # no temporary file left

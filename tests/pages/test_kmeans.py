@@ -17,12 +17,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
+from dpcore.artifacts import short_id
 from dpcore.data import fingerprint, infer_schema, load_sample, prepare
 from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS
 from dpcore.ledger import Ledger
-from dpcore.plan import policy_account, public_bounds
+from dpcore.plan import features_step, policy_account
 from dpcore.policy import Blowfish, LocalPDP, PartitionGraph, Policy, PureDP
-from dpcore.report import short_id
 from tests.panel import has_release_button, release_button
 from tests.paths import ROOT
 from ui import release as ui_release
@@ -228,9 +228,7 @@ def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
     at.number_input(key="km_k").set_value(2).run()
     # bounds taken from the data: a secure DP release is refused, with the fix
     assert [e for e in _errors(at) if "read values from the data" in e and "public bounds" in e]
-    assert public_bounds(tiny.prepared) == dict.fromkeys(
-        ["x", "y"], "read from the data, not published (centroids are released as fractions of this range)"
-    )
+    assert features_step(tiny.prepared).bounds == ("data", "data")
     at.number_input(key="km_k").set_value(7).run()
     assert not at.exception and any("exceeds the number of rows (6)" in e for e in _errors(at))
 

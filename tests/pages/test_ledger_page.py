@@ -12,9 +12,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
+from dpcore.artifacts import save_artifacts
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Account, Ledger
-from dpcore.report import save_artifacts
 from ui.release import artifacts_dir
 from ui.state import Dataset
 

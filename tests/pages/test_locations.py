@@ -16,12 +16,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
+from dpcore.artifacts import short_id
 from dpcore.data import fingerprint, infer_schema
 from dpcore.ledger import Account, Ledger
 from dpcore.location.contribution import PER_LOCATION
 from dpcore.plan import policy_account
 from dpcore.policy import GeoIndistinguishability
-from dpcore.report import short_id
+from dpcore.steps import Impute
 from tests.panel import has_release_button, release_button
 from tests.paths import ROOT
 from ui.state import DEFAULT_POLICY, POLICY_KEY, Dataset
@@ -300,7 +301,7 @@ def _with_imputed(column: str) -> Dataset:
     cleaned = handle_missing(raw, [column], "median")
     return Dataset(
         name="imputed.csv", raw=raw, schema=infer_schema(raw), cleaned=cleaned, fingerprint=fingerprint(raw),
-        cleaning=(f"median on {column} (0 rows removed)",), steps=(("median", (column,)),),
+        cleaning=(Impute("median", (column,)),), steps=(("median", (column,)),),
     )
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 from dpcore import config
+from dpcore.artifacts import short_id
 from dpcore.ledger import Ledger
 from dpcore.location.geometry import Region
 from dpcore.location.private_region import LABEL, MECHANISM
 from dpcore.plan import policy_account
-from dpcore.report import short_id
 from tests.pages.test_locations import _airports, _errors
 from tests.panel import release_button
 from ui.state import DEFAULT_POLICY, MODE_KEY

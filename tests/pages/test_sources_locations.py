@@ -75,7 +75,7 @@ def test_a_grid_plan_from_a_sample_releases_on_the_whole_table(
     plan = ReleasePlan.from_manifest(manifest)
     assert plan.mechanism == "adaptive_grid" and plan.fingerprint == ds.fingerprint
     assert plan.params["max_per_user"] == 3 and plan.scope == "per user (at most 3 locations each)"
-    lat, lon, user, region = read_location_steps(s.step for s in plan.preparation)
+    lat, lon, user, region = read_location_steps(plan.preparation)
     assert (lat, lon, user) == ("latitude", "longitude", "user")
     assert (region.lat_min, region.lat_max, region.lon_min, region.lon_max) == (24.0, 50.0, -125.0, -66.0)
     release.click().run()  # the panel runs it as a batch job on this server

@@ -19,10 +19,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
+from dpcore.artifacts import short_id
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, policy_account
-from dpcore.report import short_id
 from tests.pages.test_sources import _folder_secrets, _load_folder_file, _ok, _open, _people
 from tests.panel import release_button, request_id
 from tests.prep_table import edit_table

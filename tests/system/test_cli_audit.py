@@ -14,15 +14,17 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 from dpcore.__main__ import main
+from dpcore.artifacts import STAGING
 from dpcore.ledger import Ledger
 from dpcore.plan import ReleasePlan
-from dpcore.report import STAGING
+from dpcore.steps import step_from_dict
 from tests.dpcore.outofcore.test_run_plan import ROOT, approx_plan, dashboard_release, people_source
 from tests.dpcore.test_report_concurrency import identical_runs_meet_before_debit, in_threads
 
@@ -152,9 +154,9 @@ def test_a_request_id_reused_with_a_changed_plan_is_refused(setup, tmp_path: Pat
     plan_file = write_plan(tmp_path, manifest)
     args = (plan_file, "--source", path, "--ledger", url, "--artifacts", tmp_path / "out")
     assert run(capsys, *args)[0] == 0
-    step = manifest["preparation"][1]
-    changed = {**step, "step": step["step"].replace("b [0.0, 10.0]", "b [0.0, 20.0]")}
-    assert changed != step
+    step = step_from_dict(manifest["preparation"][1])
+    assert step.bounds[1] == (0.0, 10.0)
+    changed = replace(step, bounds=(step.bounds[0], (0.0, 20.0), *step.bounds[2:])).to_dict()
     plan_file.write_text(json.dumps({**manifest, "preparation": [manifest["preparation"][0], changed]}))
     code, out, err = run(capsys, *args)
     assert "another plan" in one_line_refusal(code, err) and out == ""

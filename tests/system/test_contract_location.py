@@ -27,7 +27,7 @@ from dpcore.data import fingerprint, load_table
 from dpcore.ledger import Ledger
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import FloatArray, Region
-from dpcore.location.plan_steps import columns_step, region_step
+from dpcore.location.plan_steps import LocationColumns, PublicRegion
 from dpcore.location.registry import (
     LOCATIONS,
     MAX_PER_USER,
@@ -44,7 +44,7 @@ from dpcore.plan import ReleasePlan, policy_account
 from dpcore.plots.location import error_vs_eps
 from dpcore.policy import GeoIndistinguishability, PureDP
 from dpcore.registry import DEFINITION_NAMES, MechanismOutput, MechanismSpec, Metric, Param
-from dpcore.report import make_release
+from dpcore.releases import make_release
 from tests.panel import release_button
 from tests.paths import APP
 from ui.state import DEFAULT_POLICY
@@ -155,7 +155,7 @@ def _plan(spec: MechanismSpec, frame: pd.DataFrame) -> ReleasePlan:
         dataset_name="locations",
         fingerprint=fingerprint(frame),
         params=_params(spec),
-        preparation=(columns_step("lat", "lon", "user"), region_step(US)),
+        preparation=(LocationColumns("lat", "lon", "user"), PublicRegion.of(US)),
         mode="demo",
         seed=SEED,
         scope=scope_sentence(True, PER_USER),

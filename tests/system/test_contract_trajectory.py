@@ -23,8 +23,8 @@ from dpcore.plan import ReleasePlan
 from dpcore.plots.trajectory import utility_vs_eps
 from dpcore.policy import PureDP
 from dpcore.registry import DEFINITION_NAMES, MechanismSpec
-from dpcore.report import make_release
-from dpcore.trajectory.plan_steps import columns_step, limits_step
+from dpcore.releases import make_release
+from dpcore.trajectory.plan_steps import PublicTripLimits, TrajectoryColumns
 from dpcore.trajectory.prepare import parse_times
 from dpcore.trajectory.registry import TRAJECTORIES, TrajectoryInputs, scope_of
 from dpcore.trajectory.roads import DEFAULT_REGION, road_trips
@@ -100,8 +100,8 @@ def test_plan_record_replay(
         fingerprint(loaded),
         params=_params(spec),
         preparation=(
-            columns_step("person", "time", "lat", "lon", None),
-            limits_step(DEFAULT_REGION, 1200.0, 70.0),
+            TrajectoryColumns("person", "time", "lat", "lon", None),
+            PublicTripLimits.of(DEFAULT_REGION, 1200.0, 70.0),
         ),
         scope=scope_of(**LIMITS),
         mode="demo",

@@ -20,8 +20,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config, plots
+from dpcore.artifacts import release_files
 from dpcore.ledger import Account, Ledger
-from dpcore.report import release_files
 from dpcore.safe_text import csv_bytes, neutralise_cell, plot_text
 from tests.paths import ROOT
 from tests.prep_table import edit_table

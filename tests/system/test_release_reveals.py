@@ -37,7 +37,7 @@ from dpcore.location.registry import LOCATIONS, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import PureDP
-from dpcore.report import Release, make_release
+from dpcore.releases import Release, make_release
 
 LO, HI = 20_000.0, 100_000.0  # the curator's public bounds of "income" in the standardising case
 SEEDS = range(6)  # demo seeds: reproducible releases, several per setting so that some clip at both ends

@@ -23,7 +23,8 @@ from dpcore.ledger import Ledger
 from dpcore.outofcore.source import open_spec
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing
 
 BOUNDS = {"a": (-10.0, 10.0), "b": (0.0, 10.0)}
 
@@ -128,7 +129,7 @@ def test_a_plan_made_on_it_replays_in_the_batch_command_and_the_job_form(
     plan = ReleasePlan(
         domain="kmeans", mechanism="dp_lloyd", epsilon=1.0, policy=PureDP(1.0), dataset_name="shop",
         fingerprint=prep.fingerprint, params={"n_clusters": 3},
-        preparation=preparation_steps(["drop on a (2 rows removed)"], prep), mode="demo", seed=7,
+        preparation=preparation_steps([DropMissing(("a",), 2)], prep), mode="demo", seed=7,
     )
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     ledger = Ledger.initialise(url)

@@ -27,7 +27,7 @@ from dpcore.kmeans.mechanisms.dp_lloyd import build as dp_lloyd_build
 from dpcore.ledger import Ledger
 from dpcore.mechanisms import Sampler, analytic_delta, gaussian_ratio
 from dpcore.outofcore.run_plan import in_memory, run_plan
-from dpcore.report import make_release
+from dpcore.releases import make_release
 from tests.dpcore.outofcore.test_clustering import BOUNDS
 from tests.dpcore.outofcore.test_run_plan import approx_plan, dashboard_release, people_source
 

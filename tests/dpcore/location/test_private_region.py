@@ -18,13 +18,13 @@ from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import BudgetExceeded, Ledger
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region
-from dpcore.location.plan_steps import columns_step, region_step
+from dpcore.location.plan_steps import LocationColumns, PublicRegion
 from dpcore.location.private_region import LABEL, LAT_GRID, MECHANISM, WHOLE_EARTH, RegionStep
 from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
-from dpcore.plan import PrepStep, ReleasePlan
+from dpcore.plan import ReleasePlan
 from dpcore.policy import Blowfish, DistanceThresholdGraph, GeoIndistinguishability, PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
 from tests.system.test_audit_per_user_cap import clopper_pearson_epsilon
 from ui.ledger_view import releases_frame
 
@@ -34,7 +34,7 @@ TABLE = pd.DataFrame(
     {"lat": RNG.uniform(30.0, 45.0, N).round(5), "lon": RNG.uniform(-110.0, -80.0, N).round(5)}
 )
 STEP = RegionStep(0.1)
-STEPS = (columns_step("lat", "lon", None), PrepStep(STEP.sentence(), False))
+STEPS = (LocationColumns("lat", "lon", None), STEP)
 
 
 def _plan(
@@ -171,12 +171,12 @@ def test_the_batch_job_replays_the_region_step_and_debits_it_with_the_release(tm
     plan = _plan(
         fingerprint=fingerprint(load_table(path)),
         params={"neighbours": "unbounded", "max_per_user": 2},
-        preparation=(columns_step("lat", "lon", "user"), STEPS[1]),
+        preparation=(LocationColumns("lat", "lon", "user"), STEPS[1]),
         scope=scope_sentence(True, 2),
     )
     assert plan.bounds_step.per_user == 2
     both = plan.to_manifest()
-    both["preparation"].append(region_step(WHOLE_EARTH).to_dict())
+    both["preparation"].append(PublicRegion.of(WHOLE_EARTH).to_dict())
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     with pytest.raises(ParameterError, match="records a public region and estimates one"):
         run_plan(both, path, ledger=ledger, artifacts_dir=tmp_path / "out", user="batch")

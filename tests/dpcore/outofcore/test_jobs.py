@@ -25,13 +25,15 @@ from dpcore.data import fingerprint, infer_schema, prepare
 from dpcore.data.sources import batch_source, from_command_line
 from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
+from dpcore.location.plan_steps import PublicRegion
+from dpcore.manifest import DEMO_NOTICE
 from dpcore.outofcore import jobs
 from dpcore.outofcore.jobs import JobSpec, JobStatus, job_status, start_job, stop_job
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.outofcore.source import open_source
-from dpcore.plan import PrepStep, ReleasePlan, preparation_steps
+from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import GeoIndistinguishability, PureDP
-from dpcore.report import DEMO_NOTICE, stored_release
+from dpcore.releases import stored_release
 from tests.dpcore.outofcore.test_clustering import BOUNDS, table
 from tests.dpcore.outofcore.test_locations import visits
 from tests.dpcore.outofcore.test_run_plan import dashboard_release
@@ -344,7 +346,7 @@ def test_start_job_refuses_what_a_batch_job_cannot_run_before_starting_anything(
         path, "planar_laplace", params={"radius_m": 1000.0}, policy=GeoIndistinguishability(0.001, 1000.0)
     )
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
+    old = (PublicRegion(24.3963, 49.3844, -124.849, -66.8854),)  # no columns: a plan made before them
     unreadable = location_plan(path, "uniform_grid", steps=old)  # no location columns: cannot replay
     with pytest.raises(ParameterError, match="location columns"):
         start_job(spec(unreadable.to_manifest(), path, url, tmp_path, "old"), folder)

@@ -16,10 +16,11 @@ from dpcore.data import infer_schema, prepare
 from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans import KMeansInputs
 from dpcore.ledger import Ledger
-from dpcore.outofcore.run_plan import parse_preparation, run_plan
-from dpcore.plan import PrepStep, ReleasePlan, preparation_steps
+from dpcore.outofcore.run_plan import kmeans_steps, run_plan
+from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import ApproxDP, PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing, PrepStep
 from tests.dpcore.outofcore.test_clustering import BOUNDS, table
 from tests.paths import ROOT
 
@@ -59,7 +60,7 @@ def dashboard_release(
 ) -> tuple[dict, object]:
     """A release of ``mechanism`` (3 clusters unless ``params`` say otherwise; ``seed`` in demo mode) made as
     the dashboard makes it (in memory) on a ledger of its own under ``request_id``; its manifest and it."""
-    cleaning = [f"drop on a ({int(df['a'].isna().sum())} rows removed)"]
+    cleaning = [DropMissing(("a",), int(df["a"].isna().sum()))]
     prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
     steps = preparation_steps(cleaning, prep)
     plan = kmeans_plan(mechanism, prep.fingerprint, steps, params, seed if mode == "demo" else None)
@@ -161,7 +162,7 @@ def test_run_plan_releases_the_dashboard_s_release_once_with_the_same_files(sour
     record = ledger.release_by_request("dash-1")
     assert record is not None and record.user == "batch" and record.dataset_fingerprint == plan.fingerprint
     # the same files, with the same released numbers (demo seed): only time and user differ
-    from dpcore.report import load_artifacts
+    from dpcore.artifacts import load_artifacts
 
     batch_files = load_artifacts(record.artifact_path)
     assert sorted(batch_files) == sorted(dash.files)
@@ -214,7 +215,7 @@ def test_preparation_that_cannot_be_replayed_is_refused(source, tmp_path: Path) 
     df, path = source
     manifest, _ = dashboard_release(tmp_path, df)
     plan = ReleasePlan.from_manifest(manifest)
-    assert parse_preparation(plan) == (BOUNDS, "minmax", ["a"])
+    assert kmeans_steps(plan) == (BOUNDS, "minmax", ["a"])
     mcmc = kmeans_plan("dp_lloyd_mcmc", plan.fingerprint, plan.preparation)
     ledger = Ledger.initialise(f"sqlite:///{tmp_path / 'batch.db'}")
     with pytest.raises(ParameterError, match="reads the rows in memory and the table has 1,998 rows"):

@@ -18,7 +18,8 @@ from dpcore.kmeans import KMeansInputs
 from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan, preparation_steps
-from dpcore.report import make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing
 from tests.dpcore.outofcore.test_clustering import BOUNDS
 from tests.dpcore.outofcore.test_run_plan import dashboard_release, kmeans_plan, people_source
 from tests.dpcore.outofcore.test_run_plan_locations import dashboard, location_plan, visits_source
@@ -50,7 +51,7 @@ def test_a_drop_step_drops_infinite_values_as_the_data_page_does(tmp_path: Path)
     df.to_parquet(path, index=False)
     cleaned = handle_missing(df, ["a", "w"], "drop")
     prep = prepare(cleaned, infer_schema(cleaned), list(BOUNDS), scaling="minmax", bounds=BOUNDS)
-    steps = preparation_steps([f"drop on a, w ({len(df) - len(cleaned)} rows removed)"], prep)
+    steps = preparation_steps([DropMissing(("a", "w"), len(df) - len(cleaned))], prep)
     plan = kmeans_plan("dp_lloyd", fingerprint(df), steps, seed=7)
     assert prep.n_samples == 596
     ledger = _batch(tmp_path, plan)[0]

@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 
 from dpcore import config
+from dpcore.artifacts import load_artifacts
 from dpcore.data import fingerprint, load_table
 from dpcore.data.sources import FolderFile, load_source
 from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
-from dpcore.location.plan_steps import columns_step, region_step
+from dpcore.location.plan_steps import LocationColumns, PublicRegion
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import ReleasePlan
 from dpcore.policy import GeoIndistinguishability
-from dpcore.report import load_artifacts
 from tests.dpcore.outofcore.test_run_plan import cli, dashboard_release, imputed_plan, people_source
 from tests.dpcore.outofcore.test_run_plan_locations import REGION, dashboard, location_plan, visits_source
 from tests.pages.test_sources import _ok
@@ -158,7 +158,7 @@ def test_batch_refusal_knows_the_rows_and_the_limit(
     places, people, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, path = places
-    no_drop = (columns_step("Latitude", "Longitude", "person id"), region_step(REGION))
+    no_drop = (LocationColumns("Latitude", "Longitude", "person id"), PublicRegion.of(REGION))
     pri = location_plan(path, "prilocation", steps=no_drop, params=LOCATION_PLANS["prilocation"][0])
     grid = location_plan(path, "uniform_grid")
     monkeypatch.delenv("DPCORE_JOB_MEMORY_ROWS", raising=False)

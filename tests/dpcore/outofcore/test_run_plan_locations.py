@@ -17,12 +17,13 @@ from dpcore.errors import ParameterError
 from dpcore.ledger import Ledger
 from dpcore.location.contribution import scope_sentence
 from dpcore.location.geometry import Region
-from dpcore.location.plan_steps import columns_step, read_location_steps, region_step
+from dpcore.location.plan_steps import LocationColumns, PublicRegion, read_location_steps
 from dpcore.location.registry import LocationInputs
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
-from dpcore.plan import PrepStep, ReleasePlan
+from dpcore.plan import ReleasePlan
 from dpcore.policy import GeoIndistinguishability, Policy, PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing, PrepStep
 from tests.dpcore.outofcore.test_location_aggregates import RTOL, assert_close
 from tests.dpcore.outofcore.test_locations import visits
 from tests.dpcore.outofcore.test_run_plan import cli
@@ -57,9 +58,9 @@ def location_plan(
 ) -> ReleasePlan:
     if steps is None:
         steps = (
-            PrepStep("drop on Latitude (2 rows removed)", False),
-            columns_step("Latitude", "Longitude", "person id"),
-            region_step(REGION),
+            DropMissing(("Latitude",), 2),
+            LocationColumns("Latitude", "Longitude", "person id"),
+            PublicRegion.of(REGION),
         )
     return ReleasePlan(
         domain="location",
@@ -98,11 +99,11 @@ def dashboard(df: pd.DataFrame, plan: ReleasePlan, tmp_path: Path):
 
 
 def test_the_steps_round_trip_exactly() -> None:
-    steps = [columns_step('lat "deg"', "lon, deg", None).step, region_step(REGION).step]
+    steps = [LocationColumns('lat "deg"', "lon, deg", None), PublicRegion.of(REGION)]
     assert read_location_steps(steps) == ('lat "deg"', "lon, deg", None, REGION)
-    assert "24.396308" in steps[1]
+    assert "24.396308" in steps[1].text
     with pytest.raises(ParameterError, match="Locations page"):
-        read_location_steps(["public region: lat 24.3963..49.3844, lon -124.849..-66.8854"])
+        read_location_steps([PublicRegion(24.3963, 49.3844, -124.849, -66.8854)])
 
 
 @pytest.mark.parametrize("mechanism", ["uniform_grid", "adaptive_grid"])
@@ -118,7 +119,7 @@ def test_run_plan_gives_the_dashboard_s_grid(source, tmp_path: Path, mechanism: 
     done = cli(*args)
     assert done.returncode == 0, done.stderr
     record = Ledger(url).release_by_request("dash-loc")
-    from dpcore.report import load_artifacts
+    from dpcore.artifacts import load_artifacts
 
     files = load_artifacts(record.artifact_path)
     csv = next(k for k in files if k.endswith(".csv"))
@@ -132,7 +133,7 @@ def test_mechanisms_that_read_rows_in_memory_and_old_plans_are_refused(source, t
     pri = location_plan(path, "prilocation", params={"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10})
     with pytest.raises(ParameterError, match="reads the rows in memory and the table has 2,999 rows"):
         run_plan(pri.to_manifest(), path, ledger=ledger, artifacts_dir=tmp_path, user="u", memory_rows=100)
-    old = (PrepStep("public region: lat 24.3963..49.3844, lon -124.849..-66.8854", False),)
+    old = (PublicRegion(24.3963, 49.3844, -124.849, -66.8854),)  # no columns: a plan made before them
     plan = location_plan(path, "uniform_grid", steps=old)
     ledger.set_budget(plan.account, epsilon=5.0)
     with pytest.raises(ParameterError, match="location columns"):
@@ -157,7 +158,7 @@ def test_batch_jobs_offer_the_grids_means_and_hotspots(source, mechanism: str) -
 
 def test_batch_jobs_refuse_planar_laplace_and_prilocation_only_above_the_memory_limit(source) -> None:
     _, path = source
-    kept = (columns_step("Latitude", "Longitude", "person id"), region_step(REGION))  # no row dropped
+    kept = (LocationColumns("Latitude", "Longitude", "person id"), PublicRegion.of(REGION))  # no row dropped
     geo_policy = GeoIndistinguishability(0.001, 1000.0)
     geo = location_plan(path, "planar_laplace", kept, params={"radius_m": 1000.0}, policy=geo_policy)
     pri_params = {"hs_m": 300_000.0, "n_clusters": 5, "grid_size": 10}

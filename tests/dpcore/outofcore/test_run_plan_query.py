@@ -22,7 +22,8 @@ from dpcore.outofcore.run_plan import run_plan
 from dpcore.outofcore.source import open_source
 from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.policy import PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
+from dpcore.steps import DropMissing
 from tests.dpcore.outofcore.test_clustering import BOUNDS, table
 from tests.dpcore.outofcore.test_run_plan import cli
 from ui.datasets import batch_command
@@ -66,7 +67,7 @@ def sampled_plan(url: str, sql: str = QUERY) -> tuple[ReleasePlan, pd.DataFrame]
         dataset_name="warehouse: people",
         fingerprint=loaded.fingerprint,
         params={"n_clusters": 3},
-        preparation=preparation_steps([f"drop on a ({int(sample['a'].isna().sum())} rows removed)"], prep),
+        preparation=preparation_steps([DropMissing(("a",), int(sample["a"].isna().sum()))], prep),
         mode="demo",
         seed=11,
     )

@@ -70,8 +70,8 @@ def test_a_batch_job_releases_the_dashboard_s_trips(tmp_path: Path, fixes: pd.Da
     from dpcore.outofcore.run_plan import run_plan
     from dpcore.plan import ReleasePlan
     from dpcore.policy import PureDP
-    from dpcore.report import make_release
-    from dpcore.trajectory.plan_steps import columns_step, limits_step
+    from dpcore.releases import make_release
+    from dpcore.trajectory.plan_steps import PublicTripLimits, TrajectoryColumns
     from dpcore.trajectory.registry import scope_of
 
     table = fixes.copy()
@@ -79,7 +79,10 @@ def test_a_batch_job_releases_the_dashboard_s_trips(tmp_path: Path, fixes: pd.Da
     path = tmp_path / "fixes.parquet"
     table.to_parquet(path)
     loaded = load_table(path.read_bytes(), filename=path.name)
-    steps = (columns_step("person", "time", "lat", "lon", None), limits_step(DEFAULT_REGION, 1200.0, 70.0))
+    steps = (
+        TrajectoryColumns("person", "time", "lat", "lon", None),
+        PublicTripLimits.of(DEFAULT_REGION, 1200.0, 70.0),
+    )
     plan = ReleasePlan(
         "trajectory",
         "dpt",

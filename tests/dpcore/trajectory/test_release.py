@@ -16,8 +16,8 @@ from dpcore.ledger import Ledger
 from dpcore.mechanisms import Sampler
 from dpcore.plan import ReleasePlan
 from dpcore.policy import PureDP
-from dpcore.report import make_release
-from dpcore.trajectory.plan_steps import columns_step, limits_step, read_trajectory_steps
+from dpcore.releases import make_release
+from dpcore.trajectory.plan_steps import PublicTripLimits, TrajectoryColumns, read_trajectory_steps
 from dpcore.trajectory.registry import TRAJECTORIES, TrajectoryInputs, scope_of
 from dpcore.trajectory.roads import DEFAULT_REGION, road_trips
 
@@ -37,7 +37,10 @@ def inputs(fixes: pd.DataFrame) -> TrajectoryInputs:
 
 
 def _plan(mechanism: str = "dpt", mode: str = "secure", seed: int | None = None) -> ReleasePlan:
-    steps = (columns_step("person", "time", "lat", "lon", None), limits_step(DEFAULT_REGION, 1200.0, 70.0))
+    steps = (
+        TrajectoryColumns("person", "time", "lat", "lon", None),
+        PublicTripLimits.of(DEFAULT_REGION, 1200.0, 70.0),
+    )
     return ReleasePlan(
         "trajectory",
         mechanism,
@@ -64,18 +67,11 @@ def test_the_plan_states_the_per_person_guarantee_and_account() -> None:
         == "one row added or removed, for all rows of one user at once (at most 80 per user)"
     )
     assert ReleasePlan.from_manifest(plan.to_manifest()) == plan
-    columns, region, gap, speed = read_trajectory_steps([s.step for s in plan.preparation])
-    assert columns == {
-        "person": "person",
-        "time": "time",
-        "lat": "lat",
-        "lon": "lon",
-        "trip": None,
-        "tz": "UTC",
-    }
-    assert (region, gap, speed) == (DEFAULT_REGION, 1200.0, 70.0)
+    columns, tz, region, gap, speed = read_trajectory_steps(plan.preparation)
+    assert columns == {"person": "person", "time": "time", "lat": "lat", "lon": "lon", "trip": None}
+    assert (tz, region, gap, speed) == ("UTC", DEFAULT_REGION, 1200.0, 70.0)
     with pytest.raises(ParameterError, match="Trajectories page"):
-        read_trajectory_steps(["public region: lat 1..2, lon 3..4"])
+        read_trajectory_steps(plan.preparation[:1])
     assert set(TRAJECTORIES) == {"dpt", "markov_grid"}
 
 

@@ -14,9 +14,9 @@ from dpcore.ledger import Ledger
 from dpcore.outofcore.run_plan import run_plan
 from dpcore.plan import ReleasePlan
 from dpcore.policy import PureDP
-from dpcore.report import make_release
+from dpcore.releases import make_release
 from dpcore.trajectory import outofcore
-from dpcore.trajectory.plan_steps import columns_step, limits_step
+from dpcore.trajectory.plan_steps import PublicTripLimits, TrajectoryColumns
 from dpcore.trajectory.prepare import parse_times
 from dpcore.trajectory.registry import TrajectoryInputs, scope_of
 from dpcore.trajectory.roads import DEFAULT_REGION, road_trips
@@ -33,8 +33,8 @@ def test_a_spark_batch_job_releases_the_dashboard_s_trips(tmp_path: Path, spark,
     table.to_parquet(path)
     loaded = load_table(path.read_bytes(), filename=path.name)
     steps = (
-        columns_step("person", "time", "lat", "lon", "trip", "Europe/Paris"),
-        limits_step(DEFAULT_REGION, 1200.0, 70.0),
+        TrajectoryColumns("person", "time", "lat", "lon", "trip", "Europe/Paris"),
+        PublicTripLimits.of(DEFAULT_REGION, 1200.0, 70.0),
     )
     plan = ReleasePlan(
         "trajectory",
