@@ -225,12 +225,11 @@ class ReleasePlan:
         """A private bounds step (:mod:`dpcore.private_bounds`) bounds k-means features under differential
         privacy; its neighbours are the release's. A private region step
         (:mod:`dpcore.location.private_region`) estimates a location release's region with ordinary
-        differential privacy on the rows, for the
-        release's unit (one location, or all rows of one user): under the release's neighbours for a
-        differentially private release, else bounded ones (one location replaced by any other), whose
-        epsilon_b the ledger charges on the release's account at the conversion factor 1
-        (:func:`dpcore.accounts.factor`, checked here). Refused in demo mode: OpenDP draws from its own
-        entropy, so the seed could not reproduce the release."""
+        differential privacy on the rows, for the release's unit (one location, or all rows of one user):
+        under the release's neighbours for a differentially private release, else bounded ones (one location
+        replaced by any other), whose epsilon_b the ledger charges on the release's account at the conversion
+        factor 1 (:func:`dpcore.accounts.factor`, checked here). Refused in demo mode: OpenDP draws from its
+        own entropy, so the seed could not reproduce the release."""
         family = _ACCOUNT_FAMILY[self.definition]
         what = "A private region" if self.domain == "location" else "Bounds estimated privately"
         if self.domain == "location" and family in ("dp", "blowfish", "geo_ind"):
