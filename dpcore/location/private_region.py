@@ -115,11 +115,12 @@ class RegionStep(PrepStep):
         """What ε_b buys, in words a curator can check against the table's size (which is not public)."""
         rows = self.rank_error()
         unit = "locations" if self.per_user is None else f"locations (each user's {self.per_user} at most)"
+        enough = rows / self.alpha
         return (
-            f"each edge may be off by up to {rows:,.0f} {unit} (95%), so only a table with many more than "
-            f"{rows:,.0f} gets a region near its {self.alpha:.0%}–{1 - self.alpha:.0%} range; with fewer, "
-            "the edges are close to random points of the grid (a box far wider than the data, or one that "
-            "cuts it); a larger ε_b helps"
+            f"each edge may be off by up to {rows:,.0f} {unit} (95%) from its {self.alpha:.0%} rank, so it "
+            f"is sure to fall among the data only with more than {enough:,.0f} {unit}; with fewer, an edge "
+            "may land anywhere beyond the data on its side (a box far wider than the data) or cut into it; "
+            "a larger ε_b helps"
         )
 
     def fields(self) -> dict[str, Any]:
