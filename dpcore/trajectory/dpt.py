@@ -305,13 +305,16 @@ class DPT:
         self.start_, self.tree_ = self._tree(hier, counts_of(self.selected_), random_state)
         return self
 
-    def true_counts(self, trips: TripSet, selected: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def true_counts(
+        self, trips: TripSet, selected: np.ndarray, own: np.ndarray | None = None
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Name -> (sorted keys, true counts) of every vector released after the selection ``selected``
         (sorted system levels, the coarsest included): "reference systems" (trips per own system), "start
         cells" (trips per first anchor cell) and "level j" (j-grams, :func:`gram_counts`). Keys absent count
-        0. The sensitivity tests read these."""
+        0. ``own``: the trips' :func:`own_levels` when known. The sensitivity tests read these."""
         hier = Hierarchy(*self.box, finest=self.finest, levels=self.levels)
-        own = own_levels(trips, hier) if trips.n_trips else np.zeros(0, dtype=np.int64)
+        if own is None:
+            own = own_levels(trips, hier) if trips.n_trips else np.zeros(0, dtype=np.int64)
         assign_of = selected[np.searchsorted(selected, np.arange(hier.levels))]
         ids, offsets = self.anchors(trips, assign_of[own], hier)
         out = {

@@ -217,14 +217,15 @@ class _Kernels:
         return cap_trips(found, self.limits, draws)
 
     def own(self, trips: TripSet) -> np.ndarray:
-        """Trips per own reference system."""
-        hier = self.hier
-        if not trips.n_trips:
-            return np.zeros(hier.levels)
-        return np.bincount(own_levels(trips, hier), minlength=hier.levels).astype(float)
+        """Each trip's own reference system."""
+        return own_levels(trips, self.hier) if trips.n_trips else np.zeros(0, dtype=np.int64)
 
-    def counts(self, trips: TripSet, selected: np.ndarray) -> Counts:
-        return DPT(1.0, **self.model).true_counts(trips, selected)  # true counts: no epsilon, no noise
+    def per_system(self, own: np.ndarray) -> np.ndarray:
+        """Trips per own reference system."""
+        return np.bincount(own, minlength=self.model["levels"]).astype(float)
+
+    def counts(self, trips: TripSet, selected: np.ndarray, own: np.ndarray | None = None) -> Counts:
+        return DPT(1.0, **self.model).true_counts(trips, selected, own)  # true counts: no epsilon, no noise
 
     def empty(self) -> Counts:
         none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
@@ -294,29 +295,35 @@ class TrajectoryTable:
         true_rs = np.zeros(model.levels)
         counts: dict[str, int] = {}
         kept: list[TripSet] | None = []  # pass 1's prepared trips while they fit ``cache_bytes``
+        owns: list[Future[np.ndarray]] = []  # their own systems
         held = 0
         with ThreadPoolExecutor(_THREADS) as pool:
             for found in _in_order(pool, k.find, self._blocks()):
                 start = len(recorder.draws)
                 out = k.cap(found, recorder)
                 per_block.append(recorder.draws[start:])
+                owns.append(pool.submit(k.own, out.trips))
                 if kept is not None:
                     held += out.trips.x.nbytes * 3 + out.trips.offsets.nbytes * 2
                     if held <= self.cache_bytes:
                         kept.append(out.trips)
                     else:
                         kept = None
-                true_rs += k.own(out.trips)
                 counts = _add_counts(counts, out.counts)
+            own = [f.result() for f in owns]
+            for levels in own:
+                true_rs += k.per_system(levels)
 
             def counts_of(selected: np.ndarray) -> Counts:
                 if kept is not None:
-                    trips: Iterable[TripSet] = kept
+                    cached = zip(kept, own, strict=True)
+                    parts = _in_order(pool, lambda t: k.counts(t[0], selected, t[1]), cached)
                 else:
                     found = _in_order(pool, k.find, self._blocks())
                     trips = (k.cap(f, _Replay(d)).trips for f, d in zip(found, per_block, strict=True))
+                    parts = _in_order(pool, lambda t: k.counts(t, selected), trips)
                 total: Counts | None = None
-                for part in _in_order(pool, lambda t: k.counts(t, selected), trips):
+                for part in parts:
                     total = merge_counts(total, part)
                 return k.empty() if total is None else total
 
@@ -374,7 +381,7 @@ class _OwnSystems:
         rs, counts = np.zeros(self.k.hier.levels), {}
         for b in blocks:
             out = self.k.prepare(b, replay)
-            rs += self.k.own(out.trips)
+            rs += self.k.per_system(self.k.own(out.trips))
             counts = _add_counts(counts, out.counts)
         replay.done()
         return rs, counts
