@@ -232,7 +232,7 @@ class ReleasePlan:
         own entropy, so the seed could not reproduce the release."""
         family = _ACCOUNT_FAMILY[self.definition]
         what = "A private region" if self.domain == "location" else "Bounds estimated privately"
-        if self.domain == "location" and family in ("dp", "blowfish", "geo_ind"):
+        if self.domain == "location":  # any account whose relation a bounded ε_b-DP step bounds at ε_b
             from dpcore.location.private_region import RegionStep
 
             kind = self._relation().kind if family == "dp" else "bounded"
