@@ -105,7 +105,7 @@ def _source_section() -> None:
             st.warning(sample)
         _read_again(ds)
     if choice in kinds:
-        _operator_source(kinds[choice], settings)
+        _operator_source(kinds[choice], settings, ds)
     elif choice in datasets.SAMPLE_CHOICES:
         if st.button(f"Load {choice}", key="data_load_sample"):
             with user_errors("loading the sample") as outcome:
@@ -184,10 +184,10 @@ def _limit_note(settings: SourceSettings) -> str:
     )
 
 
-def _operator_source(kind: type[SourceSpec], settings: SourceSettings) -> None:
+def _operator_source(kind: type[SourceSpec], settings: SourceSettings, ds: state.Dataset | None) -> None:
     """A source the operator configured, through its kind's widgets, and the button that loads it."""
     st.caption(f"{kind.intro(settings)} {_limit_note(settings)}")
-    spec = source_form(kind, settings)
+    spec = source_form(kind, settings, ((ds.origin or {}) if ds is not None else {}).get("source"))
     if spec is not None and st.button("Load this table", key=LOAD_KEY):
         with user_errors(f"reading {spec.label}") as outcome, st.spinner("Reading the table in one pass..."):
             datasets.load_source_dataset(spec)

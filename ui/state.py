@@ -443,7 +443,7 @@ def epsilon_source(domain: str, mechanism: str, epsilon: float) -> str:
 
 #: Widgets whose values belong to the session, not to a dataset: the sampling mode and seed, where a table
 #: comes from (it is chosen before the dataset exists), the policy (one per session) and the map tiles.
-SESSION_WIDGETS = ("dp_mode", "dp_seed", "data_source", "data_blobs_", "data_folder_file", "data_db", "pol_")
+SESSION_WIDGETS = ("dp_mode", "dp_seed", "data_source", "data_blobs_", "pol_")
 SESSION_WIDGETS += ("loc_tiles",)
 OWNER_PREFIX = "dp_owner::"
 

@@ -132,7 +132,7 @@ def test_the_data_page_shows_no_secret_of_a_connection_whose_reads_fail(
     assert any("Could not list the tables" in e.value for e in at.error)
     assert SECRET not in _page_text(at)
     at.radio(key="data_source").set_value(QUERY).run()
-    at.text_area(key="data_database_query_sql_w").input("SELECT age FROM people").run()
+    at.text_area(key="data_source_database_query_sql_w").input("SELECT age FROM people").run()
     at.button(key="data_load_source").click().run()
     assert any("The database refused the read" in e.value for e in at.error)
     assert SECRET not in _page_text(at)

@@ -251,8 +251,9 @@ def test_dataset_access_lists_hide_folders_and_ledger_rows(
         return at
 
     carla = data_page(CARLA)
-    assert carla.selectbox(key="data_folder_file_file").options == ["open/open.csv"]
-    assert data_page({**CARLA, "groups": ["clinical"]}).selectbox(key="data_folder_file_file").options == [
+    assert carla.selectbox(key="data_source_folder_file_file").options == ["open/open.csv"]
+    grouped = data_page({**CARLA, "groups": ["clinical"]})
+    assert grouped.selectbox(key="data_source_folder_file_file").options == [
         "open/open.csv",
         "clinical/clinical.csv",
     ]

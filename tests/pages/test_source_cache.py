@@ -75,7 +75,7 @@ def _secrets(url: str, **settings: Any) -> dict[str, Any]:
 
 def _load(at: AppTest) -> AppTest:
     at.radio(key="data_source").set_value(DATABASE).run()
-    at.selectbox(key="data_database_table_table_warehouse").set_value("people").run()
+    at.selectbox(key="data_source_database_table_table_warehouse").set_value("people").run()
     at.button(key="data_load_source").click().run()
     return _ok(at)
 
@@ -208,7 +208,7 @@ def test_a_connection_given_another_url_is_listed_afresh(warehouse: str, tmp_pat
     the minute lists that database (before, the first database's tables were shown under the new URL)."""
     at = _open(_secrets(warehouse))
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert "people" in _ok(at).selectbox(key="data_database_table_table_warehouse").options
+    assert "people" in _ok(at).selectbox(key="data_source_database_table_table_warehouse").options
     other = f"sqlite:///{tmp_path / 'other.db'}"
     engine = sa.create_engine(other)
     with engine.begin() as conn:
@@ -216,4 +216,4 @@ def test_a_connection_given_another_url_is_listed_afresh(warehouse: str, tmp_pat
     engine.dispose()
     at = _open(_secrets(other))
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert _ok(at).selectbox(key="data_database_table_table_warehouse").options == ["visits"]
+    assert _ok(at).selectbox(key="data_source_database_table_table_warehouse").options == ["visits"]

@@ -30,17 +30,20 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _loaded(folder: Path, title: str, choices: dict[str, str]):
+    """The dataset loaded by choosing ``choices`` (widget key -> option) of the kind ``title``; the page
+    shows those choices still after the load (they belong to the browser session, not to a dataset)."""
     at = _open(_folder_secrets(folder, max_rows=100))
     at.radio(key="data_source").set_value(title).run()
     for key, value in choices.items():
         at.selectbox(key=key).set_value(value).run()
     at.button(key=LOAD_KEY).click().run()
-    return _ok(at).session_state["dp_dataset"]
+    assert [_ok(at).selectbox(key=key).value for key in choices] == list(choices.values())
+    return at.session_state["dp_dataset"]
 
 
 def test_a_duckdb_file_is_offered_and_loads_as_a_labelled_sample(folder: Path) -> None:
-    table_key = f"data_duckdb_file_table_{folder}_shop.duckdb"  # kept per file
-    choices = {"data_duckdb_file_file": "tables/shop.duckdb", table_key: "people"}
+    table_key = f"data_source_duckdb_file_table_{folder}_shop.duckdb"  # kept per file
+    choices = {"data_source_duckdb_file_file": "tables/shop.duckdb", table_key: "people"}
     ds = _loaded(folder, DuckDBFile.title, choices)
     spec = DuckDBFile(str(folder), "shop.duckdb", "people")
     assert ds.origin["source"] == spec.to_dict() and ds.origin["sampled"] and ds.origin["rows"] == 240
@@ -52,6 +55,6 @@ def test_a_kind_defined_in_a_test_module_is_offered_and_loads(
     folder: Path,
     json_kind: type[JsonLines],  # noqa: F811 (the fixture)
 ) -> None:
-    ds = _loaded(folder, json_kind.title, {"data_test_json_lines_file": "people.jsonl"})
+    ds = _loaded(folder, json_kind.title, {"data_source_test_json_lines_file": "people.jsonl"})
     assert ds.origin["source"] == JsonLines(str(folder), "people.jsonl").to_dict() and ds.n_rows == 100
     pd.testing.assert_frame_equal(ds.raw.iloc[:0], pd.read_json(folder / "people.jsonl", lines=True).iloc[:0])

@@ -29,6 +29,7 @@ from ui.state import DEFAULT_POLICY
 
 TIMEOUT = 60
 FOLDER, DATABASE, QUERY = "File in a data folder", "Database table", "Database query (one SELECT)"
+SQL_KEY = "data_source_database_query_sql_warehouse"  # the SELECT typed for the connection warehouse
 
 
 def _ok(at: AppTest) -> AppTest:
@@ -85,7 +86,7 @@ def _folder_secrets(folder: Path, max_rows: int = 100) -> dict[str, Any]:
 
 def _load_folder_file(at: AppTest, label: str) -> None:
     at.radio(key="data_source").set_value(FOLDER).run()
-    at.selectbox(key="data_folder_file_file").set_value(label).run()
+    at.selectbox(key="data_source_folder_file_file").set_value(label).run()
     at.button(key="data_load_source").click().run()
     _ok(at)
 
@@ -98,7 +99,7 @@ def test_sources_are_offered_only_when_the_operator_configures_them(folder: Path
 def test_a_file_from_an_allow_listed_folder_loads_as_an_upload(folder: Path) -> None:
     at = _open(_folder_secrets(folder))
     at.radio(key="data_source").set_value(FOLDER).run()
-    listed = at.selectbox(key="data_folder_file_file").options
+    listed = at.selectbox(key="data_source_folder_file_file").options
     assert listed == ["tables/large.parquet", "tables/small.parquet"]
     assert any("up to 100 rows are loaded whole" in c.value for c in at.caption)
     _load_folder_file(at, "tables/small.parquet")
@@ -154,17 +155,17 @@ def test_a_database_table_and_a_select_load_and_other_statements_are_refused(war
     secrets = {"dpcore": {"databases": ["warehouse"]}, "connections": {"warehouse": connection}}
     at = _open(secrets)
     at.radio(key="data_source").set_value(DATABASE).run()
-    assert at.selectbox(key="data_database_table_table_warehouse").options == ["people", "x"]
-    at.selectbox(key="data_database_table_table_warehouse").set_value("people").run()
+    assert at.selectbox(key="data_source_database_table_table_warehouse").options == ["people", "x"]
+    at.selectbox(key="data_source_database_table_table_warehouse").set_value("people").run()
     at.button(key="data_load_source").click().run()
     ds = _ok(at).session_state["dp_dataset"]
     assert ds.name == "warehouse: people" and ds.n_rows == 80
     assert list(ds.raw.columns) == ["age", "income", "city"]
     at.radio(key="data_source").set_value(QUERY).run()
-    at.text_area(key="data_database_query_sql_warehouse").input("SELECT age FROM people WHERE age < 40").run()
+    at.text_area(key=SQL_KEY).input("SELECT age FROM people WHERE age < 40").run()
     at.button(key="data_load_source").click().run()
     assert list(_ok(at).session_state["dp_dataset"].raw.columns) == ["age"]
-    at.text_area(key="data_database_query_sql_warehouse").input("SELECT 1; DROP TABLE x").run()
+    at.text_area(key=SQL_KEY).input("SELECT 1; DROP TABLE x").run()
     at.button(key="data_load_source").click().run()
     assert any("exactly one SELECT" in e.value for e in _ok(at).error)
     assert list(at.session_state["dp_dataset"].raw.columns) == ["age"]  # the dataset in use is kept
@@ -286,7 +287,7 @@ def test_a_runaway_select_is_stopped_at_the_operators_time_limit_and_the_page_ke
     at.button(key="data_load_source").click().run()
     first = _ok(at).session_state["dp_dataset"]
     at.radio(key="data_source").set_value(QUERY).run()
-    at.text_area(key="data_database_query_sql_warehouse").input(runaway).run()
+    at.text_area(key=SQL_KEY).input(runaway).run()
     start = time.monotonic()
     at.button(key="data_load_source").click().run(timeout=20)
     assert time.monotonic() - start < 10
@@ -295,6 +296,6 @@ def test_a_runaway_select_is_stopped_at_the_operators_time_limit_and_the_page_ke
     assert "add a WHERE clause" in error.value and "query_timeout_s" in error.value
     ds = at.session_state["dp_dataset"]
     assert ds.name == "warehouse: people" and ds.fingerprint == first.fingerprint  # the dataset is kept
-    at.text_area(key="data_database_query_sql_warehouse").input("SELECT age FROM people WHERE age < 40").run()
+    at.text_area(key=SQL_KEY).input("SELECT age FROM people WHERE age < 40").run()
     at.button(key="data_load_source").click().run()  # the page keeps working: the next read loads
     assert not _ok(at).error and list(at.session_state["dp_dataset"].raw.columns) == ["age"]

@@ -28,8 +28,14 @@ class DatabaseQuery(DatabaseSource):
     kind = "database_query"
     title = "Database query (one SELECT)"
     fields = (
-        Field("connection", "Database"),
-        Field("sql", "SELECT query", widget="text", placeholder="SELECT ..."),
+        Field("connection", "Database", help="The connections the operator configured ([dpcore] databases)."),
+        Field(
+            "sql",
+            "SELECT query",
+            widget="text",
+            help="Exactly one SELECT (UNION and WITH allowed), run in a read-only transaction.",
+            placeholder="SELECT ...",
+        ),
     )
     refused_fix = "correct the SELECT"
     command_form = "a SQLAlchemy URL with --query 'SELECT ...'"

@@ -28,8 +28,13 @@ class DatabaseTable(DatabaseSource):
     kind = "database_table"
     title = "Database table"
     fields = (
-        Field("connection", "Database"),
-        Field("table", "Table", empty="The database '{connection}' has no tables."),
+        Field("connection", "Database", help="The connections the operator configured ([dpcore] databases)."),
+        Field(
+            "table",
+            "Table",
+            help="Tables and views of the database, read whole in a read-only transaction.",
+            empty="The database '{connection}' has no tables.",
+        ),
     )
     refused_fix = "check the connection's access to it"
     command_form = "a SQLAlchemy URL with --table NAME"

@@ -73,9 +73,15 @@ class DuckDBFile(SourceSpec):
             "file",
             "DuckDB file",
             fills=("folder", "path"),
+            help="DuckDB database files below the allow-listed folders, opened read-only.",
             empty="The allow-listed folders hold no DuckDB database files (.duckdb, .ddb).",
         ),
-        Field("table", "Table", empty="The DuckDB file '{path}' has no tables."),
+        Field(
+            "table",
+            "Table",
+            help="Tables and views of the file.",
+            empty="The DuckDB file '{path}' has no tables.",
+        ),
     )
     command_form = "a DuckDB database file (.duckdb) with --table NAME"
 

@@ -69,6 +69,8 @@ class FolderFile(SourceSpec):
             "file",
             "File",
             fills=("folder", "path"),
+            help="Parquet and CSV files below the allow-listed folders, and folders of Parquet files (one "
+            "table: every file, in path order).",
             empty="The allow-listed folders hold no Parquet or CSV files.",
         ),
     )

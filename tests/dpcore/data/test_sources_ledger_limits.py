@@ -168,7 +168,7 @@ def test_the_data_page_refuses_a_connection_to_the_ledgers_database(tmp_path: Pa
     _ok(at)
     shown = " ".join(e.value for e in at.error)
     assert "leads to the ledger's own database" in shown and "read-only role" in shown, shown
-    assert not [s for s in at.selectbox if s.key == "data_database_table_table_w"]
+    assert not [s for s in at.selectbox if s.key == "data_source_database_table_table_w"]
 
 
 # -- finding 8: rows and bytes capped before pandas, the time limit in the database -----------------
