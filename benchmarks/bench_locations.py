@@ -8,15 +8,16 @@ three columns, the best of three runs):
 
 * validation of the coordinates (one aggregate);
 * per location (no user column) and per user (at most 3 locations each: a window over each user's rows by
-  the salted key, and one GROUP BY for the number of rows kept), the uniform grid (one count pass) and the
+  the salted key, and one GROUP BY for the number of rows kept), every mechanism whose spec declares an
+  out-of-core release, with its default parameters: today the uniform grid (one count pass) and the
   adaptive grid (two, one per level), with the noisy count of n (unbounded neighbours); the DP and Blowfish
   mean positions (the kept rows mapped to metres, one aggregate of n and two sums); the DP and Blowfish
   hotspots (K = 8: the mapped rows cached once when they fit, then one GROUP BY pass per DP-Lloyd round);
   noise in Python.
 
 Peak = the process's maximum resident set size (generation included). The last line reads
-``grids <uniform> / <adaptive>, means <dp> / <blowfish>, hotspots <dp> / <blowfish> scans per location;
-grids ..., means ..., hotspots ... scans per user; peak <z> GB``.
+``<label> <per location> / <per user>; ... scans per location / per user; peak <z> GB``, one entry per
+mechanism in registration order.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from dpcore.outofcore.locations import TableLocations
 GROUP = 1_000_000
 SEED = 2026  # demo seed: a benchmark, not a privacy release
 REGION = Region(24.0, 50.0, -125.0, -66.0)
-KEYS = ("uniform_grid", "adaptive_grid", "dp_mean", "blowfish_mean", "dp_hotspots", "blowfish_hotspots")
+#: Every location mechanism whose spec declares an out-of-core release.
+KEYS = tuple(key for key, spec in LOCATIONS.items() if spec.out_of_core is not None)
 
 
 def generate(path: Path, rows: int, seed: int = SEED) -> None:
@@ -67,26 +69,17 @@ def main() -> None:
             for key in KEYS:
                 spec = LOCATIONS[key]
                 params = {p.name: p.default for p in spec.params} | {"max_per_user": 3}
-                t, out = timed(
-                    spec.release, inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(SEED)
-                )
+                run = spec.out_of_core
+                t, out = timed(run, inputs, epsilon=1.0, delta=0.0, params=params, random_state=Sampler(SEED))
                 ratios[who, key] = t / scan
                 rows = len(out.table)
                 print(f"{who}: {spec.label}: {t:.2f} s = {t / scan:.2f} scans, {rows:,} rows released")
         peak = peak_gb()
         parts = [
-            ", ".join(
-                f"{name} {ratios[who, a]:.2f} / {ratios[who, b]:.2f}"
-                for name, a, b in (
-                    ("grids", "uniform_grid", "adaptive_grid"),
-                    ("means", "dp_mean", "blowfish_mean"),
-                    ("hotspots", "dp_hotspots", "blowfish_hotspots"),
-                )
-            )
-            + f" scans {who}"
-            for who in ("per location", "per user")
+            f"{LOCATIONS[k].label} {ratios['per location', k]:.2f} / {ratios['per user', k]:.2f}"
+            for k in KEYS
         ]
-        print(f"{'; '.join(parts)}; peak {peak:.2f} GB")
+        print(f"{'; '.join(parts)} scans per location / per user; peak {peak:.2f} GB")
 
 
 if __name__ == "__main__":
