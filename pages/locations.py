@@ -230,7 +230,10 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: dict[st
         "it declares."
     )
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
-    used = view.params_json({m: params[m] for m in chosen})
+    # every row counts as one person in the comparison: the per-user limit is the release's alone
+    used = view.params_json(
+        {m: {k: v for k, v in params[m].items() if k != MAX_PER_USER.name} for m in chosen}
+    )
     settings = (key, tuple(chosen), eps, trials, box, used)
     # the last comparison's settings are kept in the session plan: a reload, restart or second tab
     # shows that comparison again (from this server's cache when it has it) and the release still checks it
