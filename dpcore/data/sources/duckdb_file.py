@@ -15,10 +15,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pandas as pd
+
+if TYPE_CHECKING:
+    import duckdb
 
 from dpcore.data.io import check_dates, check_flat, column_name
 from dpcore.data.sources import common
@@ -139,6 +141,8 @@ class DuckDBFile(SourceSpec):
     @contextmanager
     def _rows(self, ctx: SourceContext, chunk_rows: int) -> Iterator[tuple[int, Iterator[pd.DataFrame]]]:
         """(number of rows, the rows in the order of all their columns as frames of ``chunk_rows``)."""
+        import duckdb  # loaded on first read: the Data page's start does not wait for the engine
+
         path = _file(self.folder, self.path, ctx.folders)
         with _opened(path) as con, _deadline(con, ctx.timeout_s, self.label):
             try:
@@ -155,6 +159,8 @@ class DuckDBFile(SourceSpec):
             yield total, self._frames(reader)
 
     def _frames(self, reader: Any) -> Iterator[pd.DataFrame]:
+        import duckdb
+
         try:
             for batch in reader:
                 frame = binary_as_utf8(batch, self.label).to_pandas().rename(columns=column_name)
@@ -198,6 +204,8 @@ def _file(folder: str, path: str, folders: tuple[str, ...]) -> Path:
 @contextmanager
 def _opened(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """``path`` opened read-only, with no access to other files or databases; closed on leaving."""
+    import duckdb
+
     config = {"enable_external_access": "false", "lock_configuration": "true", "threads": "1"}
     try:
         con = duckdb.connect(str(path), read_only=True, config=config)
