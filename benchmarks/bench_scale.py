@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scale_table import generated_table, one_scan, peak_gb, table_arguments, timed
 
+from dpcore.kmeans.mechanisms.colored import KEY as COLORED
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore import TableFeatures, features
@@ -206,7 +207,8 @@ def main() -> None:
             f"rounds {', '.join(f'{r / scan:.2f}' for r in rounds)} scans"
         )
         feat = TableFeatures.from_bounds(table, BOUNDS)
-        t_colored, out = timed(colored_release, feat, K, epsilon=1.0, delta=1e-6, random_state=Sampler(SEED))
+        kw = {"key": COLORED, "epsilon": 1.0, "delta": 1e-6, "random_state": Sampler(SEED)}
+        t_colored, out = timed(colored_release, feat, K, **kw)
         t_cluster = out.timings["clustering"]
         passes = t_colored - t_cluster
         print(

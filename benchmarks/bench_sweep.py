@@ -16,7 +16,7 @@ import warnings
 from sklearn.cluster import KMeans
 
 from dpcore.experiments.marketing import DELTA, EPS_GRID, K, load_marketing
-from dpcore.kmeans import noise_shape, sweep
+from dpcore.kmeans import noise_covariance, sweep
 from dpcore.kmeans.covariance import RankDeficientWarning
 from dpcore.policy import DistanceThresholdGraph
 
@@ -36,7 +36,7 @@ def main() -> None:
     solves = {}
     for m in MECHS[:3]:
         t0 = time.perf_counter()
-        noise_shape(m, X, labels, 1.0, DELTA)
+        noise_covariance(m, X, labels, 1.0, DELTA)
         solves[m] = time.perf_counter() - t0
     per_mech = {}
     for m in MECHS:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 
-from dpcore.policy import NEIGHBOURS
+from dpcore.policy import NEIGHBOURS, AttributeGraph, DistanceThresholdGraph, Graph, PartitionGraph
 
-__all__ = ["Relation", "convert", "factor"]
+__all__ = ["Relation", "convert", "factor", "graph_relation"]
 
 _EDGE = "one row's value replaced along an edge of the {} graph"
 # Account keys hold these texts: never change one (existing ledgers' accounts are found by them).
@@ -181,3 +181,14 @@ def _exp_up(x: Fraction) -> Fraction:
         ctx.prec, ctx.rounding = 60, ROUND_CEILING
         value = (Decimal(x.numerator) / Decimal(x.denominator)).exp()  # correctly rounded, half even
         return Fraction(value * (1 + Decimal("1e-45")))
+
+
+def graph_relation(graph: Graph) -> Relation:
+    """A Blowfish policy graph's relation; a great-circle threshold graph is the location mechanisms' θ."""
+    if isinstance(graph, DistanceThresholdGraph):
+        return Relation("blowfish", "threshold", float(graph.theta), graph.metric)
+    if isinstance(graph, PartitionGraph):
+        return Relation("blowfish", "partition", float(graph.block_width))
+    if isinstance(graph, AttributeGraph):
+        return Relation("blowfish", "attribute", float(graph.c))
+    return Relation("blowfish", "bounded")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from dpcore.accounts import Relation, factor
+from dpcore.accounts import Relation, factor, graph_relation
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
 from dpcore.location.budget import per_member_epsilon
@@ -35,19 +35,14 @@ from dpcore.location.laplace import GRID_CALIBRATION, grid_note
 from dpcore.policy import (
     DEFINITIONS,
     ApproxDP,
-    AttributeGraph,
     Blowfish,
-    DistanceThresholdGraph,
     GeoIndistinguishability,
-    Graph,
-    PartitionGraph,
     Policy,
     PureDP,
-    graph_from_dict,
     odds_bound,
     policy_from_dict,
 )
-from dpcore.registry import calibration_name
+from dpcore.registry import calibration_name, guarantee_name
 from dpcore.steps import DropMissing, Features, Impute, PrepStep, step_from_dict
 
 if TYPE_CHECKING:
@@ -310,16 +305,6 @@ class ReleasePlan:
         """The release's privacy definition as the Privacy policy page names it."""
         return DEFINITIONS[self.definition][0]
 
-    def _local_name(self) -> str:
-        """Ravi et al. 2021's probabilistic DP (PDP: the privacy loss exceeds ε with probability at most δ)
-        holds with their own calibration; the analytic one (Balle & Wang 2018) meets the (ε, δ) inequality
-        only, which is weaker than PDP; both only for this dataset, with the clustering held fixed."""
-        if self.params.get("calibration") == "paper":
-            what = "probabilistic differential privacy (PDP)"
-        else:
-            what = "an (ε, δ) indistinguishability bound (analytic Gaussian calibration; weaker than PDP)"
-        return f"{what} for this dataset only, not differential privacy"
-
     @property
     def data_derived_steps(self) -> list[str]:
         return [s.text for s in self.preparation if s.data_derived]
@@ -333,7 +318,8 @@ class ReleasePlan:
         return self._relation().text
 
     def _relation(self) -> Relation:
-        return _relation(_ACCOUNT_FAMILY[self.definition], self.policy, self.params, self.spec.label)
+        spec = self.spec
+        return _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label, spec)
 
     @property
     def per_user(self) -> int | None:
@@ -350,7 +336,7 @@ class ReleasePlan:
     def _check_policy(self, spec: MechanismSpec) -> None:
         """The policy gives what the mechanism's definition needs (a graph, a radius), and the mechanism's
         own radius, if it takes one, is the policy's."""
-        _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label)
+        _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label, spec)
         if _ACCOUNT_FAMILY[spec.definition] == "geo_ind" and "radius_m" in self.params:
             r, own = _radius(self.policy, spec.label), float(self.params["radius_m"])
             if own != r:
@@ -404,11 +390,7 @@ class ReleasePlan:
             if calibration_name(self.spec, self.params) == GRID_CALIBRATION:  # its own level, not a region's
                 text += " " + grid_note(per_member_epsilon(self.epsilon, self.per_user or 1), r)
         else:
-            what = {
-                "dp": "differential privacy",
-                "blowfish": "Blowfish privacy",
-                "local_pdp": self._local_name(),
-            }[family]
+            what = guarantee_name(self.spec, self.params)
             d = f", δ = {delta:.3g}" if delta else ""
             text = (
                 f"{what[0].upper() + what[1:]} with ε = {eps:.4g}{d}: for two datasets that differ by "
@@ -556,37 +538,27 @@ def _radius(policy: Policy, label: str) -> float:
     return float(policy.radius_m)
 
 
-def _relation(family: str, policy: Policy, params: Mapping[str, Any], label: str) -> Relation:
-    """The neighbour relation of one row (shared by plans and :func:`policy_account`)."""
+def _relation(
+    family: str, policy: Policy, params: Mapping[str, Any], label: str, spec: MechanismSpec | None = None
+) -> Relation:
+    """The neighbour relation of one row (shared by plans and :func:`policy_account`): the mechanism's own
+    when its parameters fix it (``MechanismSpec.relation``), else the policy's for the definition."""
+    if spec is not None and spec.relation is not None:
+        return spec.relation(params, policy)
     if family == "dp":
-        nb = params.get("neighbours")
-        if nb is None:
-            nb = policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded"
-        return Relation("dp", nb)
+        return Relation("dp", policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded")
     if family == "blowfish":
         theta = params.get("theta_m", params.get("hs_m"))
         if theta is not None:
             return Relation("blowfish", "threshold", float(theta), "haversine")
-        graph = params.get("graph")
-        if graph is None and not isinstance(policy, Blowfish):
+        if not isinstance(policy, Blowfish):
             raise PolicyError(
                 f"{label} needs a Blowfish policy graph: choose Blowfish on the Privacy policy page."
             )
-        return _graph_relation(graph_from_dict(graph) if graph is not None else policy.graph)  # type: ignore[union-attr]
+        return graph_relation(policy.graph)
     if family == "geo_ind":
         return Relation("geo_ind", "geo", _radius(policy, label))
     return Relation("local_pdp", "own_row")
-
-
-def _graph_relation(graph: Graph) -> Relation:
-    """A Blowfish policy graph's relation; a great-circle threshold graph is the location mechanisms' θ."""
-    if isinstance(graph, DistanceThresholdGraph):
-        return Relation("blowfish", "threshold", float(graph.theta), graph.metric)
-    if isinstance(graph, PartitionGraph):
-        return Relation("blowfish", "partition", float(graph.block_width))
-    if isinstance(graph, AttributeGraph):
-        return Relation("blowfish", "attribute", float(graph.c))
-    return Relation("blowfish", "bounded")
 
 
 def policy_account(

@@ -211,7 +211,8 @@ class MechanismSpec:
     - ``note(inputs, params) -> str``: a diagnostic sentence the page shows beside it (may read the
       data; costs no budget, never released).
     - ``color``: its colour on the charts, ``#rrggbb``; ``aliases``: former keys that still resolve
-      (manifests, plans and ledger rows written with them load).
+      (manifests, plans and ledger rows written with them load); ``compared_by_default``: ticked for
+      the comparison when a page opens.
     """
 
     domain: str
@@ -235,6 +236,7 @@ class MechanismSpec:
     note: Callable[..., str] | None = None
     color: str | None = None
     aliases: tuple[str, ...] = ()
+    compared_by_default: bool = True
 
     def __post_init__(self) -> None:
         if self.color is not None and not _HEX.fullmatch(self.color):
@@ -359,8 +361,11 @@ class Registry(Mapping[str, MechanismSpec]):
         return len(self._specs)
 
     def labels(self) -> dict[str, str]:
-        """Key -> display label, in registration order."""
-        return {k: s.label for k, s in self._specs.items()}
+        """Key -> display label, in registration order, then former keys (aliases) -> their label."""
+        return {
+            **{k: s.label for k, s in self._specs.items()},
+            **{alias: self._specs[key].label for alias, key in self._aliases.items()},
+        }
 
 
 def release(

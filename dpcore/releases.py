@@ -38,6 +38,7 @@ from dpcore.errors import ParameterError
 from dpcore.html_report import html_report
 from dpcore.ledger import BudgetNotSet, LedgerError
 from dpcore.manifest import build_manifest, changed_fields
+from dpcore.registry import calibration_name
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -200,7 +201,7 @@ def make_release(
     step, estimated = plan.bounds_step, None
     if step is not None:  # private preparation first: bounds estimated with OpenDP (its own OS entropy)
         inputs, estimated = step.apply(inputs)
-    out = plan.spec.release(
+    out = plan.spec.run(
         inputs, epsilon=plan.epsilon, delta=plan.delta, params=dict(plan.params), random_state=random_state
     )
     if out.scope is not None and plan.scope and out.scope != plan.scope:
@@ -235,7 +236,7 @@ def make_release(
             user=user,
             fingerprint=plan.fingerprint,
             definition=plan.definition,
-            calibration=str(plan.params.get("calibration", "")),
+            calibration=calibration_name(plan.spec, plan.params),
             parameters={"plan_key": plan.key, **manifest["parameters"]},
             artifact_path=path,
             artifact_hash=digest,

@@ -1,13 +1,15 @@
-"""K-means: compare white vs colored noise and the DP-Lloyd family (diagnostics), then release one.
+"""K-means: compare the registered mechanisms (diagnostics), then release one.
 
 Diagnostics read the raw data and cost no budget; the release runs one mechanism once, debits the ledger
-once (``ui.release.release_panel``) and is the only output meant to leave. A local mechanism (white,
-white per cluster, colored) is released under its own local PDP guarantee; when the current policy is
-a DP definition, the page asks for an explicit acknowledgement before it offers the release. DP-Lloyd is
-calibrated for the policy's neighbour relation (bounded or unbounded). A K that leaves a one-row cluster
-blocks the local mechanisms only. Widget values are kept across pages (``ui.state.persist``).
+once (``ui.release.release_panel``) and is the only output meant to leave. A local mechanism is released
+under its own local guarantee; when the current policy is a DP definition, the page asks for an explicit
+acknowledgement before it offers the release. Every mechanism, its widgets (from its declared parameters;
+those that follow the policy come from it), its note, metrics and noise ellipses come from its registry
+spec. A K that leaves a one-row cluster blocks the local mechanisms only. Widget values are kept across
+pages (``ui.state.persist``).
 """
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,13 +19,9 @@ import streamlit as st
 from dpcore import plots
 from dpcore.data import PreparedData
 from dpcore.kmeans import local_unavailable
-from dpcore.kmeans.mcmc import MAX_STEPS
-from dpcore.kmeans.mechanisms.dp_lloyd_mcmc import MAX_CHAINS
-from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, takes
-from dpcore.kmeans.sweep import MAX_TRIALS
-from dpcore.mechanisms import gaussian_ratio
-from dpcore.plots.kmeans import METRIC_TITLES
-from dpcore.policy import NEIGHBOURS, Blowfish, FullDomainGraph, Graph
+from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, declared_metrics
+from dpcore.kmeans.sweep import MAX_TRIALS, check_comparison
+from dpcore.registry import Param, guarantee_name
 from ui import accuracy, state
 from ui import kmeans_view as view
 from ui.errors import user_errors
@@ -45,11 +43,6 @@ DIAGNOSTIC_BANNER = (
     "clustering, true centres, losses over many noisy trials). It costs no budget and is for the curator "
     "only: do not share these charts."
 )
-BLOWFISH_UNITS = (
-    "Graph distances (θ, block width) are in the scaled feature space prepared on the Data page; with "
-    "min-max scaling, 1.0 = half the public range."
-)
-GAIN_EPS = 1.0
 
 
 def _label(key: str) -> str:
@@ -59,10 +52,6 @@ def _label(key: str) -> str:
 def _markdown(text: str) -> str:
     """``text`` with Markdown's emphasis characters escaped (formulas use * and _)."""
     return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
-
-
-def _neighbours() -> str:
-    return view.policy_neighbours(state.policy())
 
 
 def _mechanism_header(key: str, *, summary: bool = True) -> None:
@@ -117,23 +106,63 @@ def _choose_k(key: str, prep: PreparedData) -> int:
     return k
 
 
-def _graph() -> Graph:
-    pol = state.policy()
-    return pol.graph if isinstance(pol, Blowfish) else FullDomainGraph()
-
-
-def _blowfish_note(key: str, prep: PreparedData, k: int, graph: Graph) -> None:
-    """The graph in use, its units and Blowfish's sensitivity gain over bounded DP (next to Blowfish)."""
-    if isinstance(state.policy(), Blowfish):
-        st.caption(f"Blowfish graph from the Privacy policy page: {graph.label}. {BLOWFISH_UNITS}")
-    else:
-        st.caption(
-            "Blowfish graph: full domain (= bounded DP), because the current policy is not a Blowfish "
-            "policy. Choose a Blowfish policy with a partition or distance-threshold graph on the Privacy "
-            f"policy page to see its gain. {BLOWFISH_UNITS}"
+def _param_widget(param: Param, key: str, where: Any = st) -> Any:
+    """One widget for a declared parameter: a select box for choices, else a number input in its range."""
+    if param.choices is not None:
+        return where.selectbox(
+            param.label,
+            list(param.choices),
+            format_func=param.choice_label or str,
+            key=state.persist(key, param.default, param.choices.__contains__),
+            help=param.help or None,
         )
-    with user_errors("measuring Blowfish's sensitivity gain"):
-        st.caption(view.blowfish_gain_text(key, prep.X, (prep.lower, prep.upper), k, graph, GAIN_EPS))
+    if param.kind is int:
+        low, high = int(param.low), int(param.high)  # type: ignore[arg-type]
+        return int(
+            where.number_input(
+                param.label,
+                min_value=low,
+                max_value=high,
+                step=1,
+                key=state.persist(key, int(param.default), _whole_in(low, high)),
+                help=param.help or None,
+            )
+        )
+    return float(
+        where.number_input(
+            param.label,
+            min_value=float(param.low),  # type: ignore[arg-type]
+            max_value=float(param.high),  # type: ignore[arg-type]
+            format="%.4g",
+            key=state.persist(key, float(param.default)),
+            help=param.help or None,
+        )
+    )
+
+
+def _widgets(params: list[Param], prefix: str) -> dict[str, Any]:
+    """The widgets of ``params``, keyed ``<prefix><name>``, in rows of up to three; their values by name."""
+    values: dict[str, Any] = {}
+    for start in range(0, len(params), 3):
+        row = params[start : start + 3]
+        for col, param in zip(st.columns(len(row)), row, strict=True):
+            values[param.name] = _param_widget(param, f"{prefix}{param.name}", col)
+    return values
+
+
+def _note(mech: str, prep: PreparedData, params: dict[str, Any]) -> None:
+    """The mechanism's declared note (a diagnostic sentence; may read the data) and the parameters that
+    follow the privacy policy."""
+    spec = KMEANS[mech]
+    for p in spec.params:
+        if p.from_policy is not None:
+            value = (p.choice_label or str)(params[p.name])
+            st.caption(f"{p.label}, from the Privacy policy page: {value}. {p.help}")
+    if spec.note is None:
+        return
+    with user_errors(f"writing the note of {spec.label}"):
+        inputs = KMeansInputs.from_prepared(prep)
+        st.caption(view.note_text(view.data_key(prep), mech, inputs, json.dumps(params, sort_keys=True)))
 
 
 def _blocked_error(blocked: str) -> None:
@@ -144,23 +173,24 @@ def _blocked_error(blocked: str) -> None:
 def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -> view.SweepParams | None:
     st.subheader("Mechanisms to compare")
     chosen = []
-    last_local = [m for m, spec in KMEANS.items() if not spec.is_dp][-1]
-    for mech, spec in KMEANS.items():
-        label = spec.label + (" (slower: runs in the background)" if mech == view.MCMC else "")
+    comparable = {m: spec for m, spec in KMEANS.items() if spec.trial is not None}
+    pol = state.policy()
+    last_local = ([m for m, spec in comparable.items() if not spec.is_dp] or [None])[-1]
+    for mech, spec in comparable.items():
+        label = spec.label + (" (slower: runs in the background)" if view.always_background(spec) else "")
         if not spec.is_dp and blocked:
             st.checkbox(label, value=False, disabled=True, key=f"km_mech_{mech}_blocked")
-        elif st.checkbox(label, key=state.persist(f"km_mech_{mech}", mech in view.DEFAULT_MECHANISMS)):
+        elif st.checkbox(label, key=state.persist(f"km_mech_{mech}", view.compared_by_default(spec))):
             chosen.append(mech)
         _mechanism_header(mech)
         if mech == last_local and blocked:
             _blocked_error(blocked)
-        if mech == "blowfish":
-            _blowfish_note(key, prep, k, _graph())
+        _note(mech, prep, view.release_params(mech, k, pol))
     if not chosen:
         st.info("Tick at least one mechanism to compare.")
         return None
-    pol = state.policy()
-    a, b, c, d = st.columns(4)
+    specs = [KMEANS[m] for m in chosen]
+    a, b, d = st.columns(3)
     lo, hi = a.select_slider(
         "ε range (log grid)",
         options=view.EPS_OPTIONS,
@@ -180,12 +210,6 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
         step=1e-6,
         key=state.persist("km_delta", float(pol.delta) if 0 < pol.delta < 1 else 1e-5),
     )
-    calibration = c.selectbox(
-        "Gaussian calibration",
-        list(view.CALIBRATIONS),
-        format_func=view.CALIBRATIONS.__getitem__,
-        key=state.persist("km_calibration", "analytic", view.CALIBRATIONS.__contains__),
-    )
     trials = int(
         d.number_input(
             "Trials per ε",
@@ -194,64 +218,23 @@ def _compare_inputs(key: str, prep: PreparedData, k: int, blocked: str | None) -
             key=state.persist("km_trials", 20, _whole_in(1, MAX_TRIALS)),
         )
     )
-    mcmc_steps, mcmc_chains = 30000, view.MCMC_CHAINS
-    with st.container():  # always drawn: ticking DP-Lloyd + MCMC moves nothing below it
-        if view.MCMC in chosen:
-            e, f = st.columns(2)
-            mcmc_chains = int(
-                e.number_input(
-                    "MCMC chains per ε",
-                    min_value=1,
-                    max_value=MAX_CHAINS,
-                    key=state.persist("km_mcmc_chains", view.MCMC_CHAINS, _whole_in(1, MAX_CHAINS)),
-                    help="DP-Lloyd + MCMC's own trial count: more chains, a steadier curve, a longer run.",
-                )
-            )
-            mcmc_steps = int(
-                f.number_input(
-                    "MCMC chain length",
-                    min_value=100,
-                    max_value=MAX_STEPS,
-                    step=1000,
-                    key=state.persist("km_mcmc_steps", 30000, _whole_in(100, MAX_STEPS)),
-                )
-            )
-            chains = f"{mcmc_chains * len(grid)} chains ({mcmc_chains} per ε × {len(grid)} ε)"
-            st.caption(
-                f"DP-Lloyd + MCMC runs {chains} of {mcmc_steps:,} steps, stepped together in the "
-                "background: keep working, or cancel it."
-            )
-    graph = _graph() if "blowfish" in chosen else None
-    neighbours = _neighbours()
-    if any(takes(KMEANS[m], "neighbours") for m in chosen):
-        st.caption(
-            f"DP-Lloyd noise is calibrated for the policy's neighbours: {neighbours} "
-            f"({NEIGHBOURS[neighbours]})."
-        )
-    gaussian = any(KMEANS[m].needs_delta for m in chosen)
-    if gaussian and calibration == "classic" and max(grid) >= 1:
-        st.error(
-            f"The classic calibration is valid only for ε < 1, but the range reaches ε = {max(grid):g}. "
-            "Lower the upper end of the ε range below 1, or use the analytic calibration."
-        )
+    with st.container():  # always drawn: ticking a mechanism with parameters moves nothing below it
+        values = _widgets(view.widget_params(specs), "km_")
+        slow = [s.label for s in specs if view.always_background(s)]
+        if slow:
+            st.caption(f"{', '.join(slow)}: runs in the background; keep working, or cancel it.")
+    values.update(view.policy_values(specs, pol))
+    with user_errors("checking the comparison's settings") as outcome:
+        check_comparison(chosen, grid, float(delta), {**values, "n_clusters": k})
+    if outcome.failed:
         return None
-    if gaussian:
-        with user_errors("checking δ") as outcome:
-            for eps in grid:
-                gaussian_ratio(eps, delta, calibration)  # type: ignore[arg-type]
-        if outcome.failed:
-            return None
     return view.SweepParams(
         k=k,
         mechanisms=tuple(chosen),
         eps=grid,
         trials=trials,
         delta=float(delta),
-        calibration=calibration,
-        graph=graph,
-        mcmc_steps=mcmc_steps,
-        neighbours=neighbours,
-        mcmc_chains=mcmc_chains,
+        values=tuple(sorted(values.items())),
     )
 
 
@@ -319,10 +302,12 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     with user_errors("drawing the detailed view") as outcome:
         bounds = (prep.lower, prep.upper)
         args = (result.key, prep.X, labels, bounds, params.k)
-        rest = (params.delta, params.calibration, params.graph, params.mcmc_steps, params.neighbours)
-        draw = view.diagnostic_draw(*args, shown, float(eps), *rest)
-        local = [m for m in params.mechanisms if not KMEANS[m].is_dp]
-        ellipses = {m: view.diagnostic_draw(*args, m, float(eps), *rest) for m in local}
+        values = json.dumps(dict(params.values), sort_keys=True)
+        draw = view.diagnostic_draw(*args, shown, float(eps), params.delta, values)
+        with_covariance = [m for m in params.mechanisms if KMEANS[m].covariance is not None]
+        ellipses = {
+            m: view.diagnostic_draw(*args, m, float(eps), params.delta, values) for m in with_covariance
+        }
     if outcome.failed:
         return
     for caveat in draw.caveats:
@@ -330,7 +315,7 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     if ellipses:
         cols = st.columns(len(ellipses))
         for col, (m, d) in zip(cols, ellipses.items(), strict=True):
-            gap = f" · optimality gap ≤ {d.gap:.1%}" if m == "colored" and d.gap is not None else ""
+            gap = f" · optimality gap ≤ {d.gap:.1%}" if d.gap else ""
             col.metric(
                 f"{_label(m)}: total noise variance tr(Σ)", f"{d.noise_trace:.4g}", help=f"ε = {eps:g}{gap}"
             )
@@ -345,7 +330,7 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
     name = view.draw_name(result.key, params, shown, float(eps))
     fig = view.figure(
         "embedding",
-        f"{name}|{local}|{level}",
+        f"{name}|{with_covariance}|{level}",
         lambda: plots.embedding(
             prep.X,
             true_centers,
@@ -357,10 +342,10 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
         ),
     )
     st.plotly_chart(fig, key="km_embedding")
-    st.caption(
-        "White noise draws circles, colored noise ellipses; DP-Lloyd-type noise (Laplace on sums over "
-        "several rounds) has no ellipse."
-    )
+    without = [_label(m) for m in params.mechanisms if KMEANS[m].covariance is None]
+    none = f"; {', '.join(without)}: no noise covariance to draw (e.g. noise over several rounds)"
+    what = "Each ellipse is a mechanism's noise covariance (isotropic noise draws a circle)"
+    st.caption(f"{what}{none if without else ''}.")
     left, right = st.columns([2, 1])
     populations = view.figure("populations", name, lambda: plots.population_table_figure(draw.populations))
     left.plotly_chart(populations, key="km_populations")
@@ -388,9 +373,11 @@ def _explore(result: view.SweepResult, prep: PreparedData, labels: np.ndarray) -
 @st.fragment
 def _loss_chart(result: view.SweepResult) -> None:
     """The metric picker and the loss-vs-ε chart; a new metric reruns this part alone."""
-    metrics = [m for m in METRIC_TITLES if m in result.frame.columns]
+    declared = [m for m in declared_metrics(result.params.mechanisms) if m.name in result.frame.columns]
+    titles = {m.name: m.title for m in declared}
+    metrics = list(titles)
     metric_key = state.persist("km_metric", metrics[0], metrics.__contains__)
-    metric = st.selectbox("Metric", metrics, format_func=METRIC_TITLES.__getitem__, key=metric_key)
+    metric = st.selectbox("Metric", metrics, format_func=titles.__getitem__, key=metric_key)
     name = f"{result.key}|{result.params.key()}|{metric}"
     st.plotly_chart(view.figure("loss", name, lambda: plots.loss_vs_eps(result.frame, metric)), key="km_loss")
 
@@ -443,7 +430,9 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
         "Mechanism to release",
         options,
         format_func=_label,
-        key=state.persist("km_rel_mech", "dp_lloyd", options.__contains__),
+        key=state.persist(
+            "km_rel_mech", next((m for m in options if KMEANS[m].is_dp), options[0]), options.__contains__
+        ),
     )
     spec = KMEANS[mech]
     default_eps = float(getattr(pol, "level", pol.epsilon))
@@ -465,58 +454,29 @@ def _release(prep: PreparedData, k: int, labels: np.ndarray, blocked: str | None
                 key=state.persist("km_rel_delta", float(pol.delta) if 0 < pol.delta < 1 else 1e-6),
             )
         )
-    if takes(spec, "calibration"):
-        params["calibration"] = st.selectbox(
-            "Gaussian calibration",
-            list(view.CALIBRATIONS),
-            format_func=view.CALIBRATIONS.__getitem__,
-            key=state.persist("km_rel_calibration", "analytic", view.CALIBRATIONS.__contains__),
-        )
-    if takes(spec, "radius"):  # the L2-ball mechanisms: the curator's public radius, in the prepared features
-        (radius,) = [p for p in spec.params if p.name == "radius"]
-        params["radius"] = float(
-            st.number_input(
-                radius.label + " (0 = half the bounds box's diagonal)",
-                min_value=0.0,
-                max_value=float(radius.high),
-                format="%.4g",
-                key=state.persist("km_rel_radius", 0.0),
-                help=radius.help,
-            )
-        )
+    params.update(_widgets([p for p in view.widget_params([spec]) if p is not spec.trials], "km_rel_"))
     _mechanism_header(mech, summary=False)
-    if takes(spec, "graph"):
-        graph = _graph()
-        params["graph"] = graph.to_dict()
-        _blowfish_note(view.data_key(prep), prep, k, graph)
+    _note(mech, prep, params)
     plan = current_plan("kmeans", mech, epsilon=eps, delta=delta, params=params)
-    if plan is not None and not spec.is_dp:
+    if plan is not None:
+        st.caption(f"Guarantee: {guarantee_name(spec, plan.params)}.")
+    if plan is not None and spec.covariance is not None:
         with user_errors("checking the noise"):
-            draw = view.diagnostic_draw(
-                view.data_key(prep),
-                prep.X,
-                labels,
-                (prep.lower, prep.upper),
-                k,
-                mech,
-                eps,
-                delta,
-                params["calibration"],
-                None,
-                0,
-            )
-            for caveat in draw.caveats:
+            values = json.dumps({n: v for n, v in params.items() if n != "n_clusters"}, sort_keys=True)
+            args = (view.data_key(prep), prep.X, labels, (prep.lower, prep.upper), k)
+            for caveat in view.diagnostic_draw(*args, mech, eps, delta, values).caveats:
                 st.warning(md(caveat))
     inputs = KMeansInputs.from_prepared(prep, labels)
     result: view.SweepResult | None = st.session_state.get(SWEEP_KEY)
     compared = {"K": result.params.k} if result is not None and result.key == view.data_key(prep) else None
     frame = result.frame if compared is not None else None
-    metric = next((m for m in METRIC_TITLES if frame is not None and m in frame.columns), None)
+    metric = next((m.name for m in spec.metrics if frame is not None and m.name in frame.columns), None)
     chart = None if metric is None else lambda: plots.loss_vs_eps(frame, metric)
     evidence = sweep_evidence(frame, mech, eps, chart)
     release_panel(
         key="kmeans", plan=plan, inputs=inputs, stale=stale_reason(compared, {"K": k}), evidence=evidence
     )
+
 
 st.title("K-means")
 dataset, prepared = state.require_prepared()

@@ -168,16 +168,18 @@ def _guarantees(classes: Mapping[str, PrivacyClass]) -> dict[str, str]:
 def kmeans_eps_finder(frame: pd.DataFrame, releasable: Collection[str], k: int) -> None:
     """The panel under the K-means comparison chart (its sweep's tidy table, ``k`` clusters)."""
     from dpcore.kmeans import KMEANS
-    from dpcore.plots.kmeans import METRIC_TITLES, privacy_class
+    from dpcore.kmeans.registry import declared_metrics
+    from dpcore.plots.kmeans import privacy_class
     from ui.kmeans_view import release_params
 
     mechanisms = list(dict.fromkeys(frame["mechanism"]))
     labelled = frame.assign(label=frame["mechanism"].map(lambda m: KMEANS[m].label))
     offered = ("fractional_loss", "centroid_mse", "ari")
+    declared = {m.name: m.title for m in declared_metrics(mechanisms) if m.name in frame.columns}
     eps_finder(
         labelled,
         prefix="km",
-        metrics={m: METRIC_TITLES[m] for m in offered if m in frame.columns},
+        metrics={m: declared[m] for m in offered if m in declared},
         guarantees=_guarantees({m: privacy_class(m) for m in mechanisms}),
         release=ReleaseKeys("km_rel_mech", "km_rel_eps", "kmeans"),
         releasable=releasable,

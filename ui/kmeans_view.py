@@ -1,17 +1,17 @@
 """Helpers of the K-means page: cached calls into dpcore, policy checks and the released-centroid table.
 
 Nothing here computes privacy or utility: clustering, noise, metrics and figures come from dpcore.
-Cached functions are keyed by :func:`data_key` (the prepared data's table fingerprint, features,
-scaling and public bounds) and the parameters; arrays are passed as ``_X``/``_labels`` (not hashed).
-Figures are built once per key and shared (``st.cache_resource``: Plotly's validation, not the drawing,
-is what a rerun paid for). Comparisons are memoised per server process, one part per mechanism keyed by
-the data key and the settings that mechanism reads, so a second visit, a reload or another tab with the
-same data shows them at once, and ticking one more mechanism computes that one only; they report progress
-to an ``st.progress`` bar, so they are not in ``st.cache_data`` (element updates would be replayed).
-Long comparisons (DP-Lloyd + MCMC, or many fits) run in a worker thread (:class:`SweepJob`): the page
-stays usable, shows a progress bar and can cancel them. On a table of more than ``DIAGNOSTIC_ROWS`` rows a
-comparison reads a uniform sample of that many (the same for the same data key), and its result says so
-(``SweepResult.sample``); releases read every row.
+Cached functions are keyed by :func:`data_key` (the prepared data's table fingerprint, features, scaling and
+public bounds) and the parameters; arrays are passed as ``_X``/``_labels`` (not hashed). Figures are built
+once per key and shared (``st.cache_resource``: Plotly's validation, not the drawing, is what a rerun paid
+for). Comparisons are memoised per server process, one part per mechanism keyed by the data key and the
+settings that mechanism reads, so a second visit, a reload or another tab with the same data shows them at
+once, and ticking one more mechanism computes that one only; they report progress to an ``st.progress`` bar,
+so they are not in ``st.cache_data`` (element updates would be replayed). Long comparisons (by the mechanisms'
+declared background cost) run in a worker thread (:class:`SweepJob`): the page stays usable, shows a progress
+bar and can cancel them. On a table of more than ``DIAGNOSTIC_ROWS`` rows a comparison reads a uniform sample
+of that many (the same for the same data key), and its result says so (``SweepResult.sample``); releases read
+every row.
 """
 
 from __future__ import annotations
@@ -34,48 +34,42 @@ from dpcore import kmeans
 from dpcore.data import PreparedData
 from dpcore.diagnostic_sample import diagnostic_sample, sample_label
 from dpcore.errors import DPCoreError
-from dpcore.kmeans import KMEANS, KMeansInputs, blowfish_gain, centroid_table, noise_shape, sweep
-from dpcore.kmeans.blowfish import sensitivity_gain_bound
-from dpcore.kmeans.lloyd import Neighbours
+from dpcore.kmeans import KMEANS, KMeansInputs, centroid_table, sweep
 from dpcore.kmeans.sweep import diagnostic_rows
 from dpcore.metrics import assign, elbow_wcss, population_table
 from dpcore.policy import Policy
+from dpcore.registry import MechanismSpec, Param
 from ui.errors import log_unexpected
 
 __all__ = [
-    "CALIBRATIONS",
-    "DEFAULT_MECHANISMS",
     "EPS_OPTIONS",
     "Draw",
     "SweepJob",
     "SweepParams",
     "SweepResult",
-    "blowfish_gain_text",
+    "always_background",
     "cached_sweep",
+    "compared_by_default",
     "data_key",
     "diagnostic_draw",
     "draw_name",
     "elbow",
     "figure",
-    "policy_neighbours",
+    "note_text",
+    "policy_values",
+    "release_params",
     "release_table",
     "run_sweep",
     "runs_in_background",
     "start_sweep",
     "true_clustering",
+    "widget_params",
 ]
 
 EPS_OPTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0)
-DEFAULT_MECHANISMS: tuple[str, ...] = ("white", "white_per_cluster", "colored", "dp_lloyd", "blowfish")
-CALIBRATIONS: dict[str, str] = {
-    "analytic": "Analytic Gaussian (Balle & Wang 2018, exact; default)",
-    "paper": "Paper (Ravi, Scaglione & Peisert 2021)",
-    "classic": "Classic (Dwork-Roth; every ε < 1 only)",
-}
 DIAGNOSTIC_SEED = 0  # diagnostic noise only (Sampler.diagnostic): never used for a release
-MCMC = "dp_lloyd_mcmc"
-MCMC_CHAINS = 1  # DP-Lloyd + MCMC chains per ε by default (its own trial count: more on request)
-BACKGROUND_FITS = 1000  # a comparison with more noisy-Lloyd fits runs in the background (default: 440)
+BACKGROUND_FITS = 1000  # a comparison costing more (noisy-Lloyd fits: MechanismSpec.background_cost) runs in
+# the background (the default comparison: 2 x 12 x 20 = 480)
 _PARTS = 64  # comparison parts (one mechanism's trials over an ε grid) kept per server process
 _FIGURES = 32  # figures kept (each holds about 1,600 Python objects for the garbage collector)
 
@@ -127,47 +121,42 @@ def true_clustering(key: str, _X: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     return kmeans.true_clustering(_X, k, random_state=DIAGNOSTIC_SEED, n_init=10)
 
 
-def policy_neighbours(policy: Policy) -> Neighbours:
-    """The neighbour relation DP-Lloyd is calibrated for: the policy's if bounded, else unbounded."""
-    return "bounded" if getattr(policy, "neighbours", "") == "bounded" else "unbounded"
+def compared_by_default(spec: MechanismSpec) -> bool:
+    """Ticked for the comparison when the page opens: as the spec says, unless it runs in the background."""
+    return spec.compared_by_default and spec.trial is not None and not always_background(spec)
+
+
+def always_background(spec: MechanismSpec) -> bool:
+    """True when one trial of ``spec`` at one ε already costs a background comparison."""
+    return spec.background_cost >= BACKGROUND_FITS
+
+
+def policy_values(specs: list[MechanismSpec], policy: Policy) -> dict[str, Any]:
+    """The parameters of ``specs`` that follow the policy (``Param.from_policy``), by name."""
+    return {p.name: p.from_policy(policy) for s in specs for p in s.params if p.from_policy is not None}
 
 
 def release_params(mechanism: str, k: int, policy: Policy) -> dict[str, Any]:
     """The release parameters of ``mechanism`` that follow from K and the policy (the release panel adds
-    the ones the curator picks there: calibration, Blowfish graph)."""
-    params: dict[str, Any] = {"n_clusters": k}
-    if "neighbours" in {p.name for p in KMEANS[mechanism].params}:
-        params["neighbours"] = policy_neighbours(policy)
-    return params
+    the ones the curator picks there from the mechanism's other declared parameters)."""
+    return {"n_clusters": k, **policy_values([KMEANS[mechanism]], policy)}
 
 
-@st.cache_data(show_spinner="Measuring Blowfish's sensitivity gain...", max_entries=16)
-def blowfish_gain_text(
-    key: str, _X: np.ndarray, _bounds: tuple[np.ndarray, np.ndarray], k: int, graph: Any, epsilon: float
-) -> str:
-    """Blowfish's noise against bounded DP in words: the graph's public ceiling and one diagnostic run."""
-    head = (
-        f"Noise of Blowfish with the {graph.label} graph, compared with bounded differential privacy "
-        "(DP: one row's value replaced by any other): "
-    )
-    ceiling = sensitivity_gain_bound(graph, *_bounds)
-    if ceiling < 1.005:
-        return head + (
-            "the same, so no gain over bounded DP here. A partition or distance-threshold graph protects "
-            "less and adds less noise."
-        )
-    gains = blowfish_gain(_X, k, epsilon, _bounds, graph, random_state=DIAGNOSTIC_SEED)
-    low, high = float(gains.min()), float(gains.max())
-    if high < 1.005:
-        run = "it gave no gain over bounded DP here"
-    elif high < 1.005 * low:
-        run = f"it added {high:.3g} times less noise in every round"
-    else:
-        run = f"it added {low:.3g} to {high:.3g} times less noise, depending on the round"
-    return head + (
-        f"the noise on the cluster sums can be up to {ceiling:.3g} times smaller with this graph; in a "
-        f"diagnostic run at ε = {epsilon:g}, {run}."
-    )
+def widget_params(specs: list[MechanismSpec]) -> list[Param]:
+    """The declared parameters of ``specs`` the curator sets (not hidden, not from the policy), each
+    name once, in declaration order; a mechanism's own trial count (``MechanismSpec.trials``) too."""
+    out: dict[str, Param] = {}
+    for spec in specs:
+        for p in (*spec.params, *([spec.trials] if spec.trials else [])):
+            if not p.hidden and p.from_policy is None:
+                out.setdefault(p.name, p)
+    return list(out.values())
+
+
+@st.cache_data(show_spinner="Reading the data for the mechanism's note...", max_entries=16)
+def note_text(key: str, mechanism: str, _inputs: KMeansInputs, params: str) -> str:
+    """``MechanismSpec.note`` of ``mechanism`` on the prepared data ``key`` with ``params`` (JSON), cached."""
+    return KMEANS[mechanism].note(_inputs, json.loads(params))  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- sweep
@@ -177,7 +166,9 @@ def blowfish_gain_text(
 class SweepParams:
     """Everything that defines a comparison (with the data key): hashable, used as the memo key.
 
-    ``trials`` fits per ε for every mechanism but DP-Lloyd + MCMC, which runs ``mcmc_chains`` chains per ε.
+    ``trials`` fits per ε for every mechanism but those declaring their own trial count
+    (``MechanismSpec.trials``, e.g. MCMC chains), read from ``values``; ``values`` holds the declared
+    parameters by name (JSON values: a policy graph as its dict).
     """
 
     k: int
@@ -185,17 +176,22 @@ class SweepParams:
     eps: tuple[float, ...]
     trials: int
     delta: float
-    calibration: str
-    graph: Any = None
-    mcmc_steps: int = 30000
-    neighbours: str = "unbounded"
+    values: tuple[tuple[str, Any], ...] = ()
     seed: int = DIAGNOSTIC_SEED
-    mcmc_chains: int = MCMC_CHAINS
 
     def key(self) -> str:
         """Plain-JSON identity (survives Streamlit reloading this module while the app runs)."""
-        fields = {**self.__dict__, "graph": None if self.graph is None else self.graph.to_dict()}
-        return json.dumps(fields, sort_keys=True)
+        return json.dumps({**self.__dict__, "values": dict(self.values)}, sort_keys=True)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The declared parameters by name, with K."""
+        return {**dict(self.values), "n_clusters": self.k}
+
+    def trials_of(self, mechanism: str) -> int:
+        """The trial count of ``mechanism`` in this comparison: its own parameter's value, else ``trials``."""
+        own = KMEANS[mechanism].trials
+        return self.trials if own is None else int(self.params.get(own.name, own.default))
 
 
 @dataclass(frozen=True)
@@ -251,19 +247,12 @@ def _part_key(key: str, params: SweepParams, mechanism: str) -> tuple[str, str]:
     δ if it takes one, the ε grid, its trial count and its seed (so ticking one more mechanism, or
     changing a setting another one reads, leaves this part as it is)."""
     spec = KMEANS[mechanism]
-    values = {
-        "n_clusters": params.k,
-        "calibration": params.calibration,
-        "graph": None if params.graph is None else params.graph.to_dict(),
-        "n_iter": 0,
-        "mcmc_steps": params.mcmc_steps,
-        "neighbours": params.neighbours,
-    }
+    values = params.params
     fields = {p.name: values.get(p.name) for p in spec.params}
     fields.update(
         mechanism=mechanism,
         eps=list(params.eps),
-        trials=params.mcmc_chains if mechanism == MCMC else params.trials,
+        trials=params.trials_of(mechanism),
         seed=_seed(params, mechanism),
         delta=params.delta if spec.needs_delta else None,
     )
@@ -289,9 +278,10 @@ def cached_sweep(key: str, params: SweepParams) -> SweepResult | None:
 
 
 def runs_in_background(params: SweepParams) -> bool:
-    """Long comparisons run in a worker thread: DP-Lloyd + MCMC, or more than ``BACKGROUND_FITS`` fits."""
-    fits = params.trials * len(params.eps) * sum(KMEANS[m].is_dp for m in params.mechanisms if m != MCMC)
-    return MCMC in params.mechanisms or fits > BACKGROUND_FITS
+    """Long comparisons run in a worker thread: those costing more than ``BACKGROUND_FITS`` noisy-Lloyd
+    fits (each mechanism's ``background_cost`` per trial and ε)."""
+    cost = sum(KMEANS[m].background_cost * params.trials_of(m) for m in params.mechanisms) * len(params.eps)
+    return cost > BACKGROUND_FITS
 
 
 def _compute(
@@ -302,14 +292,14 @@ def _compute(
     progress: Callable[[float, str], None],
     memo: _PartMemo,
 ) -> SweepResult:
-    """``dpcore.kmeans.sweep`` for each chosen mechanism ``memo`` lacks (DP-Lloyd + MCMC with its own
-    chain count) on the rows ``diagnostic_rows`` picks for ``key``, memoised as it finishes; warnings
+    """``dpcore.kmeans.sweep`` for each chosen mechanism ``memo`` lacks (with its own trial count, if it
+    declares one) on the rows ``diagnostic_rows`` picks for ``key``, memoised as it finishes; warnings
     become the parts' notes. No Streamlit call here: it runs in worker threads."""
     parts = {m: memo.get(_part_key(key, params, m)) for m in params.mechanisms}
     todo = [m for m, part in parts.items() if part is None]
     X, lab = diagnostic_rows(prep.X, labels, key) if todo else (prep.X, labels)
     sample = sample_label(X.shape[0], prep.X.shape[0])
-    shares = np.cumsum([0.0] + [4.0 if m == MCMC else 1.0 for m in todo])
+    shares = np.cumsum([0.0] + [1.0 + min(KMEANS[m].background_cost, 3.0) for m in todo])
     for m, lo, hi in zip(todo, shares[:-1] / shares[-1], shares[1:] / shares[-1], strict=True):
 
         def report(fraction: float, message: str, lo: float = lo, hi: float = hi) -> None:
@@ -322,15 +312,12 @@ def _compute(
                 lab,
                 [m],
                 list(params.eps),
-                trials=params.mcmc_chains if m == MCMC else params.trials,
+                trials=params.trials_of(m),
                 delta=params.delta,
-                calibration=params.calibration,  # type: ignore[arg-type]
                 bounds=(prep.lower, prep.upper),
-                graph=params.graph,
                 random_state=_seed(params, m),
                 progress=report,
-                mcmc_steps=params.mcmc_steps,
-                neighbours=params.neighbours,  # type: ignore[arg-type]
+                params=params.params,
             )
         parts[m] = _Part(frame, tuple(dict.fromkeys(str(w.message) for w in caught)), sample)
         memo.put(_part_key(key, params, m), parts[m])
@@ -420,9 +407,7 @@ class Draw:
 
 def draw_name(key: str, params: SweepParams, mechanism: str, epsilon: float) -> str:
     """Names :func:`diagnostic_draw`'s result for a comparison's settings: every input it reads."""
-    graph = None if params.graph is None else params.graph.to_dict()
-    fields = (key, params.k, mechanism, epsilon, params.delta, params.calibration, graph, params.mcmc_steps)
-    return json.dumps([*fields, params.neighbours, params.seed])
+    return json.dumps([key, params.k, mechanism, epsilon, params.delta, dict(params.values), params.seed])
 
 
 @st.cache_data(show_spinner="Drawing diagnostic noise...", max_entries=64)
@@ -435,30 +420,22 @@ def diagnostic_draw(
     mechanism: str,
     epsilon: float,
     delta: float,
-    calibration: str,
-    graph: Any,
-    mcmc_steps: int,
-    neighbours: str = "unbounded",
+    values: str,
     random_state: int = DIAGNOSTIC_SEED,
 ) -> Draw:
-    """``dpcore.kmeans.diagnostic_draw`` at ``epsilon`` plus what the charts show about it (cached)."""
+    """``dpcore.kmeans.diagnostic_draw`` at ``epsilon`` with the declared parameters ``values`` (JSON) plus
+    what the charts show about it: the noise covariance when the mechanism declares one (cached)."""
+    params = {**json.loads(values), "n_clusters": k}
     true_centers = true_clustering(key, _X, k)[1]
     noisy = kmeans.diagnostic_draw(
-        mechanism,
-        _X,
-        _labels,
-        epsilon,
-        delta=delta,
-        calibration=calibration,  # type: ignore[arg-type]
-        bounds=_bounds if KMEANS[mechanism].is_dp else None,
-        graph=graph,
-        neighbours=neighbours,  # type: ignore[arg-type]
-        mcmc_steps=mcmc_steps,
-        random_state=random_state,
+        mechanism, _X, _labels, epsilon, delta=delta, bounds=_bounds, random_state=random_state, params=params
     )
     blocks, trace, gap, caveats = None, None, None, ()
-    if not KMEANS[mechanism].is_dp:
-        cov = noise_shape(mechanism, _X, _labels, epsilon, delta, calibration)  # type: ignore[arg-type]
+    spec = KMEANS[mechanism]
+    if spec.covariance is not None:
+        cov = spec.covariance(KMeansInputs(_X, _labels), epsilon, delta, spec.validate_params(
+            {p.name: params[p.name] for p in spec.params if p.name in params}
+        ))
         blocks, trace, gap, caveats = list(cov.blocks), cov.trace, cov.gap, tuple(cov.caveats)
     return Draw(
         noisy_centers=noisy,

@@ -38,8 +38,16 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from dpcore import metrics, plots
-from dpcore.kmeans import KMEANS, KMeansInputs, noise_shape, release_centroids, released_centers, sweep
+from dpcore.kmeans import KMEANS, KMeansInputs, noise_covariance, release_centroids, released_centers, sweep
 from dpcore.kmeans.covariance import RankDeficientWarning
+from dpcore.kmeans.mechanisms import (
+    blowfish_lloyd,
+    colored,
+    dp_lloyd,
+    dp_lloyd_mcmc,
+    white,
+    white_per_cluster,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.policy import DistanceThresholdGraph
 from dpcore.safe_text import csv_bytes
@@ -49,7 +57,8 @@ EPS_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 10.0)
 DELTA = 1e-5
 K = 4
 DEMO_SEED = 2024
-ALL = ("white", "white_per_cluster", "colored", "dp_lloyd", "blowfish", "dp_lloyd_mcmc")
+ALL = (white.KEY, white_per_cluster.KEY, colored.KEY, dp_lloyd.KEY, blowfish_lloyd.KEY, dp_lloyd_mcmc.KEY)
+LOCAL = ALL[:3]  # the paper's three noise shapes: white, white per cluster, colored
 PROMOTIONS = ["AcceptedCmp1", "AcceptedCmp2", "AcceptedCmp3", "AcceptedCmp4", "AcceptedCmp5"]
 
 
@@ -97,8 +106,8 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         warnings.simplefilter("ignore", ConvergenceWarning)  # k-means on MCMC synthetic data with duplicates
         started = time.perf_counter()
         shapes = {
-            m: noise_shape(m, data.X, data.labels, 1.0, DELTA)
-            for m in ("white", "white_per_cluster", "colored")
+            m: noise_covariance(m, data.X, data.labels, 1.0, DELTA)
+            for m in LOCAL
         }
         solve_s = time.perf_counter() - started
         started = time.perf_counter()
@@ -119,7 +128,7 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         slow = sweep(
             data.X,
             data.labels,
-            ["dp_lloyd_mcmc"],
+            [dp_lloyd_mcmc.KEY],
             EPS_GRID,
             mcmc_trials,
             DELTA,
@@ -129,7 +138,7 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
         )
         mcmc_s = time.perf_counter() - started
         released = release_centroids(
-            "colored",
+            colored.KEY,
             KMeansInputs(data.X, data.labels),
             epsilon=1.0,
             delta=DELTA,
@@ -145,12 +154,10 @@ def run(out: Path, trials: int = 20, mcmc_steps: int = 30000, seed: int = DEMO_S
     headline = {
         "n_rows": float(len(data.X)),
         "n_features": float(data.X.shape[1]),
-        "trace_white": shapes["white"].trace,
-        "trace_white_per_cluster": shapes["white_per_cluster"].trace,
-        "trace_colored": shapes["colored"].trace,
-        "trace_ratio_white_over_colored": shapes["white"].trace / shapes["colored"].trace,
-        "colored_optimality_gap": shapes["colored"].gap,
-        "colored_rank_deficient_clusters": float(len(shapes["colored"].rank_deficient)),
+        **{f"trace_{m}": shapes[m].trace for m in LOCAL},
+        "trace_ratio_white_over_colored": shapes[white.KEY].trace / shapes[colored.KEY].trace,
+        "colored_optimality_gap": shapes[colored.KEY].gap,
+        "colored_rank_deficient_clusters": float(len(shapes[colored.KEY].rank_deficient)),
         "covariance_solve_seconds": solve_s,
         "sweep_seconds_5_mechanisms": sweep_s,
         "mcmc_sweep_seconds": mcmc_s,

@@ -17,7 +17,6 @@ from dpcore.kmeans.lloyd import DPLloydKMeans, LloydRelease
 from dpcore.kmeans.local import ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans
 from dpcore.kmeans.mcmc import LeeKiferKMeans, MCMCKMeans, MCMCResult, mcmc_postprocess
 from dpcore.kmeans.mechanisms import blowfish_gain, local_unavailable
-from dpcore.kmeans.noise_cache import noise_shape
 from dpcore.kmeans.registry import (
     KMEANS,
     KMeansInputs,
@@ -25,7 +24,7 @@ from dpcore.kmeans.registry import (
     release_centroids,
     released_centers,
 )
-from dpcore.kmeans.sweep import diagnostic_draw, sweep, true_clustering
+from dpcore.kmeans.sweep import diagnostic_draw, noise_covariance, sweep, true_clustering
 
 __all__ = [
     "KMEANS",
@@ -47,7 +46,7 @@ __all__ = [
     "diagnostic_draw",
     "local_unavailable",
     "mcmc_postprocess",
-    "noise_shape",
+    "noise_covariance",
     "release_centroids",
     "released_centers",
     "sweep",

@@ -60,7 +60,8 @@ from threadpoolctl import ThreadpoolController
 from dpcore.errors import ParameterError
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio, snap_to_noise_grid
 
-CovarianceKind = Literal["colored", "white", "white_per_cluster"]
+#: The noise shape: trace-optimal blocks (colored), one isotropic scale, an isotropic scale per cluster.
+CovarianceKind = Literal["trace_optimal", "isotropic", "isotropic_per_cluster"]
 GUARANTEE = (
     "(eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus "
     "one of its own rows, with the partition held fixed; the noise is calibrated on this dataset."
@@ -577,7 +578,7 @@ def colored_noise_covariance(
     upper = sum(float(s.eigenvalues.sum()) for s in sols)
     return _warn_exact(
         NoiseCovariance(
-            kind="colored",
+            kind="trace_optimal",
             epsilon=float(epsilon),
             delta=float(delta),
             calibration=calibration,
@@ -606,7 +607,7 @@ def _white(
     k, d = centers.shape
     sens2 = np.array([float(np.einsum("ij,ij->i", u, u).max()) for u in diffs])
     sens2 *= rounding_margin(np.ones(d), d)
-    if kind == "white":
+    if kind == "isotropic":
         sens2 = np.full(k, sens2.max())
     bases = tuple(np.eye(d) if s > 0 else np.zeros((d, 0)) for s in sens2)  # 0: a constant cluster
     return _warn_exact(
@@ -635,7 +636,7 @@ def white_noise_covariance(
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed. ``gap`` is 0: the closed form is exact.
     """
-    return _white("white", X, labels, epsilon, delta, calibration)
+    return _white("isotropic", X, labels, epsilon, delta, calibration)
 
 
 def white_per_cluster_noise_covariance(
@@ -647,4 +648,4 @@ def white_per_cluster_noise_covariance(
     (eps, delta)-PDP for THIS dataset (local; not differential privacy): neighbours are X and X minus
     one of its own rows, with the partition held fixed.
     """
-    return _white("white_per_cluster", X, labels, epsilon, delta, calibration)
+    return _white("isotropic_per_cluster", X, labels, epsilon, delta, calibration)

@@ -29,12 +29,6 @@ from dpcore.mechanisms import Calibration, Sampler, check_random_state, gaussian
 from dpcore.metrics import assign
 from dpcore.validation import check_fitted, check_rows
 
-GUARANTEES: dict[str, str] = {
-    "colored": GUARANTEE,
-    "white": GUARANTEE,
-    "white_per_cluster": GUARANTEE,
-}
-
 
 class _LocalPDPKMeans(ClusterMixin, BaseEstimator):
     """Shared fit/predict; subclasses choose the covariance."""

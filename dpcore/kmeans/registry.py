@@ -16,7 +16,7 @@ standard deviation can be recovered from the release).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +27,14 @@ from dpcore.errors import ParameterError
 from dpcore.kmeans.cells import cluster_statistics
 from dpcore.kmeans.lloyd import check_bounds
 from dpcore.mechanisms import Sampler, check_random_state
-from dpcore.registry import MechanismOutput, MechanismSpec, Param, Registry
+from dpcore.registry import MechanismOutput, MechanismSpec, Metric, Param, Registry
 
 if TYPE_CHECKING:
     from dpcore.data import PreparedData
 
 __all__ = [
     "KMEANS",
+    "METRICS",
     "N_CLUSTERS",
     "KMeansInputs",
     "box_position",
@@ -42,6 +43,7 @@ __all__ = [
     "centroid_table",
     "check_release_sampler",
     "data_bounded",
+    "declared_metrics",
     "release_centroids",
     "released_centers",
     "takes",
@@ -56,6 +58,16 @@ N_CLUSTERS = Param(
     low=1,
     high=100,
     help="Choose K with the elbow chart, e.g. K = 4.",
+    hidden=True,  # chosen with the elbow chart, at the top of the page
+)
+#: The scores of a k-means comparison (:func:`dpcore.kmeans.sweep.sweep`); a spec declares those its
+#: trial is scored by (NICV needs public bounds and appears only with them).
+METRICS = (
+    Metric("fractional_loss", "Fractional clustering loss (WCSS − WCSS_true) / WCSS_true"),
+    Metric("wcss", "WCSS of the released centres"),
+    Metric("centroid_mse", "Centroid MSE (sum of squared errors)"),
+    Metric("nicv", "NICV (WCSS / n on [-1, 1]^d)"),
+    Metric("ari", "Adjusted Rand index vs true labels", scale="unit"),
 )
 ORIGINAL, FRACTION, SCALED = " [original units]", " [fraction of data range]", " [scaled]"
 REVEALS = {
@@ -171,6 +183,15 @@ class KMeansInputs:
                 f"labels must use every cluster index 0..{counts.size - 1}; relabel them consecutively."
             )
         return sums[0] / counts[0][:, None]
+
+
+def declared_metrics(keys: Iterable[str]) -> tuple[Metric, ...]:
+    """The metrics the mechanisms ``keys`` declare, each once, in the order first declared."""
+    out: dict[str, Metric] = {}
+    for key in keys:
+        for metric in KMEANS[key].metrics:
+            out.setdefault(metric.name, metric)
+    return tuple(out.values())
 
 
 def takes(spec: MechanismSpec, name: str) -> bool:
@@ -301,7 +322,7 @@ def release_centroids(
     """Run mechanism ``key`` once, its parameters validated; ``random_state`` as in
     :func:`~dpcore.mechanisms.check_random_state` (None: secure sampling)."""
     spec = KMEANS[key]
-    return spec.release(
+    return spec.run(
         inputs,
         epsilon=epsilon,
         delta=delta,

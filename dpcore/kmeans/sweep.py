@@ -25,17 +25,19 @@ from sklearn.exceptions import ConvergenceWarning
 from dpcore.diagnostic_sample import DIAGNOSTIC_ROWS, diagnostic_sample
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import Neighbours
-from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs
+from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, declared_metrics
 from dpcore.mechanisms import Calibration, Sampler, gaussian_ratio
 from dpcore.metrics import ari_many, nearest_sets, scale_to_unit
-from dpcore.registry import MechanismSpec
+from dpcore.registry import Covariance, MechanismSpec
 
 __all__ = [
     "DIAGNOSTIC_ROWS",
     "MAX_EPS_VALUES",
     "MAX_TRIALS",
+    "check_comparison",
     "diagnostic_draw",
     "diagnostic_rows",
+    "noise_covariance",
     "sweep",
     "true_clustering",
 ]
@@ -45,6 +47,7 @@ MAX_TRIALS = 500  # trials per eps of one comparison (DP-Lloyd + MCMC: its own c
 MAX_EPS_VALUES = 25  # eps values of one comparison's grid
 SCORE_ENTRIES = 2_000_000  # rows x centre sets scored at once: labels and distances of ~16 MB each
 SCORING = "scoring all centre sets"
+SCORES = ("wcss", "fractional_loss", "centroid_mse", "nicv", "ari")  # what _score computes
 
 
 def _quiet(_fraction: float, _message: str) -> None:
@@ -112,6 +115,32 @@ def _score(
     return {**scores, "ari": ari}
 
 
+def _declared(
+    scores: dict[str, np.ndarray], specs: Sequence[MechanismSpec], rows: int
+) -> dict[str, np.ndarray]:
+    """The scores the mechanisms declare (``MechanismSpec.metrics``): NaN in the
+    ``rows`` of a mechanism that does not declare one; a declared metric this sweep cannot score is
+    refused by name, never dropped."""
+    wanted = declared_metrics(spec.key for spec in specs)
+    unknown = [m.name for m in wanted if m.name not in SCORES]
+    if unknown:
+        raise ParameterError(
+            f"the comparison cannot score metric(s) {', '.join(unknown)}; k-means mechanisms declare metrics "
+            f"among {', '.join(SCORES)}."
+        )
+    names = {m.name for m in wanted}
+    out = {}
+    for name, values in scores.items():  # NICV is scored with public bounds only
+        if name not in names:
+            continue
+        column = values.copy()
+        for i, spec in enumerate(specs):
+            if all(m.name != name for m in spec.metrics):
+                column[i * rows : (i + 1) * rows] = np.nan
+        out[name] = column
+    return out
+
+
 def _params(spec: MechanismSpec, values: Mapping[str, Any]) -> dict[str, Any]:
     """``spec``'s validated parameters, taken from ``values`` by name."""
     return spec.validate_params({p.name: values[p.name] for p in spec.params if p.name in values})
@@ -134,20 +163,30 @@ def _values(
 
 def _prepare(
     specs: Mapping[str, MechanismSpec],
-    inputs: KMeansInputs,
+    inputs: KMeansInputs | None,
     values: Mapping[str, Any],
     grid: np.ndarray,
     delta: float,
 ) -> dict[str, dict[str, Any]]:
-    """Every mechanism's parameters, bounds and (eps, delta) checked before any work."""
+    """Every mechanism's parameters, bounds (unless ``inputs`` is None) and (eps, delta) checked before
+    any work; a Gaussian mechanism's δ by its calibration parameter, if it declares one."""
     params = {key: _params(spec, values) for key, spec in specs.items()}
     for key, spec in specs.items():
-        if spec.is_dp:  # every DP k-means mechanism clips to public bounds
+        if spec.is_dp and inputs is not None:  # every DP k-means mechanism clips to public bounds
             inputs.require_bounds(spec.label)
         if spec.needs_delta:
             for eps in grid:
                 gaussian_ratio(float(eps), delta, params[key].get("calibration", "analytic"))
     return params
+
+
+def check_comparison(
+    mechanisms: Sequence[str], eps_grid: Sequence[float], delta: float, values: Mapping[str, Any]
+) -> None:
+    """Refuse a comparison's settings before it runs: the mechanisms, the ε grid, each mechanism's
+    declared parameters taken from ``values`` by name, and δ for the Gaussian ones (a ParameterError
+    naming the fix)."""
+    _prepare(_specs(mechanisms), None, values, _check_eps_grid(eps_grid), delta)
 
 
 def _seeds(random_state: int | None, n: int) -> list[int | None]:
@@ -172,6 +211,7 @@ def sweep(
     n_iter: int | None = None,
     mcmc_steps: int = 30000,
     neighbours: Neighbours = "unbounded",
+    params: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Tidy table (mechanism, epsilon, trial, wcss, fractional_loss, centroid_mse[, nicv], ari).
 
@@ -181,6 +221,8 @@ def sweep(
     public ``bounds``) appears when bounds are given. ``random_state`` (an int) makes the diagnostic
     reproducible. ``progress(fraction, message)`` is called as work completes. ``graph`` is Blowfish's
     policy graph, ``neighbours`` the relation DP-Lloyd and DP-Lloyd + MCMC are calibrated for.
+    ``params`` gives any declared parameter by name (over the named ones); each mechanism takes those it
+    declares.
     """
     specs = _specs(mechanisms)
     keys = list(specs)
@@ -189,7 +231,7 @@ def sweep(
     k, d = true_centers.shape
     grid = _check_eps_grid(eps_grid)
     trials = _check_trials(trials)
-    values = _values(k, calibration, graph, n_iter, mcmc_steps, neighbours)
+    values = {**_values(k, calibration, graph, n_iter, mcmc_steps, neighbours), **(params or {})}
     params = _prepare(specs, inputs, values, grid, delta)
     report = progress or _quiet
     share = 1.0 / (len(keys) + 1)  # equal shares of the bar per mechanism, one for the scoring
@@ -216,6 +258,7 @@ def sweep(
 
     centers = np.stack(blocks).reshape(-1, k, d)  # (M E T, K, d): small, whatever the rows
     scores = _score(inputs, centers, true_centers, lambda f: report(1.0 - share * (1.0 - f), SCORING))
+    scores = _declared(scores, [specs[key] for key in keys], grid.size * trials)
     frame = pd.DataFrame(
         {
             "mechanism": np.repeat(keys, grid.size * trials),
@@ -265,20 +308,21 @@ def diagnostic_draw(
     n_iter: int | None = None,
     mcmc_steps: int = 30000,
     random_state: int | None = 0,
+    params: Mapping[str, Any] | None = None,
 ) -> np.ndarray:
     """One draw of ``mechanism`` at ``epsilon`` with diagnostic noise: centres (K, d), never released.
 
     The mechanism's sweep trial with one eps and one trial: local mechanisms give the true centroids of
     ``labels`` + N(0, Sigma); the DP-Lloyd family one fit, its centres matched to the true centroids (row
-    k is the centre nearest true cluster k). ``random_state`` (an int) seeds ``Sampler.diagnostic``.
+    k is the centre nearest true cluster k). ``random_state`` (an int) seeds ``Sampler.diagnostic``;
+    ``params`` as in :func:`sweep`.
     """
     specs = _specs([mechanism])
     inputs = KMeansInputs(X, labels, *(bounds if bounds is not None else (None, None)))
     k = inputs.true_centers().shape[0]
     grid = _check_eps_grid([epsilon])
-    params = _prepare(
-        specs, inputs, _values(k, calibration, graph, n_iter, mcmc_steps, neighbours), grid, delta
-    )
+    values = {**_values(k, calibration, graph, n_iter, mcmc_steps, neighbours), **(params or {})}
+    params = _prepare(specs, inputs, values, grid, delta)
     spec = specs[mechanism]
     if spec.trial is None:
         raise ParameterError(f"{spec.label} has no diagnostic trial to draw.")
@@ -292,6 +336,26 @@ def diagnostic_draw(
         progress=_quiet,
     )
     return draws[0, 0]
+
+
+def noise_covariance(
+    mechanism: str,
+    X: np.ndarray,
+    labels: np.ndarray,
+    epsilon: float,
+    delta: float,
+    calibration: Calibration = "analytic",
+) -> Covariance:
+    """The noise covariance of ``mechanism`` on the clustering ``labels`` at (eps, delta), from its spec's
+    ``covariance`` capability (the ellipses of the detailed view); a ParameterError when it has none."""
+    spec = KMEANS[mechanism]
+    if spec.covariance is None:
+        having = [s.label for s in KMEANS.values() if s.covariance is not None]
+        raise ParameterError(f"{spec.label} declares no noise covariance; these do: {', '.join(having)}.")
+    inputs = KMeansInputs(X, labels)
+    k = inputs.true_centers().shape[0]
+    params = _params(spec, {"n_clusters": k, "calibration": calibration})
+    return spec.covariance(inputs, float(epsilon), float(delta), params)
 
 
 SEED_ROWS = 50_000  # rows the k-means++ starts of the true clustering read at most (then one full run)

@@ -47,7 +47,6 @@ from dpcore.outofcore.features import TableFeatures
 from dpcore.outofcore.kernel import Feed, Partial, nearest_labels
 from dpcore.registry import MechanismOutput
 
-KEY = "colored"
 ADDED = 1024  # violating rows per cluster fetched by a certificate pass
 POOL = 2048  # sample rows per cluster the solver starts from
 NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certificate pass
@@ -184,6 +183,7 @@ def colored_release(
     features: TableFeatures,
     n_clusters: int,
     *,
+    key: str,
     epsilon: float,
     delta: float,
     random_state: int | Sampler | None = None,
@@ -192,8 +192,9 @@ def colored_release(
     sample_rows: int = SAMPLE_ROWS,
     max_certificates: int = 3,
 ) -> ColoredRun:
-    """The colored release on ``features`` (module docstring): one clustering, then 1 + up to
-    ``max_certificates`` passes; noise drawn once by ``random_state`` (secure, or a labelled demo seed)."""
+    """The release of colored-noise mechanism ``key`` on ``features`` (module docstring): one clustering,
+    then 1 + up to ``max_certificates`` passes; noise drawn once by ``random_state`` (secure, or a labelled
+    demo seed)."""
     random_state = check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("The colored mechanism is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
@@ -208,7 +209,7 @@ def colored_release(
     lower = sum(lowers)
     gaps = [up / lo - 1.0 if lo > 0 else 0.0 for up, lo in zip(upper, lowers, strict=True)]
     cov = NoiseCovariance(
-        kind="colored",
+        kind="trace_optimal",
         epsilon=float(epsilon),
         delta=float(delta),
         calibration=calibration,
@@ -220,6 +221,6 @@ def colored_release(
         unit_eigenvalues=tuple(eigs),
         cluster_gaps=np.array(gaps),
     )
-    output = local_output(KEY, features, cov, random_state, sample_rows)
+    output = local_output(key, features, cov, random_state, sample_rows)
     timings["total"] = time.perf_counter() - start
     return ColoredRun(output, cov, m_centres, passes, timings)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import ibis
 import ibis.expr.types as ir
@@ -30,10 +30,8 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.lloyd import DPLloydKMeans, NoisyLloydBase, check_bounds
 from dpcore.kmeans.registry import KMeansInputs
-from dpcore.mechanisms import Sampler
 from dpcore.outofcore.feeds import compact_dtype, is_spark, open_feed
 from dpcore.outofcore.kernel import Feed, Scaled, fit_statistics
-from dpcore.registry import MechanismOutput
 
 Scaling = Literal["minmax", "none"]
 SCALINGS: tuple[str, ...] = ("minmax", "none")
@@ -67,9 +65,11 @@ class TableFeatures:
     A release's table is described as for in-memory inputs (feature names, public bounds, inverse
     scaling): other attributes of :class:`~dpcore.kmeans.registry.KMeansInputs` come from
     :attr:`described`; the rows themselves (``X``, ``labels``) are not in memory, and a mechanism that
-    reads them is refused with a ``ParameterError``.
+    reads them is refused with a ``ParameterError``. A release on it runs the mechanism's out-of-core
+    capability (:class:`dpcore.registry.TableInputs`).
     """
 
+    out_of_core: ClassVar[Literal[True]] = True
     table: ir.Table
     feature_names: tuple[str, ...]
     raw_lower: NDArray
@@ -214,26 +214,6 @@ class TableFeatures:
         pass of :class:`~dpcore.outofcore.kernel.LloydPass`."""
         lower, upper = self.bounds
         return fit_statistics(feed, self.scaling_map, lower, upper, inside=True)(centres)
-
-    def local_release(
-        self, key: str, *, epsilon: float, delta: float, params: dict, random_state: Sampler
-    ) -> MechanismOutput:
-        """The local mechanisms by their passes: colored (:mod:`dpcore.outofcore.colored`), white and white
-        per cluster (:mod:`dpcore.outofcore.white`)."""
-        from dpcore.outofcore.colored import colored_release
-        from dpcore.outofcore.white import KEYS, white_release
-
-        kw = {
-            "epsilon": epsilon,
-            "delta": delta,
-            "random_state": random_state,
-            "calibration": params["calibration"],
-        }
-        if key == "colored":
-            return colored_release(self, params["n_clusters"], **kw).output
-        if key in KEYS:
-            return white_release(self, key, params["n_clusters"], **kw).output
-        raise ParameterError(f"{key} does not run out of core; the colored and white mechanisms do.")
 
     def fit_lloyd(self, estimator: NoisyLloydBase) -> NoisyLloydBase:
         """Fit DP-Lloyd or Blowfish k-means by T passes of the Lloyd kernel over the :meth:`feed` (read into

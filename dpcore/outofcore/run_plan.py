@@ -13,15 +13,14 @@ Source files rewritten while the job read them are refused before anything is wr
 (:meth:`~dpcore.outofcore.source.Source.check_unchanged`), and one removed while the engine reads it is
 named in the error.
 
-A mechanism without out-of-core passes (its spec declares no ``out_of_core`` release, e.g. planar Laplace
-and PriLocation; for k-means :data:`OUT_OF_CORE` lists those with them: DP-Lloyd + MCMC has none) runs in
-memory when the table, after the plan's dropped rows, has at most ``memory_rows`` rows (``--memory-rows``,
-else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000: :func:`dpcore.config.job_memory_rows`): one COUNT pass,
-then the engine's prepared rows (k-means: the features scaled by
-:attr:`~dpcore.outofcore.features.TableFeatures.scaling_map`, bit for bit those of ``dpcore.data.prepare``;
-locations: the coordinate and user columns validated by :class:`~dpcore.outofcore.locations.TableLocations`)
-are read into the in-memory inputs, so the release is the dashboard's on that table. Above the limit the job
-refuses before the mechanism runs and before any debit.
+A mechanism without out-of-core passes (its spec declares no ``out_of_core`` release, e.g. DP-Lloyd + MCMC,
+planar Laplace and PriLocation) runs in memory when the table, after the plan's dropped rows, has at most
+``memory_rows`` rows (``--memory-rows``, else ``DPCORE_JOB_MEMORY_ROWS``, default 2,000,000:
+:func:`dpcore.config.job_memory_rows`): one COUNT pass, then the engine's prepared rows (k-means: the features
+scaled by :attr:`~dpcore.outofcore.features.TableFeatures.scaling_map`, bit for bit those of
+``dpcore.data.prepare``; locations: the coordinate and user columns validated by
+:class:`~dpcore.outofcore.locations.TableLocations`) are read into the in-memory inputs, so the release is the
+dashboard's on that table. Above the limit the job refuses before the mechanism runs and before any debit.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from dpcore.outofcore.features import SCALINGS, TableFeatures, is_infinite, requ
 from dpcore.outofcore.feeds import is_spark, spark_frame
 from dpcore.outofcore.locations import TableLocations
 from dpcore.outofcore.source import Engine, in_table_order, open_spec, spark_session
-from dpcore.outofcore.white import KEYS as WHITE_KEYS
 from dpcore.plan import ReleasePlan, registry
 from dpcore.private_bounds import BoundsStep
 from dpcore.releases import Release, make_release
@@ -58,11 +56,6 @@ from dpcore.steps import DropMissing, Features, Impute, Unreadable
 from dpcore.trajectory.outofcore import SparkTrajectories, TrajectoryTable
 from dpcore.trajectory.plan_steps import read_trajectory_steps
 
-#: Mechanisms whose passes run out of core, by domain, for the domains whose specs do not declare it yet
-#: (a location or trajectory spec declares its ``out_of_core`` release).
-OUT_OF_CORE = {
-    "kmeans": ("dp_lloyd", "blowfish", "colored", *WHITE_KEYS, "gaussian_lloyd", "lsh_coreset"),
-}
 PLACEHOLDER = (-1.0, 1.0)  # bounds of a feature whose bounds the release estimates privately first
 
 
@@ -213,7 +206,7 @@ def batch_refusal(plan: ReleasePlan, rows: int | None = None) -> str | None:
 
 def in_memory(plan: ReleasePlan) -> bool:
     """True if ``plan``'s mechanism has no out-of-core passes: a batch job reads the rows into memory."""
-    return plan.spec.out_of_core is None and plan.mechanism not in OUT_OF_CORE.get(plan.domain, ())
+    return plan.spec.out_of_core is None
 
 
 def memory_limit(memory_rows: int | None = None) -> int:
@@ -234,8 +227,7 @@ def check_rows(plan: ReleasePlan, rows: int, memory_rows: int | None = None) -> 
     if rows <= limit:
         return
     specs = registry(plan.domain).values()
-    listed = OUT_OF_CORE.get(plan.domain, ())
-    out_of_core = ", ".join(s.label for s in specs if s.out_of_core is not None or s.key in listed)
+    out_of_core = ", ".join(s.label for s in specs if s.out_of_core is not None)
     raise ParameterError(
         f"{plan.spec.label} reads the rows in memory and the table has {rows:,} rows, above a batch job's "
         f"limit of {limit:,}: choose a mechanism that runs out of core ({out_of_core}), or raise the limit "

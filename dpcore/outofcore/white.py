@@ -4,8 +4,8 @@ per-cluster ablation.
 Guarantee (as in memory): a local (eps, delta) bound for THIS dataset only, neighbours X and X minus one of
 its own rows with the clustering held fixed (probabilistic DP with the paper's calibration, the (eps, delta)
 inequality with the analytic one of Balle & Wang 2018); not DP. Released: c_k + N(0, Sigma_k), Sigma_k =
-(Delta_k^2 / gamma) I, Delta_k = max_p ||u_p|| over cluster k (``white_per_cluster``) or over every cluster
-(``white``), u_p = (x_p - c_k) / (n_k - 1).
+(Delta_k^2 / gamma) I, Delta_k = max_p ||u_p|| over cluster k (``per_cluster``) or over every cluster,
+u_p = (x_p - c_k) / (n_k - 1).
 
 Passes (kernels of :mod:`dpcore.outofcore.kernel` over the table's feed): the clustering and its moments
 pass (:func:`dpcore.outofcore.clustering.clustered_shifts`), then one pass for max ||u_p||^2 per cluster
@@ -27,8 +27,6 @@ from dpcore.outofcore.clustering import SAMPLE_ROWS, Prepare, clustered_shifts, 
 from dpcore.outofcore.features import TableFeatures
 from dpcore.outofcore.kernel import Partial, maximum, nearest_labels
 from dpcore.registry import MechanismOutput
-
-KEYS = ("white", "white_per_cluster")
 
 
 class MaxShiftPass:
@@ -61,15 +59,15 @@ def white_release(
     key: str,
     n_clusters: int,
     *,
+    per_cluster: bool,
     epsilon: float,
     delta: float,
     random_state: int | Sampler | None = None,
     calibration: Calibration = "analytic",
     sample_rows: int = SAMPLE_ROWS,
 ) -> WhiteRun:
-    """The ``white`` or ``white_per_cluster`` release on ``features`` (module docstring)."""
-    if key not in KEYS:
-        raise ParameterError(f"{key!r} is not a white-noise mechanism; choose one of {', '.join(KEYS)}.")
+    """The release of white-noise mechanism ``key`` on ``features`` (module docstring): Delta_k per cluster
+    with ``per_cluster``, else the largest over every cluster."""
     random_state = check_release_sampler(random_state)
     if not delta > 0:
         raise ParameterError("White Gaussian noise is an (ε, δ) mechanism: give δ > 0 (e.g. 1e-6).")
@@ -89,11 +87,11 @@ def white_release(
             "Check the selected features."
         )
     sens2 *= rounding_margin(np.ones(d), d)
-    if key == "white":
+    if not per_cluster:
         sens2 = np.full(k, sens2.max())
     bases = tuple(np.eye(d) if s > 0 else np.zeros((d, 0)) for s in sens2)  # 0: a constant cluster
     cov = NoiseCovariance(
-        kind=key,  # type: ignore[arg-type]
+        kind="isotropic_per_cluster" if per_cluster else "isotropic",
         epsilon=float(epsilon),
         delta=float(delta),
         calibration=calibration,

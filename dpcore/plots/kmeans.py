@@ -40,25 +40,12 @@ from dpcore.plots.style import (
     plain_numbers,
     value_axis,
 )
+from dpcore.registry import Metric
 from dpcore.safe_text import plot_text
 
 DIAGNOSTIC_TEXT = "Diagnostic: uses raw data (for the curator only, not a release)"
-MECHANISM_COLORS: dict[str, str] = {
-    "white": "#1f77b4",
-    "white_per_cluster": "#17becf",
-    "colored": "#d62728",
-    "dp_lloyd": "#2ca02c",
-    "blowfish": "#9467bd",
-    "dp_lloyd_mcmc": "#ff7f0e",
-}
-METRIC_TITLES: dict[str, str] = {
-    "fractional_loss": "Fractional clustering loss (WCSS − WCSS_true) / WCSS_true",
-    "wcss": "WCSS of the released centres",
-    "centroid_mse": "Centroid MSE (sum of squared errors)",
-    "nicv": "NICV (WCSS / n on [-1, 1]^d)",
-    "ari": "Adjusted Rand index vs true labels",
-}
 _PALETTE = qualitative.D3
+WHITE, BLACK = "#ffffff", "#000000"
 MIN_ELLIPSE_FRACTION = 0.04  # an ellipse's largest semi-axis is drawn at least this share of the plot span
 MAX_ELLIPSE_FRACTION = 0.25  # enlarging stops before the largest ellipse passes this share of the span
 
@@ -81,8 +68,21 @@ def diagnostic_annotation(fig: go.Figure, text: str = DIAGNOSTIC_TEXT) -> go.Fig
 
 
 def mechanism_color(key: str, index: int = 0) -> str:
-    """Fixed colour for a known mechanism key, else a palette colour by position."""
-    return MECHANISM_COLORS.get(key, _PALETTE[index % len(_PALETTE)])
+    """The colour a registered mechanism declares (``MechanismSpec.color``), else a palette colour by
+    position."""
+    from dpcore.kmeans import KMEANS
+
+    color = KMEANS[key].color if key in KMEANS else None
+    return color or _PALETTE[index % len(_PALETTE)]
+
+
+def metric_of(name: str, keys: Sequence[str]) -> Metric:
+    """The metric ``name`` as the mechanisms ``keys`` declare it; an undeclared column keeps its own name
+    as its title (drawn, never left off)."""
+    from dpcore.kmeans.registry import KMEANS, declared_metrics
+
+    known = {m.name: m for m in declared_metrics(k for k in keys if k in KMEANS)}
+    return known.get(name) or Metric(name, name)
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -137,7 +137,8 @@ def loss_vs_eps(
     metric). Each mechanism's line style and legend group come from its privacy class (``privacy``
     overrides :func:`privacy_class`): solid for ε-DP, dashed for Blowfish, dotted for the local
     mechanisms, which are not DP. The eps axis is logarithmic with plain-number ticks; ``log_y=None``
-    uses a log y axis when every plotted value is > 0, except for the adjusted Rand index (linear, [0, 1]).
+    uses a log y axis when every plotted value is > 0 and the metric (as the mechanisms declare it,
+    :func:`metric_of`) has an automatic scale; a "unit" metric (the adjusted Rand index) is linear up to 1.
     """
     missing = {"mechanism", "epsilon", metric} - set(df.columns)
     if missing:
@@ -192,12 +193,13 @@ def loss_vs_eps(
                 )
             )
     values = stats[["median", "lo", "hi"]].to_numpy()
-    y_title = METRIC_TITLES.get(metric, metric)
-    if metric == "ari":
+    declared = metric_of(metric, keys)
+    y_title = declared.title
+    if declared.scale == "unit":
         low = float(np.nanmin(values)) if values.size else 0.0
         yaxis = {"type": "linear", "range": [min(0.0, low), 1.0], "automargin": True}
     else:
-        log = bool((values > 0).all()) if log_y is None else log_y
+        log = declared.scale == "auto" and bool((values > 0).all()) if log_y is None else log_y
         yaxis = value_axis(values.ravel(), log=log)
     fig.update_xaxes(**eps_axis(stats["epsilon"]))
     fig.update_yaxes(**yaxis, title={"text": y_title})
@@ -328,8 +330,8 @@ def embedding(
                 marker={
                     "symbol": "diamond",
                     "size": 12,
-                    "color": "white",
-                    "line": {"width": 2, "color": "black"},
+                    "color": WHITE,
+                    "line": {"width": 2, "color": BLACK},
                 },
                 text=[f"{noisy_name}: centre {j}" for j in range(len(noisy2))],
                 hovertemplate="%{text}<extra></extra>",

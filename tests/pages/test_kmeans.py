@@ -108,7 +108,8 @@ def test_comparison_draws_the_charts_without_rerunning_the_sweep(marketing: Data
     assert not at.exception and not _errors(at)
     result = at.session_state["km_sweep"]
     assert result.params.eps == (0.5, 0.7, 1.0, 2.0) and result.params.trials == 3
-    assert set(result.frame["mechanism"]) == {"white", "white_per_cluster", "colored", "dp_lloyd", "blowfish"}
+    compared = {"white", "white_per_cluster", "colored", "dp_lloyd", "blowfish_lloyd"}
+    assert set(result.frame["mechanism"]) == compared
     assert len(result.frame) == 5 * 4 * 3
     assert at.multiselect(key="km_violins").value == []  # violins on request: each slows every rerun
     at.multiselect(key="km_violins").set_value(["Income", "MntWines"]).run()
@@ -214,7 +215,7 @@ def test_over_budget_release_is_disabled_with_the_reason(marketing: Dataset):
 def test_bad_parameters_show_messages(marketing: Dataset, tiny: Dataset):
     at = _page(marketing)
     at.selectbox(key="km_calibration").set_value("classic").run()
-    assert any("classic calibration is valid only for ε < 1" in e for e in _errors(at))
+    assert any("classic Gaussian calibration is valid only for epsilon" in e for e in _errors(at))
     assert at.button(key="km_run").disabled
     at.select_slider(key="km_eps_range").set_value((0.1, 0.7)).run()
     assert not _errors(at) and not at.button(key="km_run").disabled
@@ -251,7 +252,7 @@ def test_singleton_cluster_blocks_only_the_local_mechanisms(tiny: Dataset):
     at.number_input(key="km_trials").set_value(2)
     at.button(key="km_run").click().run()
     assert not at.exception and _errors(at) == [error, refusal]
-    assert set(at.session_state["km_sweep"].frame["mechanism"]) == {"dp_lloyd", "blowfish"}
+    assert set(at.session_state["km_sweep"].frame["mechanism"]) == {"dp_lloyd", "blowfish_lloyd"}
     assert at.session_state["km_sweep"].params.k == 4
 
 
@@ -259,7 +260,7 @@ def test_settings_survive_leaving_the_page(marketing: Dataset):
     at = _page(marketing)
     at.number_input(key="km_k").set_value(3)
     at.checkbox(key="km_mech_white").uncheck()
-    at.checkbox(key="km_mech_blowfish").uncheck()
+    at.checkbox(key="km_mech_blowfish_lloyd").uncheck()
     at.select_slider(key="km_eps_range").set_value((0.5, 0.7))
     at.number_input(key="km_delta").set_value(1e-4)
     at.selectbox(key="km_calibration").set_value("paper")
@@ -275,7 +276,7 @@ def test_settings_survive_leaving_the_page(marketing: Dataset):
         "km_k": 3,
         "km_mech_white": False,
         "km_mech_colored": True,
-        "km_mech_blowfish": False,
+        "km_mech_blowfish_lloyd": False,
         "km_eps_range": (0.5, 0.7),
         "km_delta": 1e-4,
         "km_calibration": "paper",

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.coreset import MAX_DEPTH
-from dpcore.kmeans.mechanisms._lloyd import match_all
-from dpcore.kmeans.registry import KMEANS, KMeansInputs, centroid_output, check_release_sampler
+from dpcore.kmeans.mechanisms._lloyd import match_all, neighbour_relation
+from dpcore.kmeans.registry import KMEANS, METRICS, KMeansInputs, centroid_output, check_release_sampler
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, Param
 
@@ -42,6 +43,7 @@ TREE_DEPTH = Param(
     high=MAX_DEPTH,
     help="Levels of random splits of the private summary (Chang et al. use 20).",
 )
+
 
 
 @runtime_checkable
@@ -126,3 +128,18 @@ def ball_trial(
         est = build(float(eps), float(delta), bounds, params, random_state)
         out.append([est.fit(inputs.X).cluster_centers_ for _ in range(trials)])
     return match_all(np.asarray(out), inputs.true_centers())
+
+
+def capabilities(key: str, build: Build) -> dict[str, Any]:
+    """What both L2-ball mechanisms declare: release (in memory and over a :class:`FeedSource`), trial,
+    metrics, the neighbour relation of their parameters, background cost."""
+    release = partial(ball_release, key, build)
+    return {
+        "release": release,
+        "needs_delta": True,
+        "trial": partial(ball_trial, key, build),
+        "metrics": METRICS,
+        "relation": neighbour_relation,
+        "background_cost": 1.0,
+        "out_of_core": release,
+    }

@@ -9,17 +9,30 @@ the true ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from dpcore.accounts import Relation
 from dpcore.errors import ParameterError
 from dpcore.kmeans.lloyd import NoisyLloydBase, noisy_lloyd_trials
 from dpcore.kmeans.registry import KMEANS, KMeansInputs, check_release_sampler
 from dpcore.mechanisms import Sampler
 from dpcore.metrics import match_centers
+from dpcore.policy import NEIGHBOURS as POLICY_NEIGHBOURS
 from dpcore.registry import Param
+
+
+def policy_neighbours(policy: Any) -> str:
+    """The neighbour relation the noise is calibrated for: the policy's if bounded, else unbounded."""
+    return "bounded" if getattr(policy, "neighbours", "") == "bounded" else "unbounded"
+
+
+def neighbour_relation(params: Mapping[str, Any], policy: Any = None) -> Relation:
+    """The relation a release calibrated for ``params["neighbours"]`` protects (whatever the policy)."""
+    return Relation("dp", params["neighbours"])
+
 
 N_ITER = Param(
     "n_iter",
@@ -38,6 +51,8 @@ NEIGHBOURS = Param(
     "unbounded",
     choices=("unbounded", "bounded"),
     help="Take it from the privacy policy: 'unbounded' (one row added or removed) or 'bounded' (replaced).",
+    from_policy=policy_neighbours,
+    choice_label=POLICY_NEIGHBOURS.__getitem__,
 )
 Build = Callable[[float, tuple[np.ndarray, np.ndarray], dict, Sampler], NoisyLloydBase]
 

@@ -10,9 +10,8 @@ with a certificate (``dpcore.kmeans.covariance``), not the paper's closed form.
 
 from __future__ import annotations
 
-from functools import partial
-
-from dpcore.kmeans.mechanisms._gaussian import PARAMS, local_release, local_trial
+from dpcore.kmeans.covariance import colored_noise_covariance
+from dpcore.kmeans.mechanisms._gaussian import capabilities
 from dpcore.kmeans.registry import KMEANS
 from dpcore.registry import MechanismSpec
 
@@ -38,9 +37,7 @@ SPEC = KMEANS.register(
             "optimality gap certifies how close tr(Σ) is to the optimum."
         ),
         citation="Ravi, Scaglione & Peisert 2021; analytic calibration: Balle & Wang 2018",
-        release=partial(local_release, KEY),
-        params=PARAMS,
-        needs_delta=True,
-        trial=partial(local_trial, KEY),
+        color="#d62728",
+        **capabilities(KEY, colored_noise_covariance, per_cluster=None),
     )
 )

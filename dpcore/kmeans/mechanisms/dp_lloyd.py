@@ -13,8 +13,15 @@ from typing import Any
 import numpy as np
 
 from dpcore.kmeans.lloyd import DPLloydKMeans
-from dpcore.kmeans.mechanisms._lloyd import N_ITER, NEIGHBOURS, batched_trial, fit_release, rounds
-from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, centroid_output
+from dpcore.kmeans.mechanisms._lloyd import (
+    N_ITER,
+    NEIGHBOURS,
+    batched_trial,
+    fit_release,
+    neighbour_relation,
+    rounds,
+)
+from dpcore.kmeans.registry import KMEANS, METRICS, N_CLUSTERS, KMeansInputs, centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -76,5 +83,10 @@ SPEC = KMEANS.register(
         release=release,
         params=(N_CLUSTERS, N_ITER, NEIGHBOURS),
         trial=trial,
+        metrics=METRICS,
+        relation=neighbour_relation,
+        background_cost=1.0,
+        out_of_core=release,  # fit_release runs the Lloyd passes of a LloydSource (dpcore.outofcore)
+        color="#2ca02c",
     )
 )

@@ -15,8 +15,15 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans.mcmc import MAX_STEPS, LeeKiferKMeans
-from dpcore.kmeans.mechanisms._lloyd import N_ITER, NEIGHBOURS, fit_release, match_all, rounds
-from dpcore.kmeans.registry import KMEANS, N_CLUSTERS, KMeansInputs, centroid_output
+from dpcore.kmeans.mechanisms._lloyd import (
+    N_ITER,
+    NEIGHBOURS,
+    fit_release,
+    match_all,
+    neighbour_relation,
+    rounds,
+)
+from dpcore.kmeans.registry import KMEANS, METRICS, N_CLUSTERS, KMeansInputs, centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec, Param
 
@@ -31,6 +38,15 @@ MCMC_STEPS = Param(
     help="Lee & Kifer use 30,000 steps; fewer run faster.",
 )
 MAX_CHAINS = 100  # diagnostic chains per eps (the comparison's trials for this mechanism)
+CHAINS = Param(
+    "mcmc_chains",
+    "MCMC chains per ε",
+    int,
+    1,
+    low=1,
+    high=MAX_CHAINS,
+    help="DP-Lloyd + MCMC's own trial count: more chains, a steadier curve, a longer run.",
+)
 DEGENERATE = (
     "the synthetic data the MCMC search settled on had fewer distinct points than K, so some released "
     "centres stand for no synthetic point. A longer chain or a smaller K may help."
@@ -142,5 +158,10 @@ SPEC = KMEANS.register(
         release=release,
         params=(N_CLUSTERS, N_ITER, NEIGHBOURS, MCMC_STEPS),
         trial=trial,
+        metrics=METRICS,
+        trials=CHAINS,
+        relation=neighbour_relation,
+        background_cost=2000.0,  # one chain of 30,000 steps: a comparison with one runs in the background
+        color="#ff7f0e",
     )
 )

@@ -8,12 +8,10 @@ with a public ball: the initialising tree's Gaussian counts and sums and each ro
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from dpcore.kmeans.coreset import GaussianLloydKMeans
-from dpcore.kmeans.mechanisms._ball import RADIUS, TREE_DEPTH, ball_release, ball_trial
+from dpcore.kmeans.mechanisms._ball import RADIUS, TREE_DEPTH, capabilities
 from dpcore.kmeans.mechanisms._lloyd import NEIGHBOURS
 from dpcore.kmeans.registry import KMEANS, N_CLUSTERS
 from dpcore.mechanisms import Sampler
@@ -72,9 +70,9 @@ SPEC = KMEANS.register(
             "Blum, Dwork, McSherry & Nissim 2005 (SuLQ k-means); Chang, Ghazi, Kumar & Manurangsi 2021 "
             "(private start); Balle & Wang 2018; Dong, Roth & Su 2022"
         ),
-        release=partial(ball_release, KEY, build),
         params=(N_CLUSTERS, NEIGHBOURS, RADIUS, TREE_DEPTH, ROUNDS),
-        needs_delta=True,
-        trial=partial(ball_trial, KEY, build),
+        color="#8c564b",
+        compared_by_default=False,  # one fit per trial: ticked on request
+        **capabilities(KEY, build),
     )
 )

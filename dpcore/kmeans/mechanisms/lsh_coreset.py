@@ -8,12 +8,10 @@ of the summary is post-processing (Chang, Ghazi, Kumar & Manurangsi 2021).
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from dpcore.kmeans.coreset import LSHCoresetKMeans
-from dpcore.kmeans.mechanisms._ball import RADIUS, TREE_DEPTH, ball_release, ball_trial
+from dpcore.kmeans.mechanisms._ball import RADIUS, TREE_DEPTH, capabilities
 from dpcore.kmeans.mechanisms._lloyd import NEIGHBOURS
 from dpcore.kmeans.registry import KMEANS, N_CLUSTERS
 from dpcore.mechanisms import Sampler
@@ -63,9 +61,9 @@ SPEC = KMEANS.register(
             "Chang, Ghazi, Kumar & Manurangsi 2021 (LSH coreset); Balle & Wang 2018 (analytic Gaussian); "
             "Dong, Roth & Su 2022 (exact composition); Arthur & Vassilvitskii 2007 (k-means++)"
         ),
-        release=partial(ball_release, KEY, build),
         params=(N_CLUSTERS, NEIGHBOURS, RADIUS, TREE_DEPTH),
-        needs_delta=True,
-        trial=partial(ball_trial, KEY, build),
+        color="#e377c2",
+        compared_by_default=False,  # one fit per trial: ticked on request
+        **capabilities(KEY, build),
     )
 )

@@ -9,9 +9,8 @@ for every centroid, Delta = max_p ||u_p||_2, u_p = (x_p - c_k) / (n_k - 1).
 
 from __future__ import annotations
 
-from functools import partial
-
-from dpcore.kmeans.mechanisms._gaussian import PARAMS, local_release, local_trial
+from dpcore.kmeans.covariance import white_noise_covariance
+from dpcore.kmeans.mechanisms._gaussian import capabilities
 from dpcore.kmeans.registry import KMEANS
 from dpcore.registry import MechanismSpec
 
@@ -37,9 +36,7 @@ SPEC = KMEANS.register(
             "removed, and γ = s*(ε, δ)² from the Gaussian calibration (analytic: Balle & Wang 2018)."
         ),
         citation="Ravi, Scaglione & Peisert 2021; PDP: Machanavajjhala et al. 2008",
-        release=partial(local_release, KEY),
-        params=PARAMS,
-        needs_delta=True,
-        trial=partial(local_trial, KEY),
+        color="#1f77b4",
+        **capabilities(KEY, white_noise_covariance, per_cluster=False),
     )
 )

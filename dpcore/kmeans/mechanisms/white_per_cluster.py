@@ -8,9 +8,8 @@ Sigma_k = (Delta_k^2 / gamma) I, Delta_k = max over the rows p of cluster k of |
 
 from __future__ import annotations
 
-from functools import partial
-
-from dpcore.kmeans.mechanisms._gaussian import PARAMS, local_release, local_trial
+from dpcore.kmeans.covariance import white_per_cluster_noise_covariance
+from dpcore.kmeans.mechanisms._gaussian import capabilities
 from dpcore.kmeans.registry import KMEANS
 from dpcore.registry import MechanismSpec
 
@@ -34,9 +33,7 @@ SPEC = KMEANS.register(
             "‖u_p‖₂, u_p = (x_p − c_k) / (n_k − 1), and γ = s*(ε, δ)² from the Gaussian calibration."
         ),
         citation="Ravi, Scaglione & Peisert 2021 (white noise, here scaled per cluster)",
-        release=partial(local_release, KEY),
-        params=PARAMS,
-        needs_delta=True,
-        trial=partial(local_trial, KEY),
+        color="#17becf",
+        **capabilities(KEY, white_per_cluster_noise_covariance, per_cluster=True),
     )
 )

@@ -11,10 +11,14 @@ from sklearn.datasets import make_blobs
 
 from dpcore.errors import ParameterError
 from dpcore.kmeans import ColoredNoiseKMeans, RankDeficientWarning, WhiteNoiseKMeans, WhitePerClusterKMeans
-from dpcore.kmeans.local import GUARANTEES
+from dpcore.kmeans.covariance import GUARANTEE
 
 ESTIMATORS = (ColoredNoiseKMeans, WhiteNoiseKMeans, WhitePerClusterKMeans)
-KINDS = {ColoredNoiseKMeans: "colored", WhiteNoiseKMeans: "white", WhitePerClusterKMeans: "white_per_cluster"}
+KINDS = {
+    ColoredNoiseKMeans: "trace_optimal",
+    WhiteNoiseKMeans: "isotropic",
+    WhitePerClusterKMeans: "isotropic_per_cluster",
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def test_fit_releases_noisy_centres_with_a_feasible_covariance(cls, blobs) -> No
     assert est.sampling_mode_ == "demo"
     assert est.budget_spent_ == (1.0, 1e-5)
     assert "not differential privacy" in est.guarantee_ and "demo" in est.guarantee_
-    assert cls.guarantee == GUARANTEES[KINDS[cls]] and "X minus one of its own rows" in " ".join(
+    assert cls.guarantee == GUARANTEE and "X minus one of its own rows" in " ".join(
         cls.__doc__.split()
     )
     # predict = nearest released centre

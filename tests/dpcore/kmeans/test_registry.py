@@ -31,7 +31,7 @@ DEFINITIONS = {
     "white_per_cluster": "local_pdp",
     "colored": "local_pdp",
     "dp_lloyd": "pure_dp",
-    "blowfish": "blowfish",
+    "blowfish_lloyd": "blowfish",
     "dp_lloyd_mcmc": "pure_dp",
     "gaussian_lloyd": "approx_dp",
     "lsh_coreset": "approx_dp",
@@ -58,7 +58,7 @@ def inputs() -> KMeansInputs:
 
 def _params(key: str, **extra: object) -> dict:
     params: dict = {"n_clusters": 3, **extra}
-    if key == "blowfish":
+    if key in ("blowfish", "blowfish_lloyd"):
         params["graph"] = PartitionGraph(1.0).to_dict()
     if key == "dp_lloyd_mcmc":
         params.setdefault("mcmc_steps", 300)
@@ -99,7 +99,7 @@ def test_every_mechanism_is_one_module_with_a_definition_and_a_plain_summary() -
     for key in ("dp_lloyd", "dp_lloyd_mcmc"):  # the release plan reads the neighbour relation from here
         (param,) = [p for p in KMEANS[key].params if p.name == "neighbours"]
         assert param.choices == ("unbounded", "bounded") and param.default == "unbounded"
-    assert [k for k, s in KMEANS.items() if takes(s, "graph")] == ["blowfish"]
+    assert [k for k, s in KMEANS.items() if takes(s, "graph")] == ["blowfish_lloyd"]
 
 
 def test_parameters_are_validated_once_with_messages_naming_the_fix() -> None:

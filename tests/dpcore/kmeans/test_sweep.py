@@ -15,7 +15,7 @@ from dpcore.kmeans import (
     blowfish_gain,
     diagnostic_draw,
     local_unavailable,
-    noise_shape,
+    noise_covariance,
     release_centroids,
     sweep,
     true_clustering,
@@ -110,15 +110,15 @@ def test_loss_decreases_with_eps_and_colored_beats_white(data: tuple) -> None:
         assert med.loc[("colored", eps), "centroid_mse"] < med.loc[("white_per_cluster", eps), "centroid_mse"]
         assert med.loc[("white_per_cluster", eps), "centroid_mse"] < med.loc[("white", eps), "centroid_mse"]
     # Mean MSE over trials estimates tr(Sigma).
-    cov = noise_shape("colored", X, labels, 1.0, 1e-5)
+    cov = noise_covariance("colored", X, labels, 1.0, 1e-5)
     big = sweep(X, labels, ["colored"], [1.0], 400, 1e-5, random_state=4)
     assert big["centroid_mse"].mean() == pytest.approx(cov.trace, rel=0.15)
 
 
-def test_noise_shape_cached_and_rescaled(data: tuple) -> None:
+def test_noise_covariance_cached_and_rescaled(data: tuple) -> None:
     X, labels, _ = data
-    a = noise_shape("colored", X, labels, 1.0, 1e-5)
-    b = noise_shape("colored", X, labels, 2.0, 1e-5)
+    a = noise_covariance("colored", X, labels, 1.0, 1e-5)
+    b = noise_covariance("colored", X, labels, 2.0, 1e-5)
     assert a.bases is b.bases  # the shape was solved once
     assert b.trace == pytest.approx(a.trace * a.gamma / b.gamma)
     assert a.max_constraint(X, labels) <= 1.0 + 1e-9
@@ -183,7 +183,7 @@ def test_true_clustering_is_sklearn_kmeans_with_exact_means(data: tuple) -> None
     message = local_unavailable(lab)  # ... but blocks the local mechanisms, with their own message
     assert message is not None and "has a single row" in message and "Choose a smaller K" in message
     with pytest.raises(ParameterError, match=message.split(":")[0]):
-        noise_shape("white", tiny, lab, 1.0, 1e-5)
+        noise_covariance("white", tiny, lab, 1.0, 1e-5)
     with pytest.raises(ParameterError, match="exceeds the number of rows"):
         true_clustering(tiny, 5)
     with pytest.raises(ParameterError, match="distinct clusters"):
@@ -193,7 +193,7 @@ def test_true_clustering_is_sklearn_kmeans_with_exact_means(data: tuple) -> None
 def test_diagnostic_draw_local_is_true_centres_plus_seeded_noise(data: tuple) -> None:
     X, labels, _ = data
     draw = diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, random_state=3)
-    cov = noise_shape("colored", X, labels, 0.5, 1e-5)
+    cov = noise_covariance("colored", X, labels, 0.5, 1e-5)
     np.testing.assert_allclose(draw, cov.centers + cov.sample(Sampler.diagnostic(3)))
     np.testing.assert_array_equal(
         draw, diagnostic_draw("colored", X, labels, 0.5, delta=1e-5, random_state=3)

@@ -237,7 +237,9 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
         feat = TableFeatures.from_bounds(src.table, BOUNDS)
         params = {"n_clusters": 3, "n_iter": 3}
         b = release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=2, params=params)
-        run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300)
+        run = colored.colored_release(
+            feat, 3, key="colored", epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300
+        )
     a = release_centroids("dp_lloyd", in_memory(small), epsilon=1.0, random_state=2, params=params)
     c = release_centroids("dp_lloyd", duckdb_features(part), epsilon=1.0, random_state=2, params=params)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
@@ -248,7 +250,7 @@ def test_spark_release_is_identical_to_in_memory_and_duckdb(data, spark) -> None
     assert run.covariance.max_constraint(X, labels) <= 1.0 and run.covariance.gap <= 1e-5
     # ... and DuckDB draws the same sample, so the same seed gives the same clustering and release
     duck = colored.colored_release(
-        duckdb_features(part), 3, epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300
+        duckdb_features(part), 3, key="colored", epsilon=1.0, delta=1e-6, random_state=2, sample_rows=300
     )
     assert np.array_equal(duck.centres, run.centres)
     pd.testing.assert_frame_equal(duck.output.table, run.output.table, check_exact=False, rtol=1e-12)
@@ -271,7 +273,7 @@ def test_colored_out_of_core_holds_every_row_s_constraint_and_is_the_optimum(
     feat, inputs = colored_case(tmp_path)
     random_state = Sampler(4)
     run = colored.colored_release(
-        feat, 3, epsilon=1.0, delta=1e-6, random_state=random_state, sample_rows=sample_rows
+        feat, 3, key="colored", epsilon=1.0, delta=1e-6, random_state=random_state, sample_rows=sample_rows
     )
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
@@ -279,22 +281,28 @@ def test_colored_out_of_core_holds_every_row_s_constraint_and_is_the_optimum(
     np.testing.assert_allclose(run.covariance.centers, mem.centers, rtol=0, atol=1e-12)
     assert run.covariance.gap <= 1e-5 and abs(run.covariance.trace / mem.trace - 1) <= 1e-5
     assert run.passes <= 4
-    assert list(run.output.table.columns) == ["cluster", "a [original units]", "b [original units]",
-                                              "c [original units]"]
+    assert list(run.output.table.columns) == [
+        "cluster",
+        "a [original units]",
+        "b [original units]",
+        "c [original units]",
+    ]
 
 
 def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path) -> None:
     feat, inputs = colored_case(tmp_path, constant=True)
-    run = colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=4)
+    run = colored.colored_release(feat, 3, key="colored", epsilon=1.0, delta=1e-6, random_state=4)
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
     assert run.covariance.caveats and all(b.shape[1] == 2 for b in run.covariance.bases)
     assert all(np.all(block[2] == 0.0) for block in run.covariance.blocks)  # no noise along c
     np.testing.assert_allclose(run.output.table["c [original units]"], 40.0, rtol=1e-12)
     with pytest.raises(ParameterError, match="δ > 0"):
-        colored.colored_release(feat, 3, epsilon=1.0, delta=0.0, random_state=4)
+        colored.colored_release(feat, 3, key="colored", epsilon=1.0, delta=0.0, random_state=4)
     with pytest.raises(ParameterError, match="secure sampling"):
-        colored.colored_release(feat, 3, epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1))
+        colored.colored_release(
+            feat, 3, key="colored", epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1)
+        )
 
 
 def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() -> None:
@@ -314,8 +322,10 @@ def releases(feat: TableFeatures) -> list[pd.DataFrame]:
     return [
         release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=3, params=params).table,
         release_centroids("blowfish", feat, epsilon=1.0, random_state=3, params=graph).table,
-        colored.colored_release(feat, 3, random_state=3, **kw).output.table,
-        white.white_release(feat, "white_per_cluster", 3, random_state=3, **kw).output.table,
+        colored.colored_release(feat, 3, key="colored", random_state=3, **kw).output.table,
+        white.white_release(
+            feat, "white_per_cluster", 3, per_cluster=True, random_state=3, **kw
+        ).output.table,
     ]
 
 
@@ -385,8 +395,12 @@ def test_the_keyed_sample_keeps_each_row_with_the_sampling_fraction() -> None:
     assert abs(counts.mean() - 20.0) < 0.5  # 200 x 0.1 rows kept per row on average
     assert 12.0 < counts.var() < 25.0 and counts.min() >= 1  # binomial spread: 200 x 0.1 x 0.9 = 18
     assert stats.chisquare(np.bincount(np.arange(2000) // 200, weights=counts)).pvalue > 1e-3
-    pieces = kernel.StreamFeed(lambda: (pa.RecordBatch.from_arrays(list(X[i : i + 333].T), list("abc"))
-                                        for i in range(0, 2000, 333)), 2000)
+    pieces = kernel.StreamFeed(
+        lambda: (
+            pa.RecordBatch.from_arrays(list(X[i : i + 333].T), list("abc")) for i in range(0, 2000, 333)
+        ),
+        2000,
+    )
     assert np.array_equal(clustering.keyed_sample(pieces, same, lower, upper, salt, 0.1), kept)
     key = clustering.sample_key(kept, lower, upper, salt)
     assert np.all(np.diff(key) >= 0) and key.max() < 0.1

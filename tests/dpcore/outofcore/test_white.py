@@ -29,8 +29,16 @@ def test_white_out_of_core_is_the_in_memory_covariance_of_its_clustering(
     tmp_path: Path, key, sample_rows
 ) -> None:
     feat, inputs = colored_case(tmp_path)
+    per_cluster = key == "white_per_cluster"
     run = white_release(
-        feat, key, 3, epsilon=1.0, delta=1e-6, random_state=Sampler(4), sample_rows=sample_rows
+        feat,
+        key,
+        3,
+        per_cluster=per_cluster,
+        epsilon=1.0,
+        delta=1e-6,
+        random_state=4,
+        sample_rows=sample_rows,
     )
     labels = nearest_sets(inputs.X, run.centres[None])[0][0]
     mem = IN_MEMORY[key](inputs.X, labels, 1.0, 1e-6)
@@ -46,11 +54,11 @@ def test_white_out_of_core_is_the_in_memory_covariance_of_its_clustering(
 def test_white_out_of_core_refusals(tmp_path: Path) -> None:
     feat, _ = colored_case(tmp_path)
     with pytest.raises(ParameterError, match="δ > 0"):
-        white_release(feat, "white", 3, epsilon=1.0, delta=0.0, random_state=Sampler(1))
+        white_release(feat, "white", 3, per_cluster=False, epsilon=1.0, delta=0.0, random_state=1)
     with pytest.raises(ParameterError, match="secure sampling"):
-        white_release(feat, "white", 3, epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1))
-    with pytest.raises(ParameterError, match="not a white-noise mechanism"):
-        white_release(feat, "colored", 3, epsilon=1.0, delta=1e-6, random_state=Sampler(1))
+        white_release(
+            feat, "white", 3, per_cluster=False, epsilon=1.0, delta=1e-6, random_state=Sampler.diagnostic(1)
+        )
 
 
 def test_the_registry_releases_white_from_a_table_and_a_batch_job_from_a_plan(tmp_path: Path) -> None:
