@@ -545,8 +545,11 @@ def _relation(
     when its parameters fix it (``MechanismSpec.relation``), else the policy's for the definition."""
     if spec is not None and spec.relation is not None:
         return spec.relation(params, policy)
-    if family == "dp":
-        return Relation("dp", policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded")
+    if family == "dp":  # a "neighbours" parameter: location mechanisms not declaring their relation yet
+        nb = params.get("neighbours")
+        if nb is None:
+            nb = policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded"
+        return Relation("dp", nb)
     if family == "blowfish":
         theta = params.get("theta_m", params.get("hs_m"))
         if theta is not None:

@@ -249,10 +249,32 @@ def test_a_former_key_still_loads_its_manifest_plan_and_ledger_row(source, tmp_p
 
 
 def test_the_toy_appears_in_the_page_comparison_and_release_panel(source) -> None:
-    from tests.pages.test_kmeans import _dataset, _page
+    """Ticked by default, compared (every declared metric in the picker), the detailed view still draws
+    the others' ellipses though the toy has no covariance, and the release panel plans it with its own
+    guarantee wording."""
+    from tests.pages.test_kmeans import _dataset, _errors, _page
 
     df = source[0]
     at = _page(_dataset(df, "people", features=list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop"))
     assert not at.exception, [e.value for e in at.exception]
     assert at.checkbox(key=f"km_mech_{TOY}").value is True
-    assert "Toy white Laplace" in at.selectbox(key="km_rel_mech").options
+    at.checkbox(key="km_mech_colored").check()
+    at.select_slider(key="km_eps_range").set_value((0.5, 1.0))
+    at.number_input(key="km_trials").set_value(2)
+    at.button(key="km_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert TOY in set(at.session_state["km_sweep"].frame["mechanism"])
+    assert at.selectbox(key="km_metric").options == [m.title for m in TOY_SPEC.metrics]  # none left off
+    at.selectbox(key="km_view_mech").set_value(TOY).run()
+    assert not at.exception
+    embedding = [
+        c
+        for c in at.get("plotly_chart")
+        if "embedding" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+    ]
+    names = {t.get("name", "") for t in json.loads(embedding[0].proto.spec)["data"]}
+    assert "Colored Gaussian (optimal): 1σ noise" in names and "Toy white Laplace centres (ε = 0.7)" in names
+    at.selectbox(key="km_rel_mech").set_value(TOY).run()
+    assert not at.exception
+    shown = " ".join(str(t.value) for t in at.table) + " ".join(w.value for w in at.warning)
+    assert "Toy white Laplace" in shown and "Laplace calibration" in shown
