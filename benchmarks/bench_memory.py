@@ -28,7 +28,6 @@ import time
 
 TARGET_MB = 1024.0
 EPS = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0]
-DEFAULTS = ["white", "white_per_cluster", "colored", "dp_lloyd", "blowfish"]
 CASES: dict[str, tuple[str, int, int, str]] = {  # name: (kind, rows, trials, what)
     "25k": ("kmeans", 25_000, 20, "k-means comparison, page defaults, 25k rows"),
     "100k": ("kmeans", 100_000, 20, "k-means comparison, page defaults, 100k rows"),
@@ -61,19 +60,21 @@ def child(name: str) -> None:
     if base:
         pass
     elif kind == "kmeans":
-        from dpcore.kmeans import sweep
+        from dpcore.kmeans import KMEANS, sweep
         from dpcore.policy import FullDomainGraph
 
         graph = FullDomainGraph()
-        sweep(X, labels, DEFAULTS, EPS, trials, 1e-6, bounds=(-10.0, 10.0), graph=graph, random_state=0)
+        defaults = [k for k, s in KMEANS.items() if s.compared_by_default]  # the page's
+        sweep(X, labels, defaults, EPS, trials, 1e-6, bounds=(-10.0, 10.0), graph=graph, random_state=0)
     elif kind == "mcmc":
         from dpcore.kmeans import sweep
+        from dpcore.kmeans.mechanisms import dp_lloyd_mcmc
 
         eps = [0.5, 1.0, 2.0]
         sweep(
             X,
             labels,
-            ["dp_lloyd_mcmc"],
+            [dp_lloyd_mcmc.KEY],
             eps,
             trials,
             0.0,

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from scale_table import generated_table, one_scan, peak_gb, table_arguments, timed
 
 from dpcore.kmeans.mechanisms.colored import KEY as COLORED
+from dpcore.kmeans.mechanisms.dp_lloyd import KEY as DP_LLOYD
 from dpcore.kmeans.registry import release_centroids
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore import TableFeatures, features
@@ -101,7 +102,7 @@ def lloyd(table, rounds: int) -> tuple[float, list[float]]:
     params = {"n_clusters": K, "n_iter": rounds, "neighbours": "bounded"}
     with RoundTimer() as timer:
         t, _ = timed(
-            release_centroids, "dp_lloyd", feat, epsilon=1.0, random_state=Sampler(SEED), params=params
+            release_centroids, DP_LLOYD, feat, epsilon=1.0, random_state=Sampler(SEED), params=params
         )
     return t, timer.rounds
 
@@ -169,10 +170,10 @@ def spark_round(folder: Path, rows: int, rounds: int) -> float:
             f"{per_iteration:.2f} s (1 iteration {one:.2f} s, 5 iterations {five:.2f} s)"
         )
         params = {"n_clusters": K, "n_iter": rounds, "neighbours": "bounded"}
-        spark = release_centroids("dp_lloyd", feat, epsilon=1.0, random_state=Sampler(SEED), params=params)
+        spark = release_centroids(DP_LLOYD, feat, epsilon=1.0, random_state=Sampler(SEED), params=params)
         duck_feat = TableFeatures.from_bounds(read_parquet(connect("duckdb"), [str(path)]), BOUNDS)
         duck = release_centroids(
-            "dp_lloyd", duck_feat, epsilon=1.0, random_state=Sampler(SEED), params=params
+            DP_LLOYD, duck_feat, epsilon=1.0, random_state=Sampler(SEED), params=params
         )
         a, b = (r.table.select_dtypes("number").to_numpy() for r in (spark, duck))
         print(

@@ -34,7 +34,8 @@ from dpcore.mechanisms import Sampler
 
 EPS = (0.5, 1.0, 2.0)
 DELTA = 1e-6
-MECHANISMS = ("dp_lloyd", "gaussian_lloyd", "lsh_coreset")
+MECHANISMS = (dp_lloyd.KEY, gaussian_lloyd.KEY, lsh_coreset.KEY)
+MODULES = dict(zip(MECHANISMS, (dp_lloyd, gaussian_lloyd, lsh_coreset), strict=True))
 
 
 def ball(n: int, d: int, radius: float, rng: np.random.Generator) -> np.ndarray:
@@ -91,11 +92,10 @@ def loss(X: np.ndarray, centres: np.ndarray) -> float:
 def fitter(key: str, k: int, bounds: tuple, radius: float) -> Callable[[float, Sampler], object]:
     """eps, random_state -> the unfitted estimator of registry mechanism ``key`` (default parameters)."""
     params = KMEANS[key].validate_params({"n_clusters": k})
-    if key == "dp_lloyd":
+    if not KMEANS[key].needs_delta:  # DP-Lloyd: Laplace noise, no ball
         return lambda eps, s: dp_lloyd.build(eps, bounds, params, s)
     params["radius"] = radius
-    module = gaussian_lloyd if key == "gaussian_lloyd" else lsh_coreset
-    return lambda eps, s: module.build(eps, DELTA, bounds, params, s)
+    return lambda eps, s: MODULES[key].build(eps, DELTA, bounds, params, s)
 
 
 def main() -> None:
@@ -119,10 +119,11 @@ def main() -> None:
                     )
                 )
             best = min(means, key=means.__getitem__)
+            base = means[dp_lloyd.KEY]
             print(
-                f"{name:10s} eps={eps:g}  best {means[best]:.4g} ({best})  dp_lloyd {means['dp_lloyd']:.4g}  "
-                f"floor {floor:.4g}  best/dp_lloyd {means[best] / means['dp_lloyd']:.3f}  "
-                + "  ".join(f"{m} {v:.4g}" for m, v in means.items() if m not in (best, "dp_lloyd")),
+                f"{name:10s} eps={eps:g}  best {means[best]:.4g} ({best})  dp_lloyd {base:.4g}  "
+                f"floor {floor:.4g}  best/dp_lloyd {means[best] / base:.3f}  "
+                + "  ".join(f"{m} {v:.4g}" for m, v in means.items() if m not in (best, dp_lloyd.KEY)),
                 flush=True,
             )
             if name == "synth-k16" and eps == 1.0:
