@@ -26,7 +26,7 @@ from dpcore.plan import ReleasePlan, preparation_steps
 from dpcore.plots.kmeans import loss_vs_eps
 from dpcore.policy import ApproxDP, Blowfish, PartitionGraph, PureDP
 from dpcore.registry import Calibration, MechanismSpec, calibration_name, guarantee_name
-from dpcore.report import make_release
+from dpcore.releases import make_release
 from tests.dpcore.outofcore.test_clustering import BOUNDS
 from tests.dpcore.outofcore.test_run_plan import people_source
 
