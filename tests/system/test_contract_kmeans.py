@@ -27,6 +27,7 @@ from dpcore.plots.kmeans import loss_vs_eps
 from dpcore.policy import ApproxDP, Blowfish, PartitionGraph, PureDP
 from dpcore.registry import Calibration, MechanismSpec, calibration_name, guarantee_name
 from dpcore.releases import make_release
+from dpcore.steps import DropMissing
 from tests.dpcore.outofcore.test_clustering import BOUNDS
 from tests.dpcore.outofcore.test_run_plan import people_source
 
@@ -126,7 +127,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path
     tmp = tmp_path_factory.mktemp("contract")
     df, path = people_source(tmp, 300)
     prep = prepare(df, infer_schema(df), list(BOUNDS), scaling="minmax", bounds=BOUNDS, missing="drop")
-    steps = preparation_steps([f"drop on a ({int(df['a'].isna().sum())} rows removed)"], prep)
+    steps = preparation_steps([DropMissing(("a",), int(df["a"].isna().sum()))], prep)
     return df, path, prep, steps
 
 
