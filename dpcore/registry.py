@@ -37,6 +37,7 @@ __all__ = [
     "TableInputs",
     "calibration_name",
     "guarantee_name",
+    "presented",
     "release",
 ]
 
@@ -212,7 +213,8 @@ class MechanismSpec:
       data; costs no budget, never released).
     - ``color``: its colour on the charts, ``#rrggbb``; ``aliases``: former keys that still resolve
       (manifests, plans and ledger rows written with them load); ``compared_by_default``: ticked for
-      the comparison when a page opens.
+      the comparison when a page opens; ``presented``: the mechanism whose trade-off the Present page's
+      story tells (one per domain, :func:`presented`).
     """
 
     domain: str
@@ -237,6 +239,7 @@ class MechanismSpec:
     color: str | None = None
     aliases: tuple[str, ...] = ()
     compared_by_default: bool = True
+    presented: bool = False
 
     def __post_init__(self) -> None:
         if self.color is not None and not _HEX.fullmatch(self.color):
@@ -410,3 +413,11 @@ def release(
     return spec.run(
         inputs, epsilon=epsilon, delta=delta, params=spec.validate_params(params or {}), random_state=sampler
     )
+
+
+def presented(registry: Registry) -> MechanismSpec:
+    """The one spec of ``registry`` declared ``presented`` (the Present page's story tells its trade-off)."""
+    specs = [spec for spec in registry.values() if spec.presented]
+    if len(specs) != 1:
+        raise ParameterError(f"The {registry.domain} registry presents {len(specs)} mechanisms; declare one.")
+    return specs[0]

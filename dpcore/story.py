@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 
 from dpcore.errors import ParameterError
-from dpcore.kmeans.mechanisms.dp_lloyd import KEY as DP_LLOYD
+from dpcore.kmeans import KMEANS
 from dpcore.policy import odds_bound, truthful_probability
+from dpcore.registry import presented
 
 __all__ = [
     "MECHANISM",
@@ -48,7 +49,7 @@ __all__ = [
     "summarise",
 ]
 
-MECHANISM = DP_LLOYD  # the story tells what DP-Lloyd's release would be
+MECHANISM = presented(KMEANS).key  # the mechanism whose release the story tells (DP-Lloyd)
 STORY_EPS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 10.0)
 COLUMNS = ("epsilon", "trial", "worse_pct", "shift_pct", "shift_units")
 BAND = (0.25, 0.75)  # the middle half of the trials

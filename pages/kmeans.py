@@ -9,11 +9,12 @@ spec. A K that leaves a one-row cluster blocks the local mechanisms only. Widget
 pages (``ui.state.persist``).
 """
 
+from __future__ import annotations
+
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import streamlit as st
 
 from dpcore import plots
@@ -29,6 +30,9 @@ from ui.nav import ensure_entrypoint
 from ui.release import current_plan, release_panel, stale_reason
 from ui.requests_view import sweep_evidence
 from ui.text import md
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ensure_entrypoint()
 

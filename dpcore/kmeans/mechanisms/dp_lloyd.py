@@ -88,5 +88,6 @@ SPEC = KMEANS.register(
         background_cost=1.0,
         out_of_core=release,  # fit_release runs the Lloyd passes of a LloydSource (dpcore.outofcore)
         color="#2ca02c",
+        presented=True,
     )
 )
