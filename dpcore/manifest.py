@@ -193,12 +193,25 @@ def upgrade_plan(plan: Mapping[str, Any]) -> Mapping[str, Any]:
     from dpcore.plan import PLAN_VERSION
 
     private = plan.get("private_bounds") or {}
+    plan = _v1_guarantee(plan)
     steps = []
     for s in plan["preparation"]:
         if not isinstance(s, Mapping) or not isinstance(s.get("step"), str):
             raise TypeError(f"a preparation step is not text: {s!r}")
         steps.append(v1_step(s["step"], bool(s.get("data_derived")), private).to_dict())
     return {**plan, "plan_version": PLAN_VERSION, "preparation": steps}
+
+
+#: Version 1 worded a local release under the classic Gaussian calibration as "analytic" (wrong); read back,
+#: the word is corrected so its guarantee follows from its plan again (nothing else about it changed).
+_V1_CLASSIC = ("(analytic Gaussian calibration;", "(classic Gaussian calibration;")
+
+
+def _v1_guarantee(plan: Mapping[str, Any]) -> Mapping[str, Any]:
+    params, text = plan.get("parameters") or {}, plan.get("guarantee")
+    if params.get("calibration") != "classic" or not isinstance(text, str) or _V1_CLASSIC[0] not in text:
+        return plan
+    return {**plan, "guarantee": text.replace(*_V1_CLASSIC)}
 
 
 def jsonable(value: Any) -> Any:

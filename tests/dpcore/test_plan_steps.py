@@ -26,7 +26,7 @@ from dpcore.location.registry import LocationInputs
 from dpcore.manifest import changed_fields, load_manifest, v1_step
 from dpcore.outofcore.run_plan import batch_refusal, run_plan
 from dpcore.plan import ReleasePlan
-from dpcore.policy import PureDP
+from dpcore.policy import LocalPDP, PureDP
 from dpcore.private_bounds import BoundsStep
 from dpcore.releases import make_release
 from dpcore.steps import (
@@ -318,3 +318,25 @@ def test_a_plan_refuses_steps_given_as_words() -> None:
         _kmeans_plan("0" * 64, ("drop on a (1 rows removed)",))
     with pytest.raises(DataError):
         load_manifest(OLD / "people.parquet")
+
+
+def test_an_old_classic_calibrated_manifest_loads_with_its_wrong_word_corrected() -> None:
+    """Version 1 called the classic Gaussian calibration "analytic" in a local release's guarantee; such a
+    manifest still loads (the word corrected), and any other change to the guarantee is still refused."""
+    plan = ReleasePlan(
+        "kmeans", "white", 0.5, LocalPDP(0.5, 1e-6), "people", "f" * 64, delta=1e-6,
+        params={"n_clusters": 3, "calibration": "classic"}, preparation=(DropMissing(("x",), 2),),
+    )
+    now = plan.to_manifest()
+    assert "(classic Gaussian calibration;" in now["guarantee"]
+    old = {
+        **now,
+        "plan_version": 1,
+        "preparation": [{"step": s.text, "data_derived": s.data_derived} for s in plan.preparation],
+        "guarantee": now["guarantee"].replace("(classic Gaussian", "(analytic Gaussian"),
+    }
+    again = ReleasePlan.from_manifest(old)
+    assert again == plan and again.key == plan.key
+    with pytest.raises(DPCoreError, match="guarantee does not follow"):
+        altered = old["guarantee"].replace("this dataset", "any dataset")
+        ReleasePlan.from_manifest({**old, "guarantee": altered})
