@@ -211,6 +211,10 @@ class MechanismSpec:
     - ``out_of_core(table, *, epsilon, delta, params, random_state)``: its release on :class:`TableInputs`.
     - ``note(inputs, params) -> str``: a diagnostic sentence the page shows beside it (may read the
       data; costs no budget, never released).
+    - ``diagnostic_figures(inputs, *, epsilon, params, random_state, tiles, nonnegative) -> {name: Figure}``:
+      curator figures of one diagnostic draw set against the true data (e.g. true vs released), never
+      released; ``tiles`` draws maps on a tile basemap (needs internet), ``nonnegative`` shows noisy counts
+      made non-negative by post-processing; ``name`` is a stable short chart name.
     - ``color``: its colour on the charts, ``#rrggbb``; ``aliases``: former keys that still resolve
       (manifests, plans and ledger rows written with them load); ``compared_by_default``: ticked for
       the comparison when a page opens; ``presented``: the mechanism whose trade-off the Present page's
@@ -236,6 +240,7 @@ class MechanismSpec:
     covariance: Callable[..., Covariance] | None = None
     out_of_core: Callable[..., MechanismOutput] | None = None
     note: Callable[..., str] | None = None
+    diagnostic_figures: Callable[..., Mapping[str, Any]] | None = None
     color: str | None = None
     aliases: tuple[str, ...] = ()
     compared_by_default: bool = True

@@ -3,7 +3,8 @@
 Diagnostics (sections 1-3) read the raw coordinates and cost no budget; the release (section 4) runs one
 mechanism once at one ε, debits the ledger once (``ui.release.release_panel``) and is the only output meant
 to leave. Every mechanism's parameters are drawn from its spec's declaration (``ui.params``), compared and
-released with the same values; maps draw without a tile server.
+released with the same values; maps draw without a tile server unless the curator ticks the
+tile basemap (needs internet).
 """
 
 from collections.abc import Callable
@@ -199,7 +200,9 @@ def _parameters(coords: view.Coordinates) -> dict[str, dict[str, Any]]:
     return draw_params("loc", LOCATIONS.values(), pol, fixed=fixed)
 
 
-def _compare(key: str, coords: view.Coordinates, region: Region, params: dict[str, dict[str, Any]]) -> None:
+def _compare(
+    key: str, coords: view.Coordinates, region: Region, params: dict[str, dict[str, Any]], tiles: bool
+) -> None:
     st.header("3. Compare mechanisms (diagnostics, no budget)")
     options = comparable()
     chosen = st.multiselect(
@@ -271,7 +274,7 @@ def _compare(key: str, coords: view.Coordinates, region: Region, params: dict[st
         scope=view.release_scope(coords, next(iter(params.values()))),
     )
     ran = view.compared_params(stored[0])
-    _maps(key, coords, region, {m: ran[m] for m in stored[0][1]}, stored[0][2])
+    _maps(key, coords, region, {m: ran[m] for m in stored[0][1]}, stored[0][2], tiles)
 
 
 def _eps_pair(value: object) -> bool:
@@ -279,7 +282,12 @@ def _eps_pair(value: object) -> bool:
 
 
 def _maps(
-    key: str, coords: view.Coordinates, region: Region, params: dict[str, dict[str, Any]], eps_grid: tuple
+    key: str,
+    coords: view.Coordinates,
+    region: Region,
+    params: dict[str, dict[str, Any]],
+    eps_grid: tuple,
+    tiles: bool,
 ) -> None:
     st.subheader("Maps at one ε (diagnostic)")
     eps = float(
@@ -289,22 +297,31 @@ def _maps(
             key=state.persist("loc_map_eps", eps_grid[len(eps_grid) // 2], eps_grid.__contains__),
         )
     )
+    nonnegative = st.checkbox(
+        "Show the grid counts made non-negative (post-processing of the noisy counts: keeps their total, "
+        "costs no privacy)",
+        key=state.persist("loc_heat_nonneg", False),
+    )
     st.caption(
-        "Each compared mechanism's release output, drawn once with diagnostic noise on the true data at "
-        "this ε (the level l of a geo-indistinguishable one) with the parameters it was compared with."
+        "Each compared mechanism drawn once with diagnostic noise on the true data at this ε (the level l "
+        "of a geo-indistinguishable one) with the parameters it was compared with: true vs released where "
+        "it declares it, else its release output. Curator only: do not share."
     )
     box = (region.lat_min, region.lat_max, region.lon_min, region.lon_max)
     users = coords.users if coords.user_column else None
     cols = st.columns(2)
-    for i, (mech, values) in enumerate(params.items()):
-        with user_errors(f"drawing the map of {LOCATIONS[mech].label}") as outcome:
+    i = 0
+    for mech, values in params.items():
+        with user_errors(f"drawing the maps of {LOCATIONS[mech].label}") as outcome:
+            chosen = view.params_json(values)
             figures = view.diagnostic_figures(
-                key, coords.lat, coords.lon, users, box, mech, eps, view.params_json(values)
+                key, coords.lat, coords.lon, users, box, mech, eps, chosen, tiles, nonnegative
             )
         if outcome.failed:
             continue
-        for j, fig in enumerate(figures):
-            cols[i % 2].plotly_chart(fig, key=f"loc_map_{mech}_{j}")
+        for name, fig in figures.items():
+            cols[i % 2].plotly_chart(fig, key=f"loc_{name}")
+            i += 1
 
 
 def _compared_settings(key: str, mech: str) -> dict[str, object] | None:
@@ -419,7 +436,8 @@ if outside:
         "the raw data, shown to you only): every mechanism clamps them onto the region's edge."
     )
 parameters = _parameters(coordinates)
+use_tiles = st.checkbox("Tile basemap for maps (needs internet)", key=state.persist("loc_tiles", False))
 data_key = view.data_key(dataset.fingerprint, dataset.cleaning, coordinates.columns)
-_compare(data_key, coordinates, public_region, parameters)
+_compare(data_key, coordinates, public_region, parameters, use_tiles)
 st.divider()
 _release(data_key, coordinates, public_region, parameters, private_epsilon)

@@ -1,12 +1,12 @@
 """Helpers of the Locations page: region presets, cached dpcore calls, the inputs of a release.
 
 Nothing here computes privacy or utility, and nothing names a mechanism: the comparison runs the trials
-the specs of ``dpcore.location.LOCATIONS`` declare, the diagnostic maps are each spec's own release figures
-drawn with diagnostic noise. Cached functions are keyed by ``key`` (the dataset fingerprint, its cleaning
-steps and the chosen columns) plus the parameters (as canonical JSON); arrays are passed as
-``_lat``/``_lon``/``_users`` (not hashed). On a table of more than ``DIAGNOSTIC_ROWS`` rows the comparison
-and the maps read a uniform sample of that many rows, the same for the same key (:func:`sample_note` says
-so); releases read every row.
+the specs of ``dpcore.location.LOCATIONS`` declare, the diagnostic maps are the curator figures each spec
+declares (true vs released, ...) or else its own release figures, drawn with diagnostic noise. Cached
+functions are keyed by ``key`` (the dataset fingerprint, its cleaning steps and the chosen columns) plus
+the parameters (as canonical JSON); arrays are passed as ``_lat``/``_lon``/``_users`` (not hashed). On a
+table of more than ``DIAGNOSTIC_ROWS`` rows the comparison and the maps read a uniform sample of that many
+rows, the same for the same key (:func:`sample_note` says so); releases read every row.
 """
 
 from __future__ import annotations
@@ -152,21 +152,27 @@ def diagnostic_figures(
     mechanism: str,
     eps: float,
     params: str,
-) -> tuple[Any, ...]:
-    """``mechanism``'s release figures at ``eps`` with its parameters (``params``: its own, as JSON), drawn
-    once with diagnostic noise (fixed seed) on the comparison's rows and stamped as diagnostics: they read
-    the true data and are never released."""
+    tiles: bool = False,
+    nonnegative: bool = False,
+) -> dict[str, Any]:
+    """``mechanism``'s curator figures at ``eps`` with its parameters (``params``: its own, as JSON), chart
+    name -> figure, drawn once with diagnostic noise (fixed seed) on the comparison's rows: the figures its
+    spec declares (``diagnostic_figures``: e.g. true vs released, with ``tiles`` and ``nonnegative``
+    passed on), else its release figures stamped as diagnostics. They read the true data: never released."""
     rows = diagnostic_sample(len(_lat), key)
     users = None if _users is None else _users[rows]
     inputs = LocationInputs(_lat[rows], _lon[rows], users, Region(*box))
-    out = LOCATIONS[mechanism].release(
-        inputs,
-        epsilon=eps,
-        delta=0.0,
-        params=LOCATIONS[mechanism].validate_params(json.loads(params)),
-        random_state=Sampler.diagnostic(DIAGNOSTIC_SEED),
-    )
-    return tuple(diagnostic_annotation(fig) for fig in out.figures)
+    spec = LOCATIONS[mechanism]
+    values = spec.validate_params(json.loads(params))
+    sampler = Sampler.diagnostic(DIAGNOSTIC_SEED)
+    if spec.diagnostic_figures is not None:
+        return dict(
+            spec.diagnostic_figures(
+                inputs, epsilon=eps, params=values, random_state=sampler, tiles=tiles, nonnegative=nonnegative
+            )
+        )
+    out = spec.release(inputs, epsilon=eps, delta=0.0, params=values, random_state=sampler)
+    return {f"map_{mechanism}_{j}": diagnostic_annotation(fig) for j, fig in enumerate(out.figures)}
 
 
 def data_extent(coords: Coordinates) -> Region:

@@ -66,9 +66,15 @@ def _title(el) -> str:
 
 def _size(values: list | dict) -> int:
     """Length of a Plotly JSON array (a list, or a base64 typed array {"dtype", "bdata"})."""
+    return _array(values).size
+
+
+def _array(values: list | dict) -> np.ndarray:
+    """A Plotly JSON array (a list, or a base64 typed array {"dtype", "bdata", "shape"}) as floats."""
     if isinstance(values, dict):
-        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).size
-    return len(values)
+        flat = np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).astype(float)
+        return flat.reshape([int(n) for n in str(values.get("shape", flat.size)).split(",")])
+    return np.asarray(values, dtype=float)
 
 
 def _errors(at: AppTest) -> list[str]:
@@ -108,22 +114,42 @@ def test_airports_sample_loads_and_comparison_draws_charts():
     assert [t for t in titles if "vs ε" in t] == [
         "Error of every mechanism vs ε (median over trials, band 25–75%)"  # one trade-off chart
     ]
-    # every compared mechanism's own release figures, drawn once with diagnostic noise at the map's ε
-    assert any(t.startswith("Planar Laplace (per location): released locations") for t in titles)
-    assert any(t.startswith("PriLocation (users' visits): released locations") for t in titles)
-    grids = ("Uniform density grid: released", "Adaptive density grid: released")
-    assert sum(t.startswith(grids) for t in titles) == 2
-    charts = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-    (hotspots,) = [c for c in charts if "DP hotspots (DP-Lloyd): released" in c["layout"]["title"]["text"]]
-    assert _one_line(hotspots["layout"]["title"]["text"]).endswith("released hotspot centres (K = 8, ε = 1)")
-    assert [_size(t["x"]) for t in hotspots["data"][1:]] == [8]
+    # the curator diagnostics each spec declares (true vs released, displacement, heatmaps), else its
+    # release figures, drawn once with diagnostic noise at the map's ε
+    charts = {el.key: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
+    title = {k: _one_line(c["layout"]["title"]["text"]) for k, c in charts.items()}
+    assert title["loc_map_laplace"].startswith("Planar Laplace (per location), l = 1 within r = 1,000 m")
+    assert title["loc_map_laplace"].endswith("true vs released")
+    points = [t["name"] for t in charts["loc_map_laplace"]["data"] if t["type"] == "scattergl"]
+    assert points == ["true", "released"]
+    assert title["loc_displacement"].startswith("Planar Laplace displacement, ε = ")
+    assert [t["type"] for t in charts["loc_displacement"]["data"]] == ["histogram", "scatter"]
+    assert title["loc_map_pri"].endswith("true vs released visits")
+    assert title["loc_heat_ug"].startswith("Private density (uniform grid, ε = 1")
+    assert title["loc_heat_ag"].startswith("Private density (adaptive grid, ε = 1")
+    hotspots = charts["loc_map_hotspots_dp"]
+    assert title["loc_map_hotspots_dp"].startswith("DP hotspots (DP-Lloyd), ε = 1, K = 8: true vs released")
+    assert "mean great-circle distance from each true hotspot" in title["loc_map_hotspots_dp"]
+    names = [t.get("name", "") for t in hotspots["data"]]
+    assert names[1:3] == ["locations (raw data)", "true hotspots (non-private k-means)"]
+    assert names[3].startswith("DP hotspots (DP-Lloyd): ") and names[3].endswith(" km")
+    assert [_size(t["x"]) for t in hotspots["data"][2:]] == [8, 8]
     assert hotspots["layout"]["yaxis"]["scaleanchor"] == "x"  # equal ground scale, offline
+    assert "loc_map_hotspots_blowfish" in charts
+    assert any(t.startswith("Mean position (bounded DP): released") for t in title.values())  # no diagnostic
     assert all(
-        any(a["text"].startswith("Diagnostic") for a in json.loads(el.proto.spec)["layout"]["annotations"])
-        for el in at.get("plotly_chart")
+        any(a["text"].startswith("Diagnostic") for a in c["layout"]["annotations"]) for c in charts.values()
     )  # every map read the true data: stamped as a diagnostic
-    maps = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-    assert not any(t.get("type") == "scattermap" for m in maps for t in m["data"])  # no tile server
+    assert at.checkbox(key="loc_tiles").value is False  # offline by default: no tile server
+    assert not any(t.get("type") == "scattermap" for c in charts.values() for t in c["data"])
+    raw = _array(charts["loc_heat_ug"]["data"][0]["z"])
+    assert raw.min() < 0  # noisy counts as released
+    at.checkbox(key="loc_heat_nonneg").check().run()
+    assert not at.exception and not _errors(at)
+    heat = next(json.loads(el.proto.spec) for el in at.get("plotly_chart") if el.key == "loc_heat_ug")
+    assert "made non-negative by post-processing" in _one_line(heat["layout"]["title"]["text"])
+    fixed = _array(heat["data"][0]["z"])
+    assert fixed.min() >= 0 and fixed.sum() == pytest.approx(raw.sum())  # projection keeps the total
     at.run()
     assert at.session_state["loc_sweep"][1] is frame  # a rerun keeps the comparison
 

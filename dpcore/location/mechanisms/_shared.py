@@ -13,7 +13,14 @@ from dpcore.location.blowfish import blowfish_mean_sensitivity, dp_mean_sensitiv
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.geometry import FloatArray, haversine_m
 from dpcore.location.grids import ClampedPoints, DensityGrid, relative_error
-from dpcore.location.hotspots import fit_hotspots, hotspot_estimator, hotspot_trials
+from dpcore.location.hotspots import (
+    fit_hotspots,
+    hotspot_estimator,
+    hotspot_trials,
+    nearest_hotspot_distance_m,
+    project_locations,
+    true_hotspots,
+)
 from dpcore.location.registry import (
     ERROR_M,
     RANGE_ERROR,
@@ -25,6 +32,7 @@ from dpcore.location.registry import (
 )
 from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler, laplace_scale
+from dpcore.plots.kmeans import diagnostic_annotation
 from dpcore.plots.location import density_heatmap, hotspot_map, released_map
 from dpcore.policy import Blowfish, DistanceThresholdGraph, Policy
 from dpcore.registry import MechanismOutput, Param
@@ -185,6 +193,27 @@ def hotspot_release(
     return MechanismOutput(table, (figure,), details, kept_diagnostics(kept, inputs), kept.scope)
 
 
+def _grid(
+    build: Callable[..., DensityGrid],
+    inputs: LocationInputs,
+    epsilon: float,
+    delta: float,
+    params: dict[str, Any],
+    random_state: Sampler,
+) -> tuple[Any, DensityGrid]:
+    """The counted rows (at most m per user) and their grid, built with sensitivity m per cell."""
+    no_delta(delta)
+    counted = inputs.counted(params["max_per_user"], random_state)
+    grid = build(
+        counted.points,
+        epsilon,
+        neighbours=params["neighbours"],
+        points_per_person=counted.group,
+        random_state=random_state,
+    )
+    return counted, grid
+
+
 def grid_release(
     build: Callable[..., DensityGrid],
     label: str,
@@ -198,15 +227,7 @@ def grid_release(
 
     ``inputs`` is a :class:`LocationInputs` or a table in an engine
     (:class:`dpcore.outofcore.locations.TableLocations`): both give the rows counted."""
-    no_delta(delta)
-    counted = inputs.counted(params["max_per_user"], random_state)
-    grid = build(
-        counted.points,
-        epsilon,
-        neighbours=params["neighbours"],
-        points_per_person=counted.group,
-        random_state=random_state,
-    )
+    counted, grid = _grid(build, inputs, epsilon, delta, params, random_state)
     table = pd.DataFrame(grid.leaves, columns=GRID_COLUMNS)
     figure = density_heatmap(grid, title=f"{label}: released noisy counts (ε = {epsilon:g})")
     details = {
@@ -217,6 +238,60 @@ def grid_release(
         "cells_per_side_level_1": int(grid.counts.shape[0]),
     }
     return MechanismOutput(table, (figure,), details, kept_diagnostics(counted, inputs), counted.scope)
+
+
+def grid_diagnostic(
+    build: Callable[..., DensityGrid],
+    chart: str,
+    inputs: LocationInputs,
+    *,
+    epsilon: float,
+    params: dict[str, Any],
+    random_state: Sampler,
+    tiles: bool,
+    nonnegative: bool,
+) -> dict[str, Any]:
+    """The grid's heatmap from one diagnostic draw, its counts made non-negative by post-processing
+    (``dpcore.postprocess.nonnegative_counts``, "project": keeps their total) when ``nonnegative``;
+    ``tiles`` is not used (a heatmap draws no basemap)."""
+    _, grid = _grid(build, inputs, epsilon, 0.0, params, random_state)
+    figure = density_heatmap(grid, nonnegative="project" if nonnegative else None)
+    return {chart: diagnostic_annotation(figure)}
+
+
+def hotspot_diagnostic(
+    policy: str,
+    label: str,
+    chart: str,
+    inputs: LocationInputs,
+    *,
+    epsilon: float,
+    params: dict[str, Any],
+    random_state: Sampler,
+    tiles: bool,
+    nonnegative: bool,
+) -> dict[str, Any]:
+    """True hotspots (non-private k-means, seed 0) vs the centres of one diagnostic release, over the raw
+    locations; the legend gives the mean great-circle distance from each true hotspot to the nearest
+    released one (``nearest_hotspot_distance_m``). ``nonnegative`` is not used (no counts)."""
+    k = params["hotspot_k"]
+    out = hotspot_release(policy, label, inputs, epsilon, 0.0, params, random_state)
+    released = out.table[["lat", "lon"]].to_numpy()
+    data = project_locations(inputs.lat, inputs.lon, inputs.region)
+    true = data.to_latlon(true_hotspots(data, k, 0))
+    distance_km = nearest_hotspot_distance_m(true, released) / 1000
+    figure = hotspot_map(
+        {f"{label}: {distance_km:,.0f} km": (released[:, 0], released[:, 1])},
+        true_centres=(true[:, 0], true[:, 1]),
+        points=(inputs.lat, inputs.lon),
+        tiles=tiles,
+        title=(
+            f"{label}, ε = {epsilon:g}, K = {k}: true vs released centres<br><sup>Legend: mean great-circle "
+            "distance from each true hotspot (non-private k-means) to the nearest released one, for this "
+            "one diagnostic draw.</sup>"
+        ),
+    )
+    return {chart: figure}
 
 
 def grid_trial(

@@ -12,7 +12,13 @@ from functools import partial
 from typing import Any
 
 from dpcore.location.grids import adaptive_grid_of
-from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, grid_trial, neighbours_param
+from dpcore.location.mechanisms._shared import (
+    GRID_SUMMARY,
+    grid_diagnostic,
+    grid_release,
+    grid_trial,
+    neighbours_param,
+)
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, RANGE_ERROR, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
@@ -43,6 +49,7 @@ SPEC = LOCATIONS.register(
         citation="Qardaji, Yang and Li 2013",
         release=release,
         trial=partial(grid_trial, adaptive_grid_of),
+        diagnostic_figures=partial(grid_diagnostic, adaptive_grid_of, "heat_ag"),
         metrics=(RANGE_ERROR,),
         color="#17becf",
         out_of_core=release,

@@ -11,7 +11,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import HOTSPOT_K, THETA, hotspot_release, hotspot_trial
+from dpcore.location.mechanisms._shared import (
+    HOTSPOT_K,
+    THETA,
+    hotspot_diagnostic,
+    hotspot_release,
+    hotspot_trial,
+)
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
@@ -44,6 +50,7 @@ SPEC = LOCATIONS.register(
         citation="Machanavajjhala and Kifer 2015; He, Machanavajjhala and Ding 2014",
         release=release,
         trial=partial(hotspot_trial, "blowfish"),
+        diagnostic_figures=partial(hotspot_diagnostic, "blowfish", LABEL, "map_hotspots_blowfish"),
         metrics=(WCSS_LOSS,),
         color="#e377c2",
         out_of_core=release,

@@ -12,7 +12,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from dpcore.location.mechanisms._shared import HOTSPOT_K, hotspot_release, hotspot_trial, neighbours_param
+from dpcore.location.mechanisms._shared import (
+    HOTSPOT_K,
+    hotspot_diagnostic,
+    hotspot_release,
+    hotspot_trial,
+    neighbours_param,
+)
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
@@ -44,6 +50,7 @@ SPEC = LOCATIONS.register(
         citation="Su et al. 2016; Lee and Kifer 2018",
         release=release,
         trial=partial(hotspot_trial, "dp"),
+        diagnostic_figures=partial(hotspot_diagnostic, "dp", LABEL, "map_hotspots_dp"),
         metrics=(WCSS_LOSS,),
         color="#8c564b",
         out_of_core=release,

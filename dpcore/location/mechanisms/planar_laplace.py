@@ -31,7 +31,7 @@ from dpcore.location.registry import (
 )
 from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
-from dpcore.plots.location import released_map
+from dpcore.plots.location import displacement_histogram, released_map, true_vs_released
 from dpcore.policy import GeoIndistinguishability
 from dpcore.registry import Calibration, MechanismOutput, MechanismSpec, Param
 
@@ -66,6 +66,31 @@ def release(
         "median_displacement_m": float(pd.Series(mech.displacement_m_).median()),
     }
     return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
+
+
+def diagnostic_figures(
+    inputs: LocationInputs,
+    *,
+    epsilon: float,
+    params: dict[str, Any],
+    random_state: Sampler,
+    tiles: bool,
+    nonnegative: bool,
+) -> dict[str, Any]:
+    """True vs released locations of one diagnostic draw at level ``epsilon`` within r, and the histogram
+    of their great-circle displacements against the Gamma(2, 1/e) density of the noise radius (e per
+    metre). ``nonnegative`` is not used (no counts)."""
+    kept = keep_per_user(inputs, params["max_per_user"], random_state)
+    radius = float(params["radius_m"])
+    level_point = per_member_epsilon(epsilon, kept.group)
+    mech = PlanarLaplace(level=level_point, radius_m=radius, region=inputs.region, random_state=random_state)
+    z_lat, z_lon = mech.release(kept.lat, kept.lon)
+    per_metre = mech.noise_epsilon_per_metre
+    title = f"{LABEL}, l = {epsilon:g} within r = {radius:,.0f} m ({per_metre:.3g} / m): true vs released"
+    return {
+        "map_laplace": true_vs_released(kept.lat, kept.lon, z_lat, z_lon, tiles=tiles, title=title),
+        "displacement": displacement_histogram(mech.displacement_m_, per_metre),
+    }
 
 
 def trial(
@@ -107,6 +132,7 @@ SPEC = LOCATIONS.register(
         release=release,
         calibration=lambda _params: Calibration(GRID_CALIBRATION),
         trial=trial,
+        diagnostic_figures=diagnostic_figures,
         metrics=(ERROR_M,),
         color="#1f77b4",
         params=(

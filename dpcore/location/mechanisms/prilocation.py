@@ -27,7 +27,7 @@ from dpcore.location.registry import (
 )
 from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
-from dpcore.plots.location import released_map
+from dpcore.plots.location import released_map, true_vs_released
 from dpcore.registry import MechanismOutput, MechanismSpec, Param
 
 LABEL = "PriLocation (users' visits)"
@@ -66,6 +66,25 @@ def release(
         "distance_error": model.diagnostic_distance_error_,
     }
     return MechanismOutput(table, (figure,), details, diagnostics, kept.scope)
+
+
+def diagnostic_figures(
+    inputs: LocationInputs,
+    *,
+    epsilon: float,
+    params: dict[str, Any],
+    random_state: Sampler,
+    tiles: bool,
+    nonnegative: bool,
+) -> dict[str, Any]:
+    """True locations vs the visits of one diagnostic release. ``nonnegative`` is not used (no counts)."""
+    out = release(inputs, epsilon=epsilon, delta=0.0, params=params, random_state=random_state)
+    title = f"{LABEL}, ε = {epsilon:g}, HS = {params['hs_m']:,.0f} m: true vs released visits"
+    return {
+        "map_pri": true_vs_released(
+            inputs.lat, inputs.lon, out.table["lat"], out.table["lon"], tiles=tiles, title=title
+        )
+    }
 
 
 def trial(
@@ -118,6 +137,7 @@ SPEC = LOCATIONS.register(
         ),
         release=release,
         trial=trial,
+        diagnostic_figures=diagnostic_figures,
         metrics=(ERROR_M,),
         color="#d62728",
         params=(

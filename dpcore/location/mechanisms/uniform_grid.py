@@ -12,7 +12,13 @@ from functools import partial
 from typing import Any
 
 from dpcore.location.grids import uniform_grid_of
-from dpcore.location.mechanisms._shared import GRID_SUMMARY, grid_release, grid_trial, neighbours_param
+from dpcore.location.mechanisms._shared import (
+    GRID_SUMMARY,
+    grid_diagnostic,
+    grid_release,
+    grid_trial,
+    neighbours_param,
+)
 from dpcore.location.registry import LOCATIONS, MAX_PER_USER, RANGE_ERROR, LocationInputs
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
@@ -41,6 +47,7 @@ SPEC = LOCATIONS.register(
         citation="Qardaji, Yang and Li 2013",
         release=release,
         trial=partial(grid_trial, uniform_grid_of),
+        diagnostic_figures=partial(grid_diagnostic, uniform_grid_of, "heat_ug"),
         metrics=(RANGE_ERROR,),
         color="#2ca02c",
         out_of_core=release,
