@@ -80,9 +80,12 @@ def test_locations_compare_release_download_and_ledger(page: Page, server: Serve
     assert manifest["sampling_mode"] == "secure" and manifest["demo"] is False and manifest["seed"] is None
     assert manifest["account"] == account.key and manifest["user"] == "e2e-curator"
     # the region is a public input the curator gave (a preparation step), and nothing read from the data
-    assert {"step": REGION, "data_derived": False} in manifest["preparation"]
+    [region] = [s for s in manifest["preparation"] if s["kind"] == "public_region"]  # typed step
+    assert (region["step"], region["data_derived"]) == (REGION, False)
+    assert (region["lat_min"], region["lat_max"], region["lon_min"], region["lon_max"]) == (24, 50, -125, -66)
     columns = 'location columns: latitude "latitude", longitude "longitude", user none'
-    assert {"step": columns, "data_derived": False} in manifest["preparation"]
+    words = [(s["step"], s["data_derived"]) for s in manifest["preparation"]]
+    assert words == [(columns, False), (REGION, False)]
     assert not any(step["data_derived"] for step in manifest["preparation"])
     plan = ReleasePlan.from_manifest(manifest)  # rebuilt from the manifest: same guarantee, same account
     assert plan.account == account and plan.cost == (0.5, 0.0)
