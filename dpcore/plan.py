@@ -30,17 +30,16 @@ from dpcore.accounts import Relation, factor, graph_relation
 from dpcore.errors import ParameterError, PolicyError
 from dpcore.ledger import Account, dataset_id_for_name
 from dpcore.location.budget import per_member_epsilon
-from dpcore.location.contribution import scope_sentence
 from dpcore.location.laplace import GRID_CALIBRATION, grid_note
 from dpcore.policy import (
     DEFINITIONS,
     ApproxDP,
     Blowfish,
-    GeoIndistinguishability,
     Policy,
     PureDP,
     odds_bound,
     policy_from_dict,
+    protected_radius,
 )
 from dpcore.registry import calibration_name, guarantee_name
 from dpcore.steps import DropMissing, Features, Impute, PrepStep, step_from_dict
@@ -323,27 +322,19 @@ class ReleasePlan:
 
     @property
     def per_user(self) -> int | None:
-        """m when the release protects all rows of one user (scope "per user (at most m locations each)");
-        for trajectories, m x L fixes of one person (at most m trips of at most L fixes)."""
-        if self.domain == "trajectory":
-            return int(self.params["max_trips"]) * int(self.params["max_fixes"])
-        m = self.params.get("max_per_user")
-        return m if m is not None and self.scope == scope_sentence(True, m) else None
+        """The rows of one person the release protects together, as its spec counts them
+        (``MechanismSpec.contribution``: m locations when the scope is "per user (at most m locations
+        each)", m x L fixes of one person's trips), else None: one row."""
+        spec = self.spec
+        return None if spec.contribution is None else spec.contribution(self.params, self.scope)
 
     def _radius(self) -> float:
-        return _radius(self.policy, self.spec.label)
+        return protected_radius(self.policy, self.spec.label)
 
     def _check_policy(self, spec: MechanismSpec) -> None:
-        """The policy gives what the mechanism's definition needs (a graph, a radius), and the mechanism's
-        own radius, if it takes one, is the policy's."""
+        """The policy gives what the mechanism's definition needs (a graph, a radius) and what its spec's
+        relation asks (e.g. its own radius is the policy's)."""
         _relation(_ACCOUNT_FAMILY[spec.definition], self.policy, self.params, spec.label, spec)
-        if _ACCOUNT_FAMILY[spec.definition] == "geo_ind" and "radius_m" in self.params:
-            r, own = _radius(self.policy, spec.label), float(self.params["radius_m"])
-            if own != r:
-                raise PolicyError(
-                    f"{spec.label} would count its level within {own:g} m, but the policy's protected radius "
-                    f"is {r:g} m; the radius is set on the Privacy policy page only."
-                )
 
     @property
     def account(self) -> Account:
@@ -529,38 +520,23 @@ class ReleasePlan:
         return rows
 
 
-def _radius(policy: Policy, label: str) -> float:
-    if not isinstance(policy, GeoIndistinguishability):
-        raise PolicyError(
-            f"{label} satisfies geo-indistinguishability, whose level is counted within the protected radius "
-            "set on the Privacy policy page: choose geo-indistinguishability there."
-        )
-    return float(policy.radius_m)
-
-
 def _relation(
     family: str, policy: Policy, params: Mapping[str, Any], label: str, spec: MechanismSpec | None = None
 ) -> Relation:
     """The neighbour relation of one row (shared by plans and :func:`policy_account`): the mechanism's own
-    when its parameters fix it (``MechanismSpec.relation``), else the policy's for the definition."""
+    (``MechanismSpec.relation``), else the policy's for the definition."""
     if spec is not None and spec.relation is not None:
         return spec.relation(params, policy)
-    if family == "dp":  # a "neighbours" parameter: location mechanisms not declaring their relation yet
-        nb = params.get("neighbours")
-        if nb is None:
-            nb = policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded"
-        return Relation("dp", nb)
+    if family == "dp":
+        return Relation("dp", policy.neighbours if isinstance(policy, PureDP | ApproxDP) else "unbounded")
     if family == "blowfish":
-        theta = params.get("theta_m", params.get("hs_m"))
-        if theta is not None:
-            return Relation("blowfish", "threshold", float(theta), "haversine")
         if not isinstance(policy, Blowfish):
             raise PolicyError(
                 f"{label} needs a Blowfish policy graph: choose Blowfish on the Privacy policy page."
             )
         return graph_relation(policy.graph)
     if family == "geo_ind":
-        return Relation("geo_ind", "geo", _radius(policy, label))
+        return Relation("geo_ind", "geo", protected_radius(policy, label))
     return Relation("local_pdp", "own_row")
 
 

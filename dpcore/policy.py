@@ -680,3 +680,14 @@ def make_policy(
     if key == "blowfish":
         return Blowfish(epsilon, graph)  # type: ignore[arg-type]
     return GeoIndistinguishability(epsilon_per_metre)  # type: ignore[arg-type]
+
+
+def protected_radius(policy: Policy, label: str) -> float:
+    """The radius r (metres) within which a geo-indistinguishability ``policy`` counts levels; a clear
+    PolicyError naming mechanism ``label`` and the fix for any other policy."""
+    if not isinstance(policy, GeoIndistinguishability):
+        raise PolicyError(
+            f"{label} satisfies geo-indistinguishability, whose level is counted within the protected radius "
+            "set on the Privacy policy page: choose geo-indistinguishability there."
+        )
+    return float(policy.radius_m)

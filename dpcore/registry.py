@@ -200,8 +200,12 @@ class MechanismSpec:
 
     - ``calibration(params) -> Calibration``: its noise calibration (the guarantee's wording and the
       ledger's calibration column: :func:`guarantee_name`, :func:`calibration_name`).
-    - ``relation(params, policy) -> dpcore.accounts.Relation``: the neighbour relation when its
-      parameters fix it (default: the policy's, for its definition).
+    - ``relation(params, policy) -> dpcore.accounts.Relation``: the neighbour relation of one row its
+      release protects, refusing (``PolicyError``) a policy it cannot be released under (e.g. another
+      geo-indistinguishability radius than its own); default: the policy's, for its definition.
+    - ``contribution(params, scope) -> int | None``: the rows of one person a release reads when its unit
+      of protection is a person (m locations, or m x L fixes for trajectories), which the ledger account
+      names; None (the default): one row.
     - ``trial(inputs, eps_grid, trials, *, delta, params, random_state, progress)``: the comparison's
       diagnostic (never released), scored by ``metrics``; ``trials``: a parameter for its own number of
       trials per ε when not the comparison's (e.g. MCMC chains); ``background_cost``: the work of one
@@ -234,6 +238,7 @@ class MechanismSpec:
     trial: Callable[..., Any] | None = None
     calibration: Callable[[Mapping[str, Any]], Calibration] | None = None
     relation: Callable[[Mapping[str, Any], Any], Any] | None = None
+    contribution: Callable[[Mapping[str, Any], str], int | None] | None = None
     metrics: tuple[Metric, ...] = ()
     trials: Param | None = None
     background_cost: float = 0.0

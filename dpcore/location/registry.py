@@ -10,11 +10,13 @@ calibrates its noise for a person with that many rows, and returns its scope sen
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dpcore.accounts import Relation
 from dpcore.accuracy import LOCATION_ERROR_M
 from dpcore.errors import ParameterError
 from dpcore.location.contribution import cap_per_user, check_max_per_user, scope_sentence, user_codes
@@ -34,10 +36,13 @@ __all__ = [
     "Kept",
     "LocationInputs",
     "Projected",
+    "chosen_neighbours",
     "keep_per_user",
     "kept_details",
     "kept_diagnostics",
     "no_delta",
+    "per_user_contribution",
+    "threshold_relation",
 ]
 
 LOCATIONS = Registry("location")
@@ -52,6 +57,31 @@ MAX_PER_USER = Param(
     help="A limit you know holds for every user, never read from the data: each user's extra rows are "
     "dropped at random and the noise protects a user with this many locations. Used only with a user column.",
 )
+
+
+
+def chosen_neighbours(params: Mapping[str, Any], policy: Any = None) -> Relation:
+    """The relation a differentially private release calibrated for ``params["neighbours"]`` protects: one
+    person's locations added or removed, or replaced (whatever the policy)."""
+    return Relation("dp", params["neighbours"])
+
+
+def threshold_relation(name: str) -> Callable[[Mapping[str, Any], Any], Relation]:
+    """The Blowfish relation of a release calibrated for the great-circle threshold ``params[name]``
+    (metres): one location replaced by one at most that far away (whatever the policy's graph)."""
+
+    def relation(params: Mapping[str, Any], policy: Any = None) -> Relation:
+        return Relation("blowfish", "threshold", float(params[name]), "haversine")
+
+    return relation
+
+
+def per_user_contribution(params: Mapping[str, Any], scope: str) -> int | None:
+    """m = ``max_per_user`` when the release protects all rows of one user (its scope is "per user (at most
+    m locations each)"), else None (one location)."""
+    m = params[MAX_PER_USER.name]
+    return m if scope == scope_sentence(True, m) else None
+
 
 #: The location trials' metrics (:mod:`dpcore.location.trial_data`).
 ERROR_M = Metric(LOCATION_ERROR_M, "Location error (m)")

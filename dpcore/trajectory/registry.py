@@ -10,11 +10,13 @@ trips added or removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dpcore.accounts import Relation
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region, validate_latlon
 from dpcore.mechanisms import Sampler
@@ -30,6 +32,8 @@ __all__ = [
     "TRAJECTORIES",
     "TRIP_METRICS",
     "TrajectoryInputs",
+    "person_contribution",
+    "person_relation",
     "scope_of",
 ]
 
@@ -62,6 +66,19 @@ NEIGHBOURS = Param(
     choices=("unbounded",),
     help="unbounded: one person's trips (at most the limits above) added or removed.",
 )
+
+
+
+def person_relation(params: Mapping[str, Any], policy: Any = None) -> Relation:
+    """The relation a release protects: one person (all their rows) added or removed (``neighbours``)."""
+    return Relation("dp", params[NEIGHBOURS.name])
+
+
+def person_contribution(params: Mapping[str, Any], scope: str) -> int:
+    """m x L: the fixes of one person a release reads (at most m trips of at most L fixes), whatever the
+    scope sentence."""
+    return int(params[MAX_TRIPS.name]) * int(params[MAX_FIXES.name])
+
 
 #: What a trajectory trial's synthetic trips are scored by (:func:`dpcore.trajectory.metrics.utility`).
 TRIP_METRICS = tuple(Metric(name, title) for name, title in METRICS.items())

@@ -95,6 +95,13 @@ def table() -> dict[str, object]:
     return out
 
 
+def test_every_location_and_trajectory_spec_declares_its_relation_and_contribution():
+    for domain in ("location", "trajectory"):
+        for key in registry(domain):
+            spec = registry(domain)[key]
+            assert spec.relation is not None and spec.contribution is not None, key
+
+
 @pytest.fixture(scope="module")
 def golden():
     return json.loads(GOLDEN.read_text())

@@ -19,7 +19,14 @@ from dpcore.location.mechanisms._shared import (
     grid_trial,
     neighbours_param,
 )
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, RANGE_ERROR, LocationInputs
+from dpcore.location.registry import (
+    LOCATIONS,
+    MAX_PER_USER,
+    RANGE_ERROR,
+    LocationInputs,
+    chosen_neighbours,
+    per_user_contribution,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -52,6 +59,8 @@ SPEC = LOCATIONS.register(
         diagnostic_figures=partial(grid_diagnostic, adaptive_grid_of, "heat_ag"),
         metrics=(RANGE_ERROR,),
         color="#17becf",
+        relation=chosen_neighbours,
+        contribution=per_user_contribution,
         out_of_core=release,
         params=(neighbours_param("unbounded", "bounded"), MAX_PER_USER),
     )

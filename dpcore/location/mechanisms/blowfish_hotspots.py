@@ -18,7 +18,14 @@ from dpcore.location.mechanisms._shared import (
     hotspot_release,
     hotspot_trial,
 )
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
+from dpcore.location.registry import (
+    LOCATIONS,
+    MAX_PER_USER,
+    WCSS_LOSS,
+    LocationInputs,
+    per_user_contribution,
+    threshold_relation,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -53,6 +60,8 @@ SPEC = LOCATIONS.register(
         diagnostic_figures=partial(hotspot_diagnostic, "blowfish", LABEL, "map_hotspots_blowfish"),
         metrics=(WCSS_LOSS,),
         color="#e377c2",
+        relation=threshold_relation(THETA.name),
+        contribution=per_user_contribution,
         out_of_core=release,
         params=(HOTSPOT_K, THETA, MAX_PER_USER),
     )

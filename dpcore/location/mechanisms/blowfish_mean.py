@@ -12,7 +12,14 @@ from functools import partial
 from typing import Any
 
 from dpcore.location.mechanisms._shared import THETA, mean_release, mean_trial
-from dpcore.location.registry import ERROR_M, LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.registry import (
+    ERROR_M,
+    LOCATIONS,
+    MAX_PER_USER,
+    LocationInputs,
+    per_user_contribution,
+    threshold_relation,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -45,6 +52,8 @@ SPEC = LOCATIONS.register(
         trial=partial(mean_trial, "blowfish"),
         metrics=(ERROR_M,),
         color="#9467bd",
+        relation=threshold_relation(THETA.name),
+        contribution=per_user_contribution,
         out_of_core=release,
         params=(THETA, MAX_PER_USER),
     )

@@ -19,7 +19,14 @@ from dpcore.location.mechanisms._shared import (
     hotspot_trial,
     neighbours_param,
 )
-from dpcore.location.registry import LOCATIONS, MAX_PER_USER, WCSS_LOSS, LocationInputs
+from dpcore.location.registry import (
+    LOCATIONS,
+    MAX_PER_USER,
+    WCSS_LOSS,
+    LocationInputs,
+    chosen_neighbours,
+    per_user_contribution,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -53,6 +60,8 @@ SPEC = LOCATIONS.register(
         diagnostic_figures=partial(hotspot_diagnostic, "dp", LABEL, "map_hotspots_dp"),
         metrics=(WCSS_LOSS,),
         color="#8c564b",
+        relation=chosen_neighbours,
+        contribution=per_user_contribution,
         out_of_core=release,
         params=(HOTSPOT_K, neighbours_param("unbounded", "bounded"), MAX_PER_USER),
     )

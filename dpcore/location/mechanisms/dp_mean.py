@@ -14,7 +14,14 @@ from functools import partial
 from typing import Any
 
 from dpcore.location.mechanisms._shared import mean_release, mean_trial, neighbours_param
-from dpcore.location.registry import ERROR_M, LOCATIONS, MAX_PER_USER, LocationInputs
+from dpcore.location.registry import (
+    ERROR_M,
+    LOCATIONS,
+    MAX_PER_USER,
+    LocationInputs,
+    chosen_neighbours,
+    per_user_contribution,
+)
 from dpcore.mechanisms import Sampler
 from dpcore.registry import MechanismOutput, MechanismSpec
 
@@ -46,6 +53,8 @@ SPEC = LOCATIONS.register(
         trial=partial(mean_trial, "dp"),
         metrics=(ERROR_M,),
         color="#ff7f0e",
+        relation=chosen_neighbours,
+        contribution=per_user_contribution,
         out_of_core=release,
         params=(neighbours_param("bounded"), MAX_PER_USER),
     )

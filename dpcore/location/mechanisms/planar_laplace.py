@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpcore.accounts import Relation
+from dpcore.errors import PolicyError
 from dpcore.location import trial_data
 from dpcore.location.budget import per_member_epsilon
 from dpcore.location.geometry import FloatArray
@@ -28,11 +30,12 @@ from dpcore.location.registry import (
     kept_details,
     kept_diagnostics,
     no_delta,
+    per_user_contribution,
 )
 from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
 from dpcore.plots.location import displacement_histogram, released_map, true_vs_released
-from dpcore.policy import GeoIndistinguishability
+from dpcore.policy import GeoIndistinguishability, protected_radius
 from dpcore.registry import Calibration, MechanismOutput, MechanismSpec, Param
 
 LABEL = "Planar Laplace (per location)"
@@ -112,6 +115,18 @@ def trial(
     return {ERROR_M.name: mean.reshape(trials, eps.size) / eps * float(params["radius_m"])}
 
 
+def relation(params: dict[str, Any], policy: Any) -> Relation:
+    """One location moved, the level counted within the policy's radius r, which must be the release's own
+    ``radius_m`` (set on the Privacy policy page only)."""
+    r, own = protected_radius(policy, LABEL), float(params["radius_m"])
+    if own != r:
+        raise PolicyError(
+            f"{LABEL} would count its level within {own:g} m, but the policy's protected radius is {r:g} m; "
+            "the radius is set on the Privacy policy page only."
+        )
+    return Relation("geo_ind", "geo", r)
+
+
 SPEC = LOCATIONS.register(
     MechanismSpec(
         domain="location",
@@ -135,6 +150,8 @@ SPEC = LOCATIONS.register(
         diagnostic_figures=diagnostic_figures,
         metrics=(ERROR_M,),
         color="#1f77b4",
+        relation=relation,
+        contribution=per_user_contribution,
         params=(
             Param(
                 "radius_m",

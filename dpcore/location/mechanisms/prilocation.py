@@ -24,6 +24,8 @@ from dpcore.location.registry import (
     kept_details,
     kept_diagnostics,
     no_delta,
+    per_user_contribution,
+    threshold_relation,
 )
 from dpcore.location.trial_data import TrialData
 from dpcore.mechanisms import Sampler
@@ -140,6 +142,8 @@ SPEC = LOCATIONS.register(
         diagnostic_figures=diagnostic_figures,
         metrics=(ERROR_M,),
         color="#d62728",
+        relation=threshold_relation("hs_m"),
+        contribution=per_user_contribution,
         params=(
             Param(
                 "hs_m",

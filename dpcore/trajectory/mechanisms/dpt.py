@@ -17,6 +17,8 @@ from dpcore.trajectory.registry import (
     TRAJECTORIES,
     TRIP_METRICS,
     TrajectoryInputs,
+    person_contribution,
+    person_relation,
 )
 
 LABEL = "DPT synthetic trips"
@@ -61,6 +63,8 @@ SPEC = TRAJECTORIES.register(
         trial=trial,
         metrics=TRIP_METRICS,
         color="#d62728",
+        relation=person_relation,
+        contribution=person_contribution,
         out_of_core=release,
         params=(
             MAX_TRIPS,

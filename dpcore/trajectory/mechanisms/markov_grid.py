@@ -17,6 +17,8 @@ from dpcore.trajectory.registry import (
     TRAJECTORIES,
     TRIP_METRICS,
     TrajectoryInputs,
+    person_contribution,
+    person_relation,
 )
 
 LABEL = "Uniform grid Markov trips (baseline)"
@@ -59,6 +61,8 @@ SPEC = TRAJECTORIES.register(
         trial=trial,
         metrics=TRIP_METRICS,
         color="#2ca02c",
+        relation=person_relation,
+        contribution=person_contribution,
         out_of_core=release,
         params=(
             MAX_TRIPS,
