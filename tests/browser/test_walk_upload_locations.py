@@ -263,8 +263,9 @@ def test_curator_walk_uploaded_la_locations(page: Page, server: Server) -> None:
     second = page.context.new_page()
     second.goto(url)
     wait_for_app(second)
-    go(second, "Locations")
+    # the session is restored (its dataset in the sidebar) before the curator moves on
     expect(second.get_by_test_id("stSidebar").get_by_text(NAME).first).to_be_visible()
+    go(second, "Locations")
     _expect_settings(second)
     assert _charts(second) == charts
     _budget_left(second, 2)
