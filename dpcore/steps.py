@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -78,7 +79,7 @@ def number(value: Any, what: str) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class PrepStep:
+class PrepStep(ABC):
     """One preparation step: subclasses are frozen dataclasses with a ``kind`` (their tag in a manifest),
     fields validated in ``__post_init__``, and their sentence :attr:`text`."""
 
@@ -93,9 +94,9 @@ class PrepStep:
             _KINDS[cls.kind] = cls
 
     @property
+    @abstractmethod
     def text(self) -> str:
         """The step in words: what the release panel, the manifest and the report show."""
-        raise NotImplementedError
 
     @property
     def data_derived(self) -> bool:
