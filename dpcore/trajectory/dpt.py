@@ -60,6 +60,7 @@ __all__ = ["DPT", "Hierarchy", "anchor_cap", "anchor_sequences", "gram_counts", 
 
 START, END = 0, 1  # tokens; cell g is token g + 2
 SELECT_TRIPS_PER_CELL = 40.0  # a finer system needs this many times m / eps_1 noisy trips per cell
+WALK_ROWS = 1 << 14  # synthetic trips stepped at once (a step's temporaries stay small: no fresh pages)
 _MOVES = np.array([(-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)])
 
 
@@ -210,7 +211,7 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np
     """(value, found) of each query key in sorted ``keys`` (0 where absent)."""
     if keys.size == 0:
         return np.zeros(query.shape), np.zeros(query.shape, dtype=bool)
-    pos = np.clip(np.searchsorted(keys, query), 0, keys.size - 1)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
     found = keys[pos] == query
     return np.where(found, values[pos], 0.0), found
 
@@ -400,7 +401,7 @@ class DPT:
         return TripSet(x, y, np.r_[0, np.cumsum(lens)].astype(np.int64))
 
     def _context_weights(
-        self, hist: np.ndarray, rows: np.ndarray, t: int, cand_tok: np.ndarray
+        self, hist: list[np.ndarray], rows: np.ndarray, t: int, cand_tok: np.ndarray
     ) -> np.ndarray:
         """Candidate weights from the longest expanded context of at most phi tokens (NaN rows: none)."""
         base = self.hierarchy_.n_cells + 2
@@ -412,7 +413,7 @@ class DPT:
             ctx = np.zeros(todo.size, dtype=np.int64)
             for i in range(c, 0, -1):  # tokens t - i (^ before the first anchor)
                 pos = t - i
-                tok = hist[rows[todo], pos] + 2 if pos >= 0 else np.full(todo.size, START)
+                tok = hist[pos][rows[todo]] + 2 if pos >= 0 else np.full(todo.size, START)
                 ctx = ctx * base + tok
             if ctx.size and c >= 2 and t - c < 0:  # a context starting with ^: the start cell's count
                 value, found = _lookup(self.cells_ + 2 + START * base, self.start_, ctx)
@@ -434,41 +435,52 @@ class DPT:
         w0 = np.maximum(w0, 0)
         p0 = w0 / w0.sum() if w0.sum() > 0 else np.full(cells.size, 1 / cells.size)
         cap = int(anchor_cap(self.max_fixes, hier.cells(k)))
-        hist = np.full((n, cap), -1, dtype=np.int64)
-        hist[:, 0] = rng.choice(cells, n, p=p0)
+        hist = [rng.choice(cells, n, p=p0)]  # hist[t][i]: trip i's anchor t (while it has one)
         lengths = np.ones(n, dtype=np.int64)
         lv1_keys, lv1 = self.tree_[0]
         mass, _ = _lookup(lv1_keys, np.maximum(lv1, 0), cells + 2)
         p_end = min(1.0, max(self.n_synthetic_[k], 1.0) / max(mass.sum(), 1.0))
         mv = _MOVES / np.hypot(_MOVES[:, 0], _MOVES[:, 1])[:, None]
         active = np.arange(n)
+        table = hier.neighbours(cells)  # the system's cells' neighbours, looked up by row
+        lv1_pos = np.maximum(lv1, 0)
         for t in range(1, cap):
             if not active.size:
                 break
-            last = hist[active, t - 1]
-            nbr = hier.neighbours(last)
-            cand_tok = np.c_[np.where(nbr >= 0, nbr + 2, -1), np.full(last.size, END)]
-            weight = self._context_weights(hist, active, t, cand_tok)
-            rest = np.isnan(weight[:, 0])
-            if rest.any():  # order 0: the neighbours' noisy cell counts, and the mean chance to stop
-                w, _ = _lookup(lv1_keys, np.maximum(lv1, 0), cand_tok[rest, :8])
-                w = np.where(cand_tok[rest, :8] >= 0, w, 0)
-                weight[rest] = np.c_[w, w.sum(axis=1) * p_end / max(1 - p_end, 1e-12)]
-            if self.window and t >= 2:
-                gx, gy = hier.centres(last)
-                fx, fy = hier.centres(hist[active, max(t - 1 - self.window, 0)])
-                dx, dy = gx - fx, gy - fy
-                norm = np.hypot(dx, dy)
-                cos = (mv[:, 0][None, :] * dx[:, None] + mv[:, 1][None, :] * dy[:, None]) / np.where(
-                    norm > 0, norm, 1
-                )[:, None]
-                weight[:, :8] *= np.where(norm[:, None] > 0, np.maximum((1 + cos) / 2, 0.05), 1.0)
-            total = weight.sum(axis=1)
-            u = rng.random(active.size) * total
-            pick = np.minimum((np.cumsum(weight, axis=1) < u[:, None]).sum(axis=1), 8)
-            stop = (total <= 0) | (pick == 8)
-            go = ~stop
-            hist[active[go], t] = nbr[go, pick[go]]
-            lengths[active[go]] += 1
-            active = active[go]
-        return hist[hist >= 0], lengths
+            u = rng.random(active.size)
+            hist.append(np.full(n, -1, dtype=np.int64))
+            moved = []
+            for at in range(0, active.size, WALK_ROWS):  # rows in chunks: no large temporaries
+                rows = active[at : at + WALK_ROWS]
+                last = hist[t - 1][rows]
+                nbr = table[last - cells[0]]
+                cand_tok = np.c_[np.where(nbr >= 0, nbr + 2, -1), np.full(last.size, END)]
+                weight = self._context_weights(hist, rows, t, cand_tok)
+                rest = np.isnan(weight[:, 0])
+                if rest.any():  # order 0: the neighbours' noisy cell counts, and the mean chance to stop
+                    w, _ = _lookup(lv1_keys, lv1_pos, cand_tok[rest, :8])
+                    w = np.where(cand_tok[rest, :8] >= 0, w, 0)
+                    weight[rest] = np.c_[w, w.sum(axis=1) * p_end / max(1 - p_end, 1e-12)]
+                if self.window and t >= 2:
+                    gx, gy = hier.centres(last)
+                    fx, fy = hier.centres(hist[max(t - 1 - self.window, 0)][rows])
+                    dx, dy = gx - fx, gy - fy
+                    norm = np.hypot(dx, dy)
+                    cos = (mv[:, 0][None, :] * dx[:, None] + mv[:, 1][None, :] * dy[:, None]) / np.where(
+                        norm > 0, norm, 1
+                    )[:, None]
+                    weight[:, :8] *= np.where(norm[:, None] > 0, np.maximum((1 + cos) / 2, 0.05), 1.0)
+                total = weight.sum(axis=1)
+                below = np.cumsum(weight, axis=1) < (u[at : at + WALK_ROWS] * total)[:, None]
+                pick = np.minimum(below.sum(axis=1), 8)
+                go = ~((total <= 0) | (pick == 8))
+                hist[t][rows[go]] = nbr[go, pick[go]]
+                moved.append(rows[go])
+            active = np.concatenate(moved)
+            lengths[active] += 1
+        ids = np.empty(int(lengths.sum()), dtype=np.int64)
+        first = np.cumsum(lengths) - lengths
+        for t, column in enumerate(hist):  # row by row: trip i's anchors at first[i] + t
+            reached = np.flatnonzero(lengths > t)
+            ids[first[reached] + t] = column[reached]
+        return ids, lengths

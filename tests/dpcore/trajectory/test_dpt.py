@@ -261,6 +261,25 @@ def test_synthetic_trips_hold_no_true_position_or_count(trips: TripSet) -> None:
     assert len({o.n_trips for o in outs}) > 1  # the number of trips is noisy
 
 
+def test_synthetic_trips_do_not_depend_on_how_many_are_stepped_at_once(trips: TripSet, monkeypatch) -> None:
+    """The walks step their rows in chunks of WALK_ROWS (one draw per step for every walking trip): any
+    chunk size gives the same trips with the same sampler."""
+    from dpcore.trajectory import dpt
+
+    def draw() -> TripSet:
+        model = DPT(
+            1.0, max_trips=2, max_fixes=60, box=plane_box(DEFAULT_REGION), random_state=Sampler.diagnostic(8)
+        )
+        return model.fit(trips).sample()
+
+    whole = draw()
+    monkeypatch.setattr(dpt, "WALK_ROWS", 7)
+    chunked = draw()
+    assert whole.n_trips > 100 and np.diff(whole.offsets).max() > 2
+    for a, b in ((whole.x, chunked.x), (whole.y, chunked.y), (whole.offsets, chunked.offsets)):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- utility --------------------------------------------------------------------------------------------
 
 
