@@ -23,7 +23,16 @@ from typing import Any
 import ibis.expr.types as ir
 import numpy as np
 
-from dpcore.outofcore.kernel import BLOCK_ROWS, Feed, MemoryFeed, SparkFeed, StreamFeed, memory_budget
+from dpcore.outofcore.kernel import (
+    BLOCK_ROWS,
+    Feed,
+    MemoryFeed,
+    SparkFeed,
+    StreamFeed,
+    allocate,
+    memory_budget,
+    prefetched,
+)
 
 #: Source types whose every value a float32 holds exactly (the compact dtype's condition).
 FLOAT32_EXACT = frozenset({"float16", "float32", "int8", "int16", "uint8", "uint16", "boolean"})
@@ -53,14 +62,14 @@ def _batches(expr: ir.Table) -> Iterator[Any]:
     Ibis 12's ``to_pyarrow_batches`` calls a cursor method DuckDB 2 no longer has)."""
     con = expr.get_backend()
     con._run_pre_execute_hooks(expr)  # registers the expression's in-memory tables
-    return iter(con.con.sql(con.compile(expr)).to_arrow_reader(BLOCK_ROWS))
+    return prefetched(con.con.sql(con.compile(expr)).to_arrow_reader(BLOCK_ROWS))
 
 
 def read_rows(expr: ir.Table, upper_rows: int, dtype: Any) -> np.ndarray:
     """The rows of ``expr`` (at most ``upper_rows``) read once into an (n, c) array of ``dtype`` (stored
-    by columns, as Arrow holds them)."""
+    by columns, as Arrow holds them, in memory not advised for huge pages: :func:`allocate`)."""
     c = len(expr.columns)
-    store = np.empty((c, upper_rows), dtype=dtype)
+    store = allocate((c, upper_rows), dtype)
     n = 0
     for batch in _batches(expr):
         m = batch.num_rows

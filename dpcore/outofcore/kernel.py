@@ -15,11 +15,15 @@ The interface (for every mechanism with an out-of-core path):
   in partition order).
 
 Blocks are canonical: rows [i B, (i + 1) B) of the table, B = :data:`BLOCK_ROWS`, whatever the engine's
-batch sizes (:func:`rebatch`), so the in-memory release (``dpcore.kmeans.lloyd`` calls
+batch sizes (:func:`assemble`), so the in-memory release (``dpcore.kmeans.lloyd`` calls
 :func:`lloyd_statistics`), the in-memory feed and the streamed one compute the same floating-point
 operations in the same order: the same release with the same demo seed, by construction. Spark combines
 per partition, so it is the same when each partition holds whole blocks in order (a table of at most B
 rows always); otherwise its sums differ by the rounding of another order of additions.
+
+Inside a block a kernel computes chunk by chunk (:data:`CHUNK_ROWS` rows, :func:`chunks`), each chunk
+copied by columns into float64 (:func:`columns`), so its temporaries stay small and every elementwise
+operation runs along the rows; the chunks' partials are added in order too.
 
 Engines read, filter, project, drop missing rows, sample and count; every value a mechanism computes
 (scaling, clipping, labels, sums, cells, certificates) is computed here, in numpy.
@@ -28,6 +32,7 @@ Engines read, filter, project, drop missing rows, sample and count; every value 
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import pickle
 import re
@@ -46,8 +51,8 @@ Partial = tuple[NDArray, ...]
 Kernel = Callable[[NDArray], Partial]
 Combine = Callable[[Partial, Partial], Partial]
 
-BLOCK_ROWS = 1 << 19  # rows per canonical block (a float64 block of 10 columns: 42 MB)
-DISTANCE_ENTRIES = 1 << 22  # centres x rows per distance product (32 MB of float64)
+BLOCK_ROWS = 1 << 19  # rows per canonical block: a task of a pass, combined in the blocks' order
+CHUNK_ROWS = 1 << 14  # rows a kernel computes at once (:func:`chunks`; 10 float64 columns: 1.3 MB)
 DEFAULT_BUDGET = 2 * 10**9  # bytes of prepared rows a release may hold in memory (DPCORE_MEMORY_BUDGET)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -104,7 +109,7 @@ def reduce_blocks(
         flight: deque[Future[Partial]] = deque()
         for blk in blocks:
             flight.append(pool.submit(kernel, blk))
-            if len(flight) >= 2 * workers:
+            if len(flight) >= in_flight(workers):
                 part = flight.popleft().result()
                 out = part if out is None else combine(out, part)
         while flight:
@@ -138,34 +143,63 @@ def block(a: NDArray) -> NDArray:
     return a if a.dtype.kind == "f" else a.astype(np.float64)
 
 
-def rebatch(columns: Iterable[NDArray], rows: int | None = None) -> Iterator[NDArray]:
-    """Consecutive column arrays (c, m_i) cut again into blocks of ``rows`` (default :data:`BLOCK_ROWS`)
-    rows, the last shorter, each a :func:`block` (m, c)."""
-    rows = rows or BLOCK_ROWS
-    held: list[NDArray] = []
-    count = 0
-    for a in columns:
-        if not a.shape[1]:
-            continue
-        held.append(a)
-        count += a.shape[1]
-        while count >= rows:
-            joined = held[0] if len(held) == 1 else np.concatenate(held, axis=1)
-            yield np.ascontiguousarray(joined[:, :rows]).T
-            rest = joined[:, rows:]
-            held, count = ([rest] if rest.shape[1] else []), rest.shape[1]
-    if count:
-        yield np.ascontiguousarray(np.concatenate(held, axis=1) if len(held) > 1 else held[0]).T
+def allocate(shape: tuple[int, ...], dtype: Any) -> NDArray:
+    """A new array in fresh anonymous memory (``mmap``) that numpy has not advised for transparent huge
+    pages: where the kernel compacts memory to serve such a fault (THP defrag "madvise", a common
+    default), first touching numpy's own large arrays costs up to 10x more (800 MB: 3.4 s against 0.4 s,
+    measured on a 2-core VM). For the large stores of a release: rows read into memory, stream buffers."""
+    count = int(np.prod(shape))
+    nbytes = max(1, count * np.dtype(dtype).itemsize)
+    if not hasattr(mmap, "MAP_ANONYMOUS"):  # not POSIX
+        return np.empty(shape, dtype=dtype)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape)
 
 
-def arrow_columns(batch: Any) -> NDArray:
-    """A pyarrow RecordBatch of numeric columns without nulls as an array (c, m): float32 when every column
-    is float32, else float64."""
-    same = all(str(c.type) == "float" for c in batch.columns)
-    out = np.empty((batch.num_columns, batch.num_rows), dtype=np.float32 if same else np.float64)
-    for j, column in enumerate(batch.columns):
-        out[j] = column.to_numpy(zero_copy_only=False)
-    return out
+def prefetched(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:
+    """``items`` in order, each asked for by one background thread up to ``depth`` ahead of the consumer:
+    an engine prepares its next batch while this thread copies or computes on the last one (DuckDB and
+    numpy release the GIL). Leaving early waits for at most ``depth`` items in progress."""
+    it, end = iter(items), object()
+    with ThreadPoolExecutor(1) as pool:  # one thread: the calls of next run in order
+        ahead = deque(pool.submit(next, it, end) for _ in range(depth))
+        while (item := ahead.popleft().result()) is not end:
+            ahead.append(pool.submit(next, it, end))
+            yield item
+
+
+def in_flight(workers: int) -> int:
+    """Blocks :func:`reduce_blocks` has handed to its kernels and not yet combined, at most: a block's
+    memory may be reused once that many later blocks have been asked for."""
+    return 2 * workers if workers > 1 else 1
+
+
+def assemble(batches: Iterable[Any], size: int, ring: list[NDArray] | None = None) -> Iterator[NDArray]:
+    """Arrow record batches of numeric columns without nulls cut again into the canonical blocks (m, c) of
+    :data:`BLOCK_ROWS` rows (the last shorter), copied into a ring of reused (c, BLOCK_ROWS) buffers
+    (float32 when every column is float32, else float64): block i is written into buffer i mod len(ring),
+    so a consumer must be done with a block before ``size`` more are asked for (:func:`reduce_blocks`:
+    ``in_flight(workers) + 1``). ``ring``: the buffers to reuse (``size`` of them, allocated on first use:
+    a feed keeps them across its passes); default one pass's own."""
+    ring = [] if ring is None else ring
+    fill = index = 0
+    for batch in batches:
+        cols = [c.to_numpy(zero_copy_only=False) for c in batch.columns]
+        if not ring:
+            dtype = np.float32 if all(str(c.type) == "float" for c in batch.columns) else np.float64
+            ring.extend(allocate((len(cols), BLOCK_ROWS), dtype) for _ in range(size))
+        at, m = 0, batch.num_rows
+        while at < m:
+            buf = ring[index % len(ring)]
+            take = min(BLOCK_ROWS - fill, m - at)
+            for j, col in enumerate(cols):
+                buf[j, fill : fill + take] = col[at : at + take]
+            fill, at = fill + take, at + take
+            if fill == BLOCK_ROWS:
+                yield buf.T
+                fill, index = 0, index + 1
+    if fill:
+        yield ring[index % len(ring)][:, :fill].T
 
 
 # -- feeds -----------------------------------------------------------------------------------------
@@ -204,10 +238,12 @@ class StreamFeed(Feed):
     def __init__(self, batches: Callable[[], Iterable[Any]], n: int) -> None:
         self.batches = batches
         self.n = int(n)
+        self.ring: list[NDArray] = []  # :func:`assemble`'s buffers, reused by every pass
 
     def reduce(self, kernel: Kernel, combine: Combine = add) -> Partial | None:
-        arrays = (arrow_columns(b) for b in self.batches())
-        return reduce_blocks(rebatch(arrays), kernel, combine, workers())
+        threads = workers()
+        blocks = assemble(self.batches(), in_flight(threads) + 1, self.ring)
+        return reduce_blocks(blocks, kernel, combine, threads)
 
 
 def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -218,7 +254,7 @@ def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]
         import pyarrow as pa
         from pyspark import TaskContext
 
-        part = reduce_blocks(rebatch(arrow_columns(b) for b in batches), kernel, combine)
+        part = reduce_blocks(assemble(batches, in_flight(1) + 1), kernel, combine)
         if part is not None:
             pid = TaskContext.get().partitionId()
             yield pa.RecordBatch.from_pydict({"part": [pid], "value": [pickle.dumps(part)]})
@@ -254,36 +290,66 @@ class SparkFeed(Feed):
 # -- kernels ---------------------------------------------------------------------------------------
 
 
+def columns(rows: NDArray) -> NDArray:
+    """Rows (m, c) of any layout and float dtype as a new C-ordered (c, m) float64 array: the layout every
+    kernel computes in (a numpy operation against a per-column vector then runs along m, not along c)."""
+    out = np.empty((rows.shape[1], rows.shape[0]))
+    out[...] = rows.T  # float32 values are exact in float64
+    return out
+
+
+def chunks(rows: NDArray) -> Iterator[NDArray]:
+    """``rows`` (m, c) cut into consecutive chunks of :data:`CHUNK_ROWS` rows (the last shorter): a kernel
+    works chunk by chunk, so its temporaries stay in the cache and come from the heap (a fresh array of
+    tens of MB is a fresh mapping, whose page faults cost more than the arithmetic)."""
+    for start in range(0, rows.shape[0], CHUNK_ROWS):
+        yield rows[start : start + CHUNK_ROWS]
+
+
+def _labels(X: NDArray, centres: NDArray) -> NDArray:
+    """:func:`nearest_labels` of one chunk held by columns, X (d, m) float64."""
+    b, k, d = centres.shape
+    m = X.shape[1]
+    flat = centres.reshape(-1, d)
+    dist = ((-2.0 * flat) @ X).reshape(b, k, m)
+    dist += np.einsum("ij,ij->i", flat, flat).reshape(b, k, 1)
+    labels = np.zeros((b, m), dtype=np.intp)
+    best = dist[:, 0].copy()
+    for j in range(1, k):
+        np.copyto(labels, j, where=dist[:, j] < best)
+        np.minimum(best, dist[:, j], out=best)
+    return labels
+
+
 def nearest_labels(X: NDArray, centres: NDArray) -> NDArray:
     """Index (B, m) of the nearest of K centres for each row of X (m, d) and each of B centre sets (B, K, d):
-    argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product, then K
-    comparisons with the best so far (strictly smaller wins: ties to the lowest index, equal centres
+    argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product per chunk,
+    then K comparisons with the best so far (strictly smaller wins: ties to the lowest index, equal centres
     score equally)."""
-    b, k, d = centres.shape
-    m = X.shape[0]
-    labels = np.zeros((b, m), dtype=np.intp)
-    step = max(1, DISTANCE_ENTRIES // (k * max(1, m)))  # centre sets per product
-    for start in range(0, b, step):
-        sets = centres[start : start + step]
-        flat = sets.reshape(-1, d)
-        dist = ((-2.0 * flat) @ X.T).reshape(len(sets), k, m)
-        dist += np.einsum("ij,ij->i", flat, flat).reshape(len(sets), k, 1)
-        best, lab = dist[:, 0].copy(), labels[start : start + step]
-        for j in range(1, k):
-            np.copyto(lab, j, where=dist[:, j] < best)
-            np.minimum(best, dist[:, j], out=best)
-    return labels
+    parts = [_labels(columns(part), centres) for part in chunks(X)]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((centres.shape[0], 0), dtype=np.intp)
+
+
+def _add_cluster_sums(X: NDArray, centres: NDArray, counts: NDArray, sums: NDArray) -> None:
+    """Add one chunk's per-cluster counts and sums (X (d, m) float64 by columns) to ``counts`` (B, K) and
+    ``sums`` (B, K, d): counts by ``bincount``, sums by one product of the chunk's one-hot assignment
+    (K, m) with its rows."""
+    k = centres.shape[1]
+    which = np.arange(k).reshape(k, 1)
+    for b, lab in enumerate(_labels(X, centres)):
+        counts[b] += np.bincount(lab, minlength=k)
+        sums[b] += (lab == which).astype(np.float64) @ X.T
 
 
 def lloyd_partial(Xc: NDArray, centres: NDArray) -> Partial:
     """Per-cluster counts (B, K) and sums (B, K, d) of the block Xc (rows clipped and centred) under
-    nearest-centre assignment (:func:`nearest_labels`) to each of B centre sets (B, K, d), by ``bincount``
-    (sequential sums in the rows' order)."""
-    k, d = centres.shape[1:]
-    labels = nearest_labels(Xc, centres)
-    counts = np.stack([np.bincount(lab, minlength=k) for lab in labels]).astype(float)
-    sums = np.stack([[np.bincount(lab, weights=Xc[:, j], minlength=k) for j in range(d)] for lab in labels])
-    return counts, sums.transpose(0, 2, 1).copy()
+    nearest-centre assignment (:func:`nearest_labels`) to each of B centre sets (B, K, d), chunk by chunk
+    in the rows' order."""
+    b, k, d = centres.shape
+    counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
+    for part in chunks(Xc):
+        _add_cluster_sums(columns(part), centres, counts, sums)
+    return counts, sums
 
 
 def lloyd_statistics(Xc: NDArray, centres: NDArray) -> tuple[NDArray, NDArray]:
@@ -298,21 +364,36 @@ def lloyd_statistics(Xc: NDArray, centres: NDArray) -> tuple[NDArray, NDArray]:
 
 class Scaled:
     """``dpcore.data.prepare``'s per-feature map of raw values, x_s = (clip(x, lo, hi) - center) / scale,
-    with its operations in its order (so the same values bit for bit); picklable."""
+    with its operations in its order (so the same values bit for bit); picklable. Where every scale is a
+    power of two the division is a product with its exact reciprocal: both round the same real number,
+    so the same values, at a third of the cost."""
 
     def __init__(self, lo: NDArray, hi: NDArray, center: NDArray, scale: NDArray) -> None:
         self.lo, self.hi, self.center, self.scale = lo, hi, center, scale
+        mantissa, _ = np.frexp(np.asarray(scale, dtype=np.float64))
+        self.inverse = 1.0 / np.asarray(scale, dtype=np.float64) if np.all(mantissa == 0.5) else None
+
+    def columns(self, raw: NDArray) -> NDArray:
+        """The scaled values of raw rows (m, c) as a new (c, m) float64 array (:func:`columns`)."""
+        out = columns(raw)
+        col = functools.partial(np.reshape, shape=(-1, 1))
+        np.clip(out, col(self.lo), col(self.hi), out=out)
+        out -= col(self.center)
+        if self.inverse is not None:
+            out *= col(self.inverse)
+        else:
+            out /= col(self.scale)
+        return out
 
     def __call__(self, raw: NDArray) -> NDArray:
-        out = np.clip(raw, self.lo, self.hi, dtype=np.float64)  # float32 values are exact in float64
-        out -= self.center
-        out /= self.scale
-        return out
+        return self.columns(raw).T
 
 
 class LloydPass:
-    """The kernel of one noisy-Lloyd round on raw feature blocks: ``prepare`` (e.g. :class:`Scaled`), the
-    estimators' clip to [lower, upper] and centring on (lower + upper) / 2, then :func:`lloyd_partial`.
+    """The kernel of one noisy-Lloyd round on raw feature blocks: ``prepare`` (e.g. :class:`Scaled`; one
+    with a ``columns`` method gives its values by columns directly), the estimators' clip to
+    [lower, upper] and centring on (lower + upper) / 2, then the chunks' counts and sums as
+    :func:`lloyd_partial` adds them.
 
     ``inside``: ``prepare``'s values already lie in [lower, upper] bit for bit, so the clip changes nothing
     and is skipped (:class:`Scaled` to its own scaled bounds: clip(x, lo, hi) >= lo and the rounded
@@ -325,12 +406,19 @@ class LloydPass:
         self.inside = inside
 
     def __call__(self, raw: NDArray) -> Partial:
-        X = self.prepare(raw)
-        Xc = X if self.inside else np.clip(X, self.lower, self.upper)
-        mid = (self.lower + self.upper) / 2.0
-        if mid.any():  # x - 0.0 is x: a box centred on 0 (min-max scaling) needs no pass
-            Xc -= mid
-        return lloyd_partial(Xc, self.centres)
+        b, k, d = self.centres.shape
+        counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
+        by_columns = getattr(self.prepare, "columns", None)
+        lower, upper = self.lower.reshape(-1, 1), self.upper.reshape(-1, 1)
+        mid = (lower + upper) / 2.0
+        for part in chunks(raw):
+            X = by_columns(part) if by_columns is not None else columns(self.prepare(part))
+            if not self.inside:
+                np.clip(X, lower, upper, out=X)
+            if mid.any():  # x - 0.0 is x: a box centred on 0 (min-max scaling) needs no pass
+                X -= mid
+            _add_cluster_sums(X, self.centres, counts, sums)
+        return counts, sums
 
 
 def fit_statistics(

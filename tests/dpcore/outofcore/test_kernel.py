@@ -21,11 +21,32 @@ def test_lloyd_kernel_is_the_in_memory_statistics_and_ties_go_to_the_lowest_inde
     counts, sums = kernel.lloyd_statistics(X, centres)
     want_n, want_s = cluster_statistics(X, nearest_sets(X, centres)[0], 4)
     assert np.array_equal(counts, want_n) and counts[1, 2] == 0
-    assert np.array_equal(sums, want_s)  # one block: bincount's sums, bit for bit
+    assert np.allclose(sums, want_s, rtol=1e-13, atol=1e-12)  # one-hot products: another order of additions
+
+
+def test_scaling_is_prepares_division_bit_for_bit() -> None:
+    """Scaled computes (clip(x, lo, hi) - center) / scale as prepare does; a power-of-two scale is a
+    product with its exact reciprocal, the same values."""
+    rng = np.random.default_rng(5)
+    raw = (rng.normal(0, 3, (2000, 4)) * 10.0 ** rng.integers(-30, 30, (2000, 4))).astype(np.float32)
+    lo, hi = np.array([-1e25, -2.0, 0.0, -np.pi]), np.array([1e25, 6.0, 1e-20, 7.0])
+    for scale in ([2.0**-70, 4.0, 2.0**-66, 0.5], [3.0, 4.0, 0.1, 1.0]):
+        scale = np.asarray(scale)
+        center = (lo + hi) / 2
+        scaled = kernel.Scaled(lo, hi, center, scale)
+        assert (scaled.inverse is not None) == (scale[0] != 3.0)
+        want = (np.clip(raw.astype(np.float64), lo, hi) - center) / scale
+        got = scaled(raw)
+        assert got.shape == want.shape and np.array_equal(got, want)
+        assert np.array_equal(scaled.columns(np.asfortranarray(raw)), want.T)
 
 
 def test_memory_and_streamed_blocks_give_the_same_partials_bit_for_bit(monkeypatch) -> None:
-    monkeypatch.setattr(kernel, "BLOCK_ROWS", 256)
+    """Many more blocks than the stream's ring of reused buffers, on two threads, in chunks of 50 rows:
+    the same partials as the rows in memory."""
+    monkeypatch.setattr(kernel, "BLOCK_ROWS", 64)
+    monkeypatch.setattr(kernel, "CHUNK_ROWS", 50)
+    monkeypatch.setattr(kernel, "workers", lambda: 2)
     rng = np.random.default_rng(1)
     X = rng.normal(0, 0.4, (1000, 3))
     centres = rng.uniform(-0.5, 0.5, (1, 3, 3))
@@ -43,7 +64,9 @@ def test_memory_and_streamed_blocks_give_the_same_partials_bit_for_bit(monkeypat
     pass_ = kernel.LloydPass(lambda raw: np.asarray(raw, dtype=np.float64), -np.ones(3), np.ones(3), centres)
     a, b = memory.reduce(pass_), stream.reduce(pass_)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert [len(blk) for blk in memory.blocks()] == [256, 256, 256, 232]
+    assert [len(blk) for blk in memory.blocks()] == [64] * 15 + [40]
+    assert len(stream.ring) == kernel.in_flight(2) + 1 < 16
+    assert all(np.array_equal(x, y) for x, y in zip(a, stream.reduce(pass_), strict=True))  # ring reused
     c = kernel.lloyd_statistics(np.clip(X, -1, 1), centres)
     assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
     assert a[0].sum() == 1000
