@@ -122,7 +122,13 @@ class TripSet:
         return TripSet(self.x[idx], self.y[idx], np.r_[0, np.cumsum(lens)].astype(np.int64), person)
 
     def to_latlon(self, region: Region) -> tuple[FloatArray, FloatArray]:
-        return region.projection().inverse(self.x, self.y)
+        """Latitude and longitude of every fix (projected back in chunks of 64K fixes: no large
+        temporaries, the same values)."""
+        proj, n = region.projection(), 1 << 16
+        parts = [proj.inverse(self.x[i : i + n], self.y[i : i + n]) for i in range(0, self.n_fixes, n)]
+        if len(parts) <= 1:
+            return parts[0] if parts else proj.inverse(self.x, self.y)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def plane_box(region: Region) -> tuple[float, float, float]:
