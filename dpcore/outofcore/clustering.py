@@ -4,15 +4,16 @@ Ravi, Scaglione & Peisert's (2021) local mechanisms add noise to the true centro
 fixed by their guarantee. Out of core that clustering is k-means on a Bernoulli sample of the rows
 (:class:`SamplePass`: the same rows on every path), then one pass (:class:`MomentsPass`) assigns every
 row to its nearest sample centre and returns per cluster n_k, the sums, minima and maxima, hence the
-true centroids c_k; each row's shift u_p = (x_p - c_k) / (n_k - 1) (:func:`shifts`) is computed by the
-mechanisms' own passes. Every pass is a kernel of :mod:`dpcore.outofcore.kernel` on the raw feature
-blocks of the table's feed (read into memory once when it fits).
+true centroids c_k; each row's shift u_p = (x_p - c_k) / (n_k - 1) is computed by the mechanisms' own
+passes, chunk by chunk on the rows grouped by cluster (:func:`grouped_chunks`). Every pass is a kernel of
+:mod:`dpcore.outofcore.kernel` on the raw feature blocks of the table's feed (read into memory once when it
+fits).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ from dpcore.kmeans.covariance import NoiseCovariance, singleton_message
 from dpcore.kmeans.registry import centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.features import TableFeatures
-from dpcore.outofcore.kernel import Feed, Partial, concatenate, nearest_labels
+from dpcore.outofcore.kernel import Feed, Partial, chunks, columns, concatenate
+from dpcore.outofcore.kernel import _labels as chunk_labels  # nearest_labels of a chunk held by columns
 from dpcore.registry import MechanismOutput
 
 SAMPLE_ROWS = 100_000
@@ -64,10 +66,14 @@ class SamplePass:
         self.prepare, self.lower, self.upper, self.salt, self.fraction = prepare, lower, upper, salt, fraction
 
     def __call__(self, raw: NDArray) -> Partial:
-        x = self.prepare(raw)
-        key = sample_key(x, self.lower, self.upper, self.salt)
-        keep = key < self.fraction if self.fraction < 1.0 else np.ones(len(x), dtype=bool)
-        return np.ascontiguousarray(x[keep]), key[keep]
+        rows, keys = [], []
+        for part in chunks(raw):  # cache-sized temporaries
+            x = scaled_columns(self.prepare, part).T
+            key = sample_key(x, self.lower, self.upper, self.salt)
+            keep = key < self.fraction if self.fraction < 1.0 else np.ones(len(x), dtype=bool)
+            rows.append(x[keep])
+            keys.append(key[keep])
+        return np.ascontiguousarray(np.concatenate(rows)), np.concatenate(keys)
 
 
 def keyed_sample(feed: Feed, prepare: Prepare, lower: NDArray, upper: NDArray, salt: NDArray,
@@ -99,43 +105,71 @@ def sample_centres(
     return centres, X
 
 
+def scaled_columns(prepare: Prepare, raw: NDArray) -> NDArray:
+    """The scaled rows of a chunk ``raw`` (m, c) by columns, (d, m) float64: ``prepare``'s own ``columns``
+    when it has one (:class:`~dpcore.outofcore.kernel.Scaled`), else :func:`~dpcore.outofcore.kernel.columns`
+    of its rows."""
+    by_columns = getattr(prepare, "columns", None)
+    return by_columns(raw) if by_columns is not None else columns(prepare(raw))
+
+
+def grouped_chunks(raw: NDArray, prepare: Prepare, centres: NDArray) -> Iterator[tuple[NDArray, NDArray]]:
+    """A block's rows by :func:`~dpcore.outofcore.kernel.chunks`: per chunk the scaled rows by columns,
+    (d, m) float64, grouped by nearest ``centres`` (:func:`~dpcore.outofcore.kernel.nearest_labels`): the
+    clusters' columns in cluster order, rows in order within a cluster (a stable sort); and the offsets
+    (K + 1,) of the clusters' columns. Each cluster's columns are then one slice."""
+    k = len(centres)
+    small = np.min_scalar_type(max(k - 1, 0))  # a stable sort of 8- or 16-bit labels is a radix sort
+    for part in chunks(raw):
+        xt = scaled_columns(prepare, part)
+        lab = chunk_labels(xt, centres[None])[0]
+        order = np.argsort(lab.astype(small), kind="stable")
+        offsets = np.zeros(k + 1, dtype=np.intp)
+        np.cumsum(np.bincount(lab, minlength=k), out=offsets[1:])
+        yield np.take(xt, order, axis=1), offsets
+
+
+def chunk_moments(xt: NDArray, offsets: NDArray) -> Partial:
+    """Per cluster the count, sums (pairwise, per cluster), minima and maxima of a grouped chunk
+    (:func:`grouped_chunks`)."""
+    k, d = len(offsets) - 1, xt.shape[0]
+    n = np.diff(offsets).astype(float)
+    sums, lo, hi = np.zeros((k, d)), np.full((k, d), np.inf), np.full((k, d), -np.inf)
+    some = np.flatnonzero(n)
+    for c in some:
+        sums[c] = xt[:, offsets[c] : offsets[c + 1]].sum(axis=1)
+    lo[some] = np.minimum.reduceat(xt, offsets[some], axis=1).T  # one call for every cluster
+    hi[some] = np.maximum.reduceat(xt, offsets[some], axis=1).T
+    return n, sums, lo, hi
+
+
 class MomentsPass:
     """Kernel: per cluster of the nearest ``centres`` (ties to the lowest index) the count, sums, minima
-    and maxima of a block's scaled rows (combine with :func:`combine_moments`)."""
+    and maxima of a block's scaled rows, chunk by chunk (:func:`grouped_chunks`; combine with
+    :func:`combine_moments`)."""
 
     def __init__(self, prepare: Prepare, centres: NDArray) -> None:
         self.prepare, self.centres = prepare, centres
 
     def __call__(self, raw: NDArray) -> Partial:
-        x = self.prepare(raw)
-        k, d = self.centres.shape
-        lab = nearest_labels(x, self.centres[None])[0]
-        n = np.bincount(lab, minlength=k).astype(float)
-        sums = np.stack([np.bincount(lab, weights=x[:, j], minlength=k) for j in range(d)], axis=1)
-        lo, hi = np.full((k, d), np.inf), np.full((k, d), -np.inf)
-        for c in np.flatnonzero(n):
-            rows = x[lab == c]
-            lo[c], hi[c] = rows.min(axis=0), rows.max(axis=0)
-        return n, sums, lo, hi
+        out: Partial | None = None
+        for xt, offsets in grouped_chunks(raw, self.prepare, self.centres):
+            part = chunk_moments(xt, offsets)
+            out = part if out is None else combine_moments(out, part)
+        assert out is not None  # a block has rows
+        return out
 
 
 def combine_moments(a: Partial, b: Partial) -> Partial:
     return a[0] + b[0], a[1] + b[1], np.minimum(a[2], b[2]), np.maximum(a[3], b[3])
 
 
-def clustered_shifts(
-    features: TableFeatures, feed: Feed, k: int, random_state: Sampler, sample_rows: int = SAMPLE_ROWS
-) -> Shifts:
-    """The clustering (:func:`sample_centres`), one :class:`MomentsPass` under it, and the true centroids:
-    c_k = sum / n_k, exact (the value itself) where a feature is constant in the cluster, so those u_p
-    are 0."""
-    start = time.perf_counter()
-    centres, sample = sample_centres(features, feed, k, random_state, sample_rows)
-    timings = {"clustering": time.perf_counter() - start}
-    out = feed.reduce(MomentsPass(features.scaling_map, centres), combine_moments)
-    assert out is not None  # the sample has rows
-    n, sums, lo, hi = out
-    timings["moments"] = time.perf_counter() - start - timings["clustering"]
+def true_centers(moments: Partial) -> tuple[NDArray, NDArray]:
+    """The counts n_k and true centroids c_k = sum / n_k of a moments pass's result, exact (the value
+    itself) where a feature is constant in the cluster, so those u_p are 0; refuses an empty cluster or
+    a single row (no leave-one-out centroid)."""
+    n, sums, lo, hi = moments
+    k = len(n)
     if np.any(n == 0):
         raise ParameterError(f"A cluster of the sample's clustering got no row of the table; choose K < {k}.")
     if np.any(n < 2):
@@ -143,12 +177,22 @@ def clustered_shifts(
     centers = sums / n[:, None]
     constant = lo == hi
     centers[constant] = lo[constant]
+    return n, centers
+
+
+def clustered_shifts(
+    features: TableFeatures, feed: Feed, k: int, random_state: Sampler, sample_rows: int = SAMPLE_ROWS
+) -> Shifts:
+    """The clustering (:func:`sample_centres`), one :class:`MomentsPass` under it, and the true centroids
+    (:func:`true_centers`)."""
+    start = time.perf_counter()
+    centres, sample = sample_centres(features, feed, k, random_state, sample_rows)
+    timings = {"clustering": time.perf_counter() - start}
+    out = feed.reduce(MomentsPass(features.scaling_map, centres), combine_moments)
+    assert out is not None  # the sample has rows
+    n, centers = true_centers(out)
+    timings["moments"] = time.perf_counter() - start - timings["clustering"]
     return Shifts(centres, sample, n, centers, timings)
-
-
-def shifts(x: NDArray, labels: NDArray, centers: NDArray, counts: NDArray) -> NDArray:
-    """u_p = (x_p - c_label) / (n_label - 1) for the rows x (m, d) of clusters ``labels``."""
-    return (x - centers[labels]) / (counts[labels] - 1.0)[:, None]
 
 
 def local_output(

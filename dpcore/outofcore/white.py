@@ -23,25 +23,27 @@ from dpcore.errors import ParameterError
 from dpcore.kmeans.covariance import NoiseCovariance, noise_gamma, rounding_margin
 from dpcore.kmeans.registry import check_release_sampler
 from dpcore.mechanisms import Calibration, Sampler
-from dpcore.outofcore.clustering import SAMPLE_ROWS, Prepare, clustered_shifts, local_output, shifts
+from dpcore.outofcore.clustering import SAMPLE_ROWS, Prepare, clustered_shifts, grouped_chunks, local_output
 from dpcore.outofcore.features import TableFeatures
-from dpcore.outofcore.kernel import Partial, maximum, nearest_labels
+from dpcore.outofcore.kernel import Partial, maximum
 from dpcore.registry import MechanismOutput
 
 
 class MaxShiftPass:
     """Kernel: per cluster of the nearest ``centres`` the largest ||u_p||^2 of a block's rows (-inf for
-    none), u_p the shift to the cluster's true centroid (:func:`~dpcore.outofcore.clustering.shifts`)."""
+    none), u_p = (x_p - c_k) / (n_k - 1) the shift to the cluster's true centroid, chunk by chunk
+    (:func:`~dpcore.outofcore.clustering.grouped_chunks`)."""
 
     def __init__(self, prepare: Prepare, centres: NDArray, centers: NDArray, counts: NDArray) -> None:
         self.prepare, self.centres, self.centers, self.counts = prepare, centres, centers, counts
 
     def __call__(self, raw: NDArray) -> Partial:
-        x = self.prepare(raw)
-        lab = nearest_labels(x, self.centres[None])[0]
-        u = shifts(x, lab, self.centers, self.counts)
         out = np.full(len(self.centers), -np.inf)
-        np.maximum.at(out, lab, np.einsum("ij,ij->i", u, u))
+        for xt, offsets in grouped_chunks(raw, self.prepare, self.centres):
+            for c in np.flatnonzero(np.diff(offsets)):
+                u = xt[:, offsets[c] : offsets[c + 1]] - self.centers[c][:, None]
+                u /= self.counts[c] - 1.0
+                out[c] = max(out[c], float(np.einsum("ij,ij->j", u, u).max()))
         return (out,)
 
 

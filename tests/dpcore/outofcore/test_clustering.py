@@ -3,6 +3,7 @@ releases bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from dpcore.errors import DataError, ParameterError
 from dpcore.kmeans import KMeansInputs
 from dpcore.kmeans.blowfish import BlowfishKMeans
 from dpcore.kmeans.cells import cluster_statistics
-from dpcore.kmeans.covariance import colored_noise_covariance
+from dpcore.kmeans.covariance import colored_noise_covariance, solve_cluster
 from dpcore.kmeans.lloyd import DPLloydKMeans
 from dpcore.kmeans.mcmc import LeeKiferKMeans
 from dpcore.kmeans.registry import release_centroids
@@ -307,6 +308,79 @@ def test_colored_out_of_core_rank_deficient_cluster_and_refusals(tmp_path: Path)
         )
 
 
+@pytest.mark.parametrize(("candidates", "passes"), [(200, 1), (2, 3)])
+def test_colored_rows_outside_the_candidates_are_certified_by_the_bound_or_by_passes(
+    tmp_path: Path, monkeypatch, candidates: int, passes: int
+) -> None:
+    """200 candidates of about 2,000 rows per cluster: the bound certifies the other rows, no pass after
+    the moments pass; 2: it cannot, and certificate passes do. Either way every row's constraint holds and
+    the covariance is the in-memory optimum."""
+    monkeypatch.setattr(colored, "CANDIDATES", candidates)
+    feat, inputs = colored_case(tmp_path)
+    run = colored.colored_release(
+        feat, 3, key="colored", epsilon=1.0, delta=1e-6, random_state=Sampler(4), sample_rows=1500
+    )
+    assert run.passes == passes
+    labels = nearest_sets(inputs.X, run.centres[None])[0][0]
+    assert run.covariance.max_constraint(inputs.X, labels) <= 1.0
+    mem = colored_noise_covariance(inputs.X, labels, 1.0, 1e-6)
+    assert run.covariance.gap <= 1e-5 and abs(run.covariance.trace / mem.trace - 1) <= 1e-5
+
+
+def test_the_bound_holds_on_every_row_of_the_ellipsoid_and_is_tight() -> None:
+    """Brute force: rows on the boundary of ||F~' (x - s)||^2 <= tau, in random directions and along the
+    worst one, never exceed the bound; centred on c (a = 0) the bound is attained up to its margins."""
+    rng = np.random.default_rng(3)
+    d, n = 4, 501.0
+    u = rng.normal(size=(300, d)) @ rng.normal(size=(d, d))
+    sol = solve_cluster(u / (n - 1), 1e-8)
+    basis, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    root = rng.uniform(0.5, 2.0, d)
+    center = rng.normal(size=d)
+    factor = sol.basis / np.sqrt(sol.eigenvalues)
+    for shift, tight in ((np.zeros(d), True), (0.05 * rng.normal(size=d), False)):
+        shape = colored.Shape(center + shift, basis, root)
+        bound = colored._outside_bound(sol, center, n, shape, 2.0)
+        y = rng.normal(size=(20000, d))
+        m = factor.T @ (basis * root) / (n - 1)
+        y = np.vstack([y, np.linalg.svd(m)[2][:1]])  # the direction M stretches most
+        y *= np.sqrt(2.0) / np.linalg.norm(y, axis=1, keepdims=True)
+        x = shape.mean + y @ (basis * root).T  # ||F~' (x - s)||^2 = 2
+        score = np.einsum("ij,ij->i", (x - shape.mean) @ shape.factor, (x - shape.mean) @ shape.factor)
+        np.testing.assert_allclose(score, 2.0, rtol=1e-12)
+        q, outside = colored.constraint_values(x.T, center, n, factor, sol.basis)
+        assert not outside.any() and q.max() <= bound
+        if tight:
+            assert q.max() >= bound * (1 - 1e-9)
+    flat = dataclasses.replace(sol, basis=sol.basis[:, :2], eigenvalues=sol.eigenvalues[:2])
+    assert colored._outside_bound(flat, center, n, shape, 2.0) == np.inf  # rank < d: no bound
+
+
+def test_top_rows_keeps_the_largest_scores_above_the_floor_ties_to_the_earlier_row() -> None:
+    """Chunk by chunk, trimmed on the way and combined across blocks: the same rows as one stable sort of
+    the rows scoring above the floor."""
+    rng = np.random.default_rng(5)
+    score = rng.integers(0, 40, 5000).astype(float)  # many ties
+    label = rng.integers(0, 3, 5000)
+    floor = np.array([-np.inf, 10.0, 38.0])
+
+    def block(lo: int, hi: int):
+        top = colored.TopRows(3, 25, (np.zeros(0, dtype=np.intp),), floor)
+        for start in range(lo, hi, 97):
+            rows = np.arange(start, min(start + 97, hi))
+            for c in range(3):
+                mine = rows[label[rows] == c]
+                top.add(c, score[mine], mine)
+        return top.rows()
+
+    got = colored.combine_top(block(0, 2600), block(2600, 5000), 25)
+    for c in range(3):
+        mine = np.flatnonzero((label == c) & (score > floor[c]))
+        want = mine[np.argsort(-score[mine], kind="stable")[:25]]
+        assert np.array_equal(got[2][got[0] == c], want)
+        assert np.array_equal(got[1][got[0] == c], score[want])
+
+
 def test_a_batch_job_s_duckdb_spills_to_the_temporary_folder_from_the_start() -> None:
     """Every spill of a batch job's DuckDB (a cache, a window sort of the per-user cap) goes to
     ``SPILL_FOLDER``; DuckDB's own default is ``.tmp`` in the working directory."""
@@ -341,6 +415,8 @@ def blocks(data, tmp_path_factory):
     narrow.astype("float64").to_parquet(folder / "f64.parquet", index=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kernel, "BLOCK_ROWS", 700)
+        mp.setattr(kernel, "CHUNK_ROWS", 256)  # several chunks per block
+        mp.setattr(colored, "CANDIDATES", 40)  # the colored pass trims its candidates across blocks
         yield narrow, folder
 
 
