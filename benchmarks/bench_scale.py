@@ -12,7 +12,8 @@ rows; in a temporary folder unless --dir), then measures in one process:
   ``DPCORE_MEMORY_BUDGET``), then T passes of the numpy Lloyd kernel over it; noise in Python. Each round's
   time is printed too, and what is left (the read and the noise);
 * a colored release (``dpcore.outofcore.colored``): the clustering (the read, a keyed sample, k-means on
-  it), then its passes over the rows in memory (moments; certificates);
+  it), then its passes over the rows in memory (moments and candidate rows; certificate passes only when
+  the bound on the other rows does not certify them), the solver and the output;
 * streamed (a child process, so that its peak is its own): the same DP-Lloyd release on a table of
   ``--stream-rows`` rows (default: the same table) with ``DPCORE_MEMORY_BUDGET`` below its size, so every
   round streams DuckDB's Arrow batches through the kernel (n by one COUNT), in units of one scan of that
