@@ -79,7 +79,9 @@ NEAR = 0.9  # rows with u' Sigma^+ u above this (of 1) are returned by a certifi
 @dataclass
 class ColoredRun:
     """One out-of-core colored release: the output, its covariance, the clustering centres (public inputs
-    of the assignment), the number of passes after the clustering and the seconds spent per stage."""
+    of the assignment), the number of passes after the clustering and the seconds spent per stage
+    (``read`` into memory, ``clustering`` with the sample's shapes, ``moments`` the pass with the candidates,
+    ``solver``, ``certificates`` when a pass was needed, ``close`` of the feed, ``output``, ``total``)."""
 
     output: MechanismOutput
     covariance: NoiseCovariance
@@ -438,7 +440,7 @@ def colored_release(
             features, feed, m_centres, n, centers, pool, shapes, candidates, tol, max_certificates, timings
         )
         mark = time.perf_counter()
-    timings["release"] = time.perf_counter() - mark
+    timings["close"] = time.perf_counter() - mark  # the feed released
     upper = [float(e.sum()) for e in eigs]
     lower = sum(lowers)
     gaps = [up / lo - 1.0 if lo > 0 else 0.0 for up, lo in zip(upper, lowers, strict=True)]
