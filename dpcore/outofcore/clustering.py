@@ -26,8 +26,7 @@ from dpcore.kmeans.covariance import NoiseCovariance, singleton_message
 from dpcore.kmeans.registry import centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.features import TableFeatures
-from dpcore.outofcore.kernel import Feed, Partial, chunks, columns, concatenate
-from dpcore.outofcore.kernel import _labels as chunk_labels  # nearest_labels of a chunk held by columns
+from dpcore.outofcore.kernel import Feed, Partial, chunk_labels, chunks, columns, concatenate
 from dpcore.registry import MechanismOutput
 
 SAMPLE_ROWS = 100_000

@@ -361,8 +361,8 @@ def chunks(rows: NDArray) -> Iterator[NDArray]:
         yield rows[start : start + CHUNK_ROWS]
 
 
-def _labels(X: NDArray, centres: NDArray) -> NDArray:
-    """:func:`nearest_labels` of one chunk held by columns, X (d, m) float64."""
+def chunk_labels(X: NDArray, centres: NDArray) -> NDArray:
+    """:func:`nearest_labels` of one chunk held by columns, X (d, m) float64 (:func:`columns`)."""
     b, k, d = centres.shape
     m = X.shape[1]
     flat = centres.reshape(-1, d)
@@ -381,7 +381,7 @@ def nearest_labels(X: NDArray, centres: NDArray) -> NDArray:
     argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product per chunk,
     then K comparisons with the best so far (strictly smaller wins: ties to the lowest index, equal centres
     score equally)."""
-    parts = [_labels(columns(part), centres) for part in chunks(X)]
+    parts = [chunk_labels(columns(part), centres) for part in chunks(X)]
     return np.concatenate(parts, axis=1) if parts else np.zeros((centres.shape[0], 0), dtype=np.intp)
 
 
@@ -391,7 +391,7 @@ def _add_cluster_sums(X: NDArray, centres: NDArray, counts: NDArray, sums: NDArr
     (K, m) with its rows."""
     k = centres.shape[1]
     which = np.arange(k).reshape(k, 1)
-    for b, lab in enumerate(_labels(X, centres)):
+    for b, lab in enumerate(chunk_labels(X, centres)):
         counts[b] += np.bincount(lab, minlength=k)
         sums[b] += (lab == which).astype(np.float64) @ X.T
 
