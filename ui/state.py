@@ -495,6 +495,12 @@ def persist(key: str, default: Any, valid: Callable[[Any], bool] | None = None) 
     another table. Before the widget is drawn, a dropped (or no longer ``valid``, or another dataset's)
     value is re-seeded from that copy, else from ``default``; the widget must then be created without its
     own default (``value=``, ``index=``, ``default=``).
+
+    The value is set again on every run, so Streamlit sends it with the widget each time: a run that ends
+    early (a click during a session restore, ``st.rerun``) has its unsent messages dropped, and a widget
+    the browser never received would otherwise show its own default (an empty region box) and send that
+    default back, over the kept value and the saved plan. A widget in an ``st.form`` would lose unsubmitted
+    edits at each rerun: none is kept by this function.
     """
     scope = _scope(key)
     kept_key = _kept_key(key)
@@ -503,7 +509,10 @@ def persist(key: str, default: Any, valid: Callable[[Any], bool] | None = None) 
         del st.session_state[key]  # the value on screen was chosen for another dataset
     if key not in st.session_state or not ok(st.session_state[key]):
         saved = st.session_state.get(kept_key, default)
-        st.session_state[key] = saved if ok(saved) else default
+        value = saved if ok(saved) else default
+    else:
+        value = st.session_state[key]
+    st.session_state[key] = value  # every run: the browser is sent the value (see above)
     st.session_state[OWNER_PREFIX + key] = scope
-    st.session_state[kept_key] = st.session_state[key]
+    st.session_state[kept_key] = value
     return key

@@ -8,6 +8,11 @@ import ast
 from pathlib import Path
 
 import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetStates
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+from streamlit.runtime.state.safe_session_state import SafeSessionState
 from streamlit.testing.v1 import AppTest
 
 from dpcore import config
@@ -302,3 +307,50 @@ def test_a_session_url_opened_by_another_user_is_not_restored(monkeypatch: pytes
     other = _open(token)
     assert other.query_params["s"] != token and "dp_dataset" not in other.session_state
     assert any("belongs to another user's session" in t.value for t in other.toast)
+
+
+def _shown(widget) -> float | None:
+    """What a browser that has no state of its own for this number input shows: the value the server
+    sets (``set_value``), else the widget's default."""
+    p = widget.proto
+    if p.set_value:
+        return p.value
+    return p.default if p.HasField("default") else None
+
+
+def test_a_click_during_the_restore_keeps_the_region_box(isolated_data_dir: Path, monkeypatch):
+    """A second tab whose first run (the restore) is interrupted by the curator's click after the first
+    edge was drawn: Streamlit drops the interrupted run's unsent messages, so the browser never received
+    that edge. The next run must still send its kept value (before the fix it sent none, and the browser
+    showed the edge empty, then sent the empty value back over the kept one)."""
+    at = _open()
+    token = at.query_params["s"]
+    at.switch_page("pages/data.py").run()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    at.file_uploader(key="data_upload").set_value(("la_points.csv", LA_CSV, "text/csv")).run()
+    at.switch_page("pages/locations.py").run()
+    _by_label(_ok(at).selectbox, "Public region").set_value("Custom (enter the box below)").run()
+    box = (33.7, 34.4, -118.7, -117.9)
+    for label, edge in zip(EDGES, box, strict=True):
+        _by_label(at.number_input, label).set_value(edge).run()
+    ds_id = _ok(at).session_state["dp_dataset"].dataset_id
+
+    # Streamlit serves a pending rerun request at the next session-state access: here, while the second
+    # edge is kept; the click carries no state for the first edge (the browser never received it)
+    original = SafeSessionState.__setitem__
+    armed = [True]
+
+    def setitem(self, key: str, value: object) -> None:
+        if armed[0] and key == f"dp_owner::loc_box_1_{ds_id}":
+            armed[0] = False
+            ctx = get_script_run_ctx()
+            data = RerunData(ctx.query_string, WidgetStates(), page_script_hash=ctx.page_script_hash)
+            raise RerunException(data)
+        original(self, key, value)
+
+    monkeypatch.setattr(SafeSessionState, "__setitem__", setitem)
+    second = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    second.query_params["s"] = token
+    second.switch_page("pages/locations.py").run()  # the restore run, on the Locations page
+    assert not armed[0]  # the click did interrupt the restore run
+    assert [_shown(_by_label(_ok(second).number_input, label)) for label in EDGES] == list(box)
