@@ -259,45 +259,31 @@ class StreamFeed(Feed):
         else:
             blocks = assemble(self.batches(), size, self.ring)
             if self.spillable:
-                blocks = self._write(blocks, size)
+                blocks = self._write(blocks)
         return reduce_blocks(blocks, kernel, combine, threads)
 
-    def _write(self, blocks: Iterator[NDArray], size: int) -> Iterator[NDArray]:
-        """``blocks``, handed on at once and written in order to a new temporary file by a background
-        thread while the kernels run; at most ``size`` - 1 writes are pending when the next block is asked
-        for, so :func:`assemble` never refills a buffer whose block is not yet written. The file becomes
-        the feed's when the pass has written every block; a failed write (no room) drops it, and later
-        passes stream again."""
-        out = tempfile.TemporaryFile(prefix="dpcore-blocks-")
-        written = [True]  # False after a failed write; only the writer thread changes it
-
-        def write(blk: NDArray) -> None:
-            if written[0]:
-                try:
-                    for column in blk.T:  # (c, m): each column contiguous in its buffer
-                        out.write(column.data)
-                except OSError:
-                    written[0] = False
-
-        rows = 0
-        pending: deque[Future[None]] = deque()
+    def _write(self, blocks: Iterator[NDArray]) -> Iterator[NDArray]:
+        """``blocks``, each written to a new temporary file before it is handed on; the file becomes the
+        feed's when the pass has written them all."""
+        out, rows = tempfile.TemporaryFile(prefix="dpcore-blocks-"), 0
         try:
-            with ThreadPoolExecutor(1) as writer:
-                for blk in blocks:
-                    pending.append(writer.submit(write, blk))
-                    rows += len(blk)
-                    yield blk
-                    while len(pending) >= size:
-                        pending.popleft().result()
+            for blk in blocks:
+                if out is not None:
+                    try:
+                        for column in blk.T:  # (c, m): each column contiguous in its buffer
+                            out.write(column.data)
+                        rows += len(blk)
+                    except OSError:  # no room: this pass goes on, later passes stream again
+                        out.close()
+                        out, self.spillable = None, False
+                yield blk
         except BaseException:
-            out.close()
+            if out is not None:
+                out.close()
             raise
-        if written[0]:
+        if out is not None:
             out.flush()
             self.spill, self.spill_rows = out, rows
-        else:
-            out.close()
-            self.spillable = False
 
     def _read(self) -> Iterator[NDArray]:
         """The spilled blocks, in order, read into the ring's buffers as :func:`assemble` fills them."""
