@@ -36,7 +36,6 @@ import mmap
 import os
 import pickle
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -233,72 +232,18 @@ class MemoryFeed(Feed):
 
 
 class StreamFeed(Feed):
-    """Rows streamed from an engine: ``batches()`` returns a new iterator of Arrow record batches of the
-    projected columns, rows in the table's order.
-
-    The first pass streams them from the engine (:func:`assemble`) and writes its canonical blocks, as
-    they are, to an unnamed temporary file (the temporary folder; n x c values of the compact dtype,
-    deleted with the feed); every later pass reads the blocks back from it into the same ring of
-    buffers: the same bytes, so the same release, while the engine decodes and filters the source once
-    per release instead of once per pass. When the file cannot be written (e.g. a full disk), every pass
-    streams from the engine."""
+    """Rows streamed from an engine at every pass: ``batches()`` returns a new iterator of Arrow record
+    batches of the projected columns, rows in the table's order."""
 
     def __init__(self, batches: Callable[[], Iterable[Any]], n: int) -> None:
         self.batches = batches
         self.n = int(n)
         self.ring: list[NDArray] = []  # :func:`assemble`'s buffers, reused by every pass
-        self.spill: Any = None  # the temporary file, once one pass has written every block to it
-        self.spill_rows = 0
-        self.spillable = True
 
     def reduce(self, kernel: Kernel, combine: Combine = add) -> Partial | None:
         threads = workers()
-        size = in_flight(threads) + 1
-        if self.spill is not None:
-            blocks = self._read()
-        else:
-            blocks = assemble(self.batches(), size, self.ring)
-            if self.spillable:
-                blocks = self._write(blocks)
+        blocks = assemble(self.batches(), in_flight(threads) + 1, self.ring)
         return reduce_blocks(blocks, kernel, combine, threads)
-
-    def _write(self, blocks: Iterator[NDArray]) -> Iterator[NDArray]:
-        """``blocks``, each written to a new temporary file before it is handed on; the file becomes the
-        feed's when the pass has written them all."""
-        out, rows = tempfile.TemporaryFile(prefix="dpcore-blocks-"), 0
-        try:
-            for blk in blocks:
-                if out is not None:
-                    try:
-                        for column in blk.T:  # (c, m): each column contiguous in its buffer
-                            out.write(column.data)
-                        rows += len(blk)
-                    except OSError:  # no room: this pass goes on, later passes stream again
-                        out.close()
-                        out, self.spillable = None, False
-                yield blk
-        except BaseException:
-            if out is not None:
-                out.close()
-            raise
-        if out is not None:
-            out.flush()
-            self.spill, self.spill_rows = out, rows
-
-    def _read(self) -> Iterator[NDArray]:
-        """The spilled blocks, in order, read into the ring's buffers as :func:`assemble` fills them."""
-        self.spill.seek(0)
-        for index, start in enumerate(range(0, self.spill_rows, BLOCK_ROWS)):
-            buf = self.ring[index % len(self.ring)]
-            m = min(BLOCK_ROWS, self.spill_rows - start)
-            for j in range(buf.shape[0]):
-                view = memoryview(buf[j, :m]).cast("B")
-                while view:  # a regular file reads fully; loop on a short read all the same
-                    got = self.spill.readinto(view)
-                    if not got:
-                        raise OSError("The temporary copy of the table's rows ended early.")
-                    view = view[got:]
-            yield buf[:, :m].T
 
 
 def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]], Iterator[Any]]:
