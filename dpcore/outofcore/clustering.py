@@ -26,7 +26,17 @@ from dpcore.kmeans.covariance import NoiseCovariance, singleton_message
 from dpcore.kmeans.registry import centroid_output
 from dpcore.mechanisms import Sampler
 from dpcore.outofcore.features import TableFeatures
-from dpcore.outofcore.kernel import Feed, Partial, chunk_labels, chunks, columns, concatenate
+from dpcore.outofcore.kernel import (
+    Feed,
+    Partial,
+    by_columns,
+    chunks,
+    concatenate,
+    first_minima,
+    lift,
+    lifted_chunks,
+    scores,
+)
 from dpcore.registry import MechanismOutput
 
 SAMPLE_ROWS = 100_000
@@ -67,7 +77,7 @@ class SamplePass:
     def __call__(self, raw: NDArray) -> Partial:
         rows, keys = [], []
         for part in chunks(raw):  # cache-sized temporaries
-            x = scaled_columns(self.prepare, part).T
+            x = by_columns(self.prepare)(part, None).T
             key = sample_key(x, self.lower, self.upper, self.salt)
             keep = key < self.fraction if self.fraction < 1.0 else np.ones(len(x), dtype=bool)
             rows.append(x[keep])
@@ -104,24 +114,17 @@ def sample_centres(
     return centres, X
 
 
-def scaled_columns(prepare: Prepare, raw: NDArray) -> NDArray:
-    """The scaled rows of a chunk ``raw`` (m, c) by columns, (d, m) float64: ``prepare``'s own ``columns``
-    when it has one (:class:`~dpcore.outofcore.kernel.Scaled`), else :func:`~dpcore.outofcore.kernel.columns`
-    of its rows."""
-    by_columns = getattr(prepare, "columns", None)
-    return by_columns(raw) if by_columns is not None else columns(prepare(raw))
-
-
 def grouped_chunks(raw: NDArray, prepare: Prepare, centres: NDArray) -> Iterator[tuple[NDArray, NDArray]]:
     """A block's rows by :func:`~dpcore.outofcore.kernel.chunks`: per chunk the scaled rows by columns,
     (d, m) float64, grouped by nearest ``centres`` (:func:`~dpcore.outofcore.kernel.nearest_labels`): the
     clusters' columns in cluster order, rows in order within a cluster (a stable sort); and the offsets
     (K + 1,) of the clusters' columns. Each cluster's columns are then one slice."""
-    k = len(centres)
+    k, d = centres.shape
+    lifted = lift(centres[None])
     small = np.min_scalar_type(max(k - 1, 0))  # a stable sort of 8- or 16-bit labels is a radix sort
-    for part in chunks(raw):
-        xt = scaled_columns(prepare, part)
-        lab = chunk_labels(xt, centres[None])[0]
+    for Xa in lifted_chunks(raw, by_columns(prepare), d):
+        xt = Xa[:d]
+        lab = first_minima(scores(Xa, lifted, k))[0]
         order = np.argsort(lab.astype(small), kind="stable")
         offsets = np.zeros(k + 1, dtype=np.intp)
         np.cumsum(np.bincount(lab, minlength=k), out=offsets[1:])

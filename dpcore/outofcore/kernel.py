@@ -290,10 +290,12 @@ class SparkFeed(Feed):
 # -- kernels ---------------------------------------------------------------------------------------
 
 
-def columns(rows: NDArray) -> NDArray:
-    """Rows (m, c) of any layout and float dtype as a new C-ordered (c, m) float64 array: the layout every
-    kernel computes in (a numpy operation against a per-column vector then runs along m, not along c)."""
-    out = np.empty((rows.shape[1], rows.shape[0]))
+def columns(rows: NDArray, out: NDArray | None = None) -> NDArray:
+    """Rows (m, c) of any layout and float dtype as a C-ordered (c, m) float64 array (``out``, or a new
+    one): the layout every kernel computes in (a numpy operation against a per-column vector then runs
+    along m, not along c)."""
+    if out is None:
+        out = np.empty((rows.shape[1], rows.shape[0]))
     out[...] = rows.T  # float32 values are exact in float64
     return out
 
@@ -306,50 +308,85 @@ def chunks(rows: NDArray) -> Iterator[NDArray]:
         yield rows[start : start + CHUNK_ROWS]
 
 
-def chunk_labels(X: NDArray, centres: NDArray) -> NDArray:
-    """:func:`nearest_labels` of one chunk held by columns, X (d, m) float64 (:func:`columns`)."""
-    b, k, d = centres.shape
-    m = X.shape[1]
-    flat = centres.reshape(-1, d)
-    dist = ((-2.0 * flat) @ X).reshape(b, k, m)
-    dist += np.einsum("ij,ij->i", flat, flat).reshape(b, k, 1)
-    labels = np.zeros((b, m), dtype=np.intp)
-    best = dist[:, 0].copy()
-    for j in range(1, k):
-        np.copyto(labels, j, where=dist[:, j] < best)
-        np.minimum(best, dist[:, j], out=best)
+def lifted_chunks(rows: NDArray, fill: Callable[[NDArray, NDArray], Any], d: int) -> Iterator[NDArray]:
+    """The :func:`chunks` of ``rows`` (m, c), each written by ``fill(chunk, out)`` as d float64 columns into
+    ``out`` (d, m), the first d rows of one reused workspace whose last row is ones: yields that
+    lifted chunk Xa (d + 1, m), valid until the next one is asked for. The row of ones makes the centres'
+    scores one product (:func:`scores`) and the clusters' counts a column of their sums."""
+    work = np.empty((d + 1, CHUNK_ROWS))
+    work[d] = 1.0
+    for part in chunks(rows):
+        Xa = work[:, : part.shape[0]]
+        fill(part, Xa[:d])
+        yield Xa
+
+
+def lift(centres: NDArray) -> NDArray:
+    """B sets of K centres (B, K, d) as the rows [-2 c_k, ||c_k||^2] (B K, d + 1) of :func:`scores`."""
+    flat = centres.reshape(-1, centres.shape[-1])
+    return np.hstack([-2.0 * flat, np.einsum("ij,ij->i", flat, flat)[:, None]])
+
+
+def scores(Xa: NDArray, lifted: NDArray, k: int) -> NDArray:
+    """||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) of every row of a lifted chunk Xa
+    (d + 1, m) for every centre (:func:`lift`), (B, K, m): one BLAS product."""
+    return (lifted @ Xa).reshape(-1, k, Xa.shape[1])
+
+
+def first_minima(s: NDArray) -> NDArray:
+    """Per set and row the lowest index k of the smallest score, (B, m) of scores (B, K, m): ties go to
+    the lowest index, and equal centres score equally, so a duplicate centre wins no row."""
+    best = s.min(axis=1)
+    labels = np.full(best.shape, s.shape[1] - 1, dtype=np.intp)
+    for j in range(s.shape[1] - 2, -1, -1):
+        np.copyto(labels, j, where=s[:, j] == best)
     return labels
 
 
 def nearest_labels(X: NDArray, centres: NDArray) -> NDArray:
     """Index (B, m) of the nearest of K centres for each row of X (m, d) and each of B centre sets (B, K, d):
-    argmin_k ||c_k||^2 - 2 x.c_k (||x - c_k||^2 less the row's ||x||^2) by one BLAS product per chunk,
-    then K comparisons with the best so far (strictly smaller wins: ties to the lowest index, equal centres
-    score equally)."""
-    parts = [chunk_labels(columns(part), centres) for part in chunks(X)]
-    return np.concatenate(parts, axis=1) if parts else np.zeros((centres.shape[0], 0), dtype=np.intp)
+    :func:`first_minima` of the :func:`scores` of each chunk."""
+    b, k, d = centres.shape
+    lifted = lift(centres)
+    parts = [first_minima(scores(Xa, lifted, k)) for Xa in lifted_chunks(X, columns, d)]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.intp)
 
 
-def _add_cluster_sums(X: NDArray, centres: NDArray, counts: NDArray, sums: NDArray) -> None:
-    """Add one chunk's per-cluster counts and sums (X (d, m) float64 by columns) to ``counts`` (B, K) and
-    ``sums`` (B, K, d): counts by ``bincount``, sums by one product of the chunk's one-hot assignment
-    (K, m) with its rows."""
-    k = centres.shape[1]
-    which = np.arange(k).reshape(k, 1)
-    for b, lab in enumerate(chunk_labels(X, centres)):
-        counts[b] += np.bincount(lab, minlength=k)
-        sums[b] += (lab == which).astype(np.float64) @ X.T
+def add_cluster_sums(Xa: NDArray, lifted: NDArray, k: int, acc: NDArray, hot: NDArray) -> None:
+    """Add one lifted chunk's (Xa (d + 1, m)) per-cluster sums and counts to ``acc`` (B K, d + 1; the
+    counts in the last column): one product of the chunk's one-hot assignment to the nearest centres
+    (:func:`nearest_labels`), written into ``hot`` (B, K, >= m), with Xa. The assignment is the rows'
+    equality with their smallest score; a row with two smallest scores, which that would count twice
+    (the counts then add to more than m), is assigned again by :func:`first_minima`."""
+    m = Xa.shape[1]
+    s = scores(Xa, lifted, k)
+    one = hot[:, :, :m]
+    np.equal(s, s.min(axis=1, keepdims=True), out=one)
+    flat = one.reshape(-1, m)
+    part = flat @ Xa.T
+    if np.any(part[:, -1].reshape(-1, k).sum(axis=1) != m):
+        np.equal(first_minima(s)[:, None, :], np.arange(k).reshape(k, 1), out=one)
+        part = flat @ Xa.T
+    acc += part
+
+
+def cluster_partial(lifted_rows: Iterable[NDArray], centres: NDArray) -> Partial:
+    """Per-cluster counts (B, K) and sums (B, K, d) of lifted chunks (:func:`lifted_chunks`) under
+    nearest-centre assignment to each of B centre sets (B, K, d), added chunk by chunk in order
+    (:func:`add_cluster_sums`)."""
+    b, k, d = centres.shape
+    lifted = lift(centres)
+    acc, hot = np.zeros((b * k, d + 1)), np.empty((b, k, CHUNK_ROWS))
+    for Xa in lifted_rows:
+        add_cluster_sums(Xa, lifted, k, acc, hot)
+    return np.ascontiguousarray(acc[:, d].reshape(b, k)), np.ascontiguousarray(acc[:, :d].reshape(b, k, d))
 
 
 def lloyd_partial(Xc: NDArray, centres: NDArray) -> Partial:
     """Per-cluster counts (B, K) and sums (B, K, d) of the block Xc (rows clipped and centred) under
     nearest-centre assignment (:func:`nearest_labels`) to each of B centre sets (B, K, d), chunk by chunk
-    in the rows' order."""
-    b, k, d = centres.shape
-    counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
-    for part in chunks(Xc):
-        _add_cluster_sums(columns(part), centres, counts, sums)
-    return counts, sums
+    in the rows' order (:func:`cluster_partial`)."""
+    return cluster_partial(lifted_chunks(Xc, columns, centres.shape[2]), centres)
 
 
 def lloyd_statistics(Xc: NDArray, centres: NDArray) -> tuple[NDArray, NDArray]:
@@ -373,9 +410,10 @@ class Scaled:
         mantissa, _ = np.frexp(np.asarray(scale, dtype=np.float64))
         self.inverse = 1.0 / np.asarray(scale, dtype=np.float64) if np.all(mantissa == 0.5) else None
 
-    def columns(self, raw: NDArray) -> NDArray:
-        """The scaled values of raw rows (m, c) as a new (c, m) float64 array (:func:`columns`)."""
-        out = columns(raw)
+    def columns(self, raw: NDArray, out: NDArray | None = None) -> NDArray:
+        """The scaled values of raw rows (m, c) as a (c, m) float64 array (``out``, or a new one:
+        :func:`columns`)."""
+        out = columns(raw, out)
         col = functools.partial(np.reshape, shape=(-1, 1))
         np.clip(out, col(self.lo), col(self.hi), out=out)
         out -= col(self.center)
@@ -389,11 +427,18 @@ class Scaled:
         return self.columns(raw).T
 
 
+def by_columns(prepare: Callable[[NDArray], NDArray]) -> Callable[[NDArray, NDArray], NDArray]:
+    """``prepare`` as a :func:`lifted_chunks` fill, ``(raw, out) -> out``: its own ``columns`` when it has
+    one (:class:`Scaled`), else its rows copied by columns (:func:`columns`)."""
+    own = getattr(prepare, "columns", None)
+    return own if own is not None else lambda raw, out: columns(prepare(raw), out)
+
+
 class LloydPass:
     """The kernel of one noisy-Lloyd round on raw feature blocks: ``prepare`` (e.g. :class:`Scaled`; one
     with a ``columns`` method gives its values by columns directly), the estimators' clip to
     [lower, upper] and centring on (lower + upper) / 2, then the chunks' counts and sums as
-    :func:`lloyd_partial` adds them.
+    :func:`cluster_partial` adds them.
 
     ``inside``: ``prepare``'s values already lie in [lower, upper] bit for bit, so the clip changes nothing
     and is skipped (:class:`Scaled` to its own scaled bounds: clip(x, lo, hi) >= lo and the rounded
@@ -406,19 +451,18 @@ class LloydPass:
         self.inside = inside
 
     def __call__(self, raw: NDArray) -> Partial:
-        b, k, d = self.centres.shape
-        counts, sums = np.zeros((b, k)), np.zeros((b, k, d))
-        by_columns = getattr(self.prepare, "columns", None)
+        prepare = by_columns(self.prepare)
         lower, upper = self.lower.reshape(-1, 1), self.upper.reshape(-1, 1)
         mid = (lower + upper) / 2.0
-        for part in chunks(raw):
-            X = by_columns(part) if by_columns is not None else columns(self.prepare(part))
+
+        def fill(part: NDArray, out: NDArray) -> None:
+            prepare(part, out)
             if not self.inside:
-                np.clip(X, lower, upper, out=X)
+                np.clip(out, lower, upper, out=out)
             if mid.any():  # x - 0.0 is x: a box centred on 0 (min-max scaling) needs no pass
-                X -= mid
-            _add_cluster_sums(X, self.centres, counts, sums)
-        return counts, sums
+                out -= mid
+
+        return cluster_partial(lifted_chunks(raw, fill, self.centres.shape[2]), self.centres)
 
 
 def fit_statistics(
