@@ -18,6 +18,10 @@ from numpy.typing import ArrayLike, NDArray
 from dpcore.errors import DataError, ParameterError
 
 EARTH_RADIUS_M = 6_371_008.8
+# Points projected at once: a chunk's temporaries (64 KB each) stay in the cache and in the heap, where
+# larger ones are fresh mappings whose page faults cost as much as the trigonometry (64K points: 88 ns a
+# point against 45 ns in chunks of 8K, measured on a 2-core VM)
+CHUNK_POINTS = 1 << 13
 
 FloatArray = NDArray[np.float64]
 
@@ -176,17 +180,33 @@ class LocalProjection:
         validate_latlon(self.lat0, self.lon0)
 
     def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
-        """rho = :func:`haversine_m` and beta = :func:`initial_bearing_deg` from the reference, their common
-        terms computed once (the same operations, so the same values bit for bit)."""
-        p1, l1 = np.radians(float(self.lat0)), np.radians(float(self.lon0))
-        p2, l2 = np.radians(np.asarray(lat, dtype=float)), np.radians(np.asarray(lon, dtype=float))
-        dl, cos_p2 = l2 - l1, np.cos(p2)
-        h = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * cos_p2 * np.sin(dl / 2) ** 2
-        rho = 2.0 * EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
-        y = np.sin(dl) * cos_p2
-        x = np.cos(p1) * np.sin(p2) - np.sin(p1) * cos_p2 * np.cos(dl)
-        beta = np.radians(np.degrees(np.arctan2(y, x)) % 360.0)
-        return rho * np.sin(beta), rho * np.cos(beta)
+        """The point's unit vector u in the reference's east, north and up axes,
+        e = cos p2 sin dl, n = cos p1 sin p2 - sin p1 cos p2 cos dl, v = sin p1 sin p2 + cos p1 cos p2 cos dl;
+        then rho = R atan2(||(e, n)||, v) (the great-circle distance, accurate at every distance) and
+        (x, y) = rho (e, n) / ||(e, n)|| (the initial bearing's sine and cosine), (0, 0) at the reference.
+        Four sines and cosines per point (the haversine and bearing formulas need ten), computed in chunks of
+        :data:`CHUNK_POINTS` points (the same values)."""
+        la, lo = np.asarray(lat, dtype=float), np.asarray(lon, dtype=float)
+        la, lo = np.broadcast_arrays(la, lo)
+        x, y = np.empty(la.shape), np.empty(la.shape)
+        fa, fo, fx, fy = la.reshape(-1), lo.reshape(-1), x.reshape(-1), y.reshape(-1)
+        for i in range(0, fa.size, CHUNK_POINTS):
+            fx[i : i + CHUNK_POINTS], fy[i : i + CHUNK_POINTS] = self._forward(
+                fa[i : i + CHUNK_POINTS], fo[i : i + CHUNK_POINTS]
+            )
+        return x, y
+
+    def _forward(self, lat: FloatArray, lon: FloatArray) -> tuple[FloatArray, FloatArray]:
+        p1, l1 = math.radians(float(self.lat0)), math.radians(float(self.lon0))
+        p2, dl = np.radians(lat), np.radians(lon) - l1
+        sin_p2, cos_p2, cos_dl = np.sin(p2), np.cos(p2), np.cos(dl)
+        e = cos_p2 * np.sin(dl)
+        n = math.cos(p1) * sin_p2 - math.sin(p1) * cos_p2 * cos_dl
+        v = math.sin(p1) * sin_p2 + math.cos(p1) * cos_p2 * cos_dl
+        h = np.sqrt(e * e + n * n)  # |e|, |n| <= 1: no overflow
+        rho = EARTH_RADIUS_M * np.arctan2(h, v)
+        per = np.divide(rho, h, out=np.zeros_like(rho), where=h > 0)
+        return e * per, n * per
 
     def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
         xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

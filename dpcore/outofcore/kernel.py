@@ -31,6 +31,7 @@ Engines read, filter, project, drop missing rows, sample and count; every value 
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import mmap
 import os
@@ -98,6 +99,7 @@ def reduce_blocks(
     With ``workers`` > 1 the kernel runs on that many threads (numpy releases the GIL), at most twice as
     many blocks in flight; the partials are still combined in the blocks' order, so the result is the
     same."""
+    reuse_heap()
     out: Partial | None = None
     if workers <= 1:
         with _blas_threads(1):
@@ -154,6 +156,22 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> NDArray:
         return np.empty(shape, dtype=dtype)
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape)
+
+
+@functools.cache
+def reuse_heap() -> bool:
+    """Ask the C library's ``malloc`` (glibc) to keep freed memory for reuse, once per process: blocks
+    below 4 MB from the heap (``M_MMAP_THRESHOLD``) and up to 64 MB of free heap kept
+    (``M_TRIM_THRESHOLD``). By default a numpy temporary of 128 KB or more is a fresh mapping, or the heap
+    is trimmed as soon as it is freed, so every such temporary of a pass page-faults again: finding the
+    trips of 10M fixes in 64K-row blocks took 1.20 s, against 0.73 s with these settings (measured on a
+    2-core VM). The passes call it; True when set, False where there is no ``mallopt`` (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(-3, 4 << 20)) and bool(mallopt(-1, 64 << 20))  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
 
 
 def prefetched(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:

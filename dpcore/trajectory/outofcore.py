@@ -41,7 +41,7 @@ import numpy as np
 from dpcore.errors import ParameterError
 from dpcore.location.geometry import Region
 from dpcore.mechanisms import Sampler
-from dpcore.outofcore.kernel import workers
+from dpcore.outofcore.kernel import reuse_heap, workers
 from dpcore.trajectory.dpt import DPT, Hierarchy, own_levels
 from dpcore.trajectory.prepare import (
     Candidates,
@@ -62,6 +62,7 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # cod
 # (10M fixes: 1.3 s of system time in the trip finding alone, against 0.05 s with 64K rows)
 BATCH_ROWS = 1 << 16
 BLOCK_ROWS = 1 << 16  # at least this many rows per block (whole persons)
+CHANGED = "The table changed between two passes of the release; run it again."
 CACHE_BYTES = 256 * 10**6  # pass 1's prepared trips kept for the counts while they fit (else pass 2)
 _THREADS = min(workers(), 4)  # a block in flight per thread: about 15 MB each
 
@@ -79,19 +80,35 @@ def _changes(column: Any, last: Any) -> np.ndarray:
     return out
 
 
-def fix_blocks(batches: Iterable[Any], has_trip: bool, min_rows: int = BLOCK_ROWS) -> Iterator[Block]:
+class OutOfOrder(Exception):
+    """Rows streamed in their stored order were not ordered by person, trip and time after all."""
+
+
+def fix_blocks(
+    batches: Iterable[Any], has_trip: bool, min_rows: int = BLOCK_ROWS, check: bool = False
+) -> Iterator[Block]:
     """Arrow batches of (p, [t,] us, lat, lon) ordered by person text p, trip text t and time us, as blocks
     (person codes, trip codes, seconds, lat, lon) of whole persons with at least ``min_rows`` rows (the
-    last one shorter); codes rise with the text (only their order and equality matter)."""
-    held: list[Block] = []
+    last one shorter); codes rise with the text (only their order and equality matter). A block is cut at
+    the first person start ``min_rows`` rows after the last cut: inside a batch a view of its arrays, the
+    rows held from earlier batches joined to it otherwise. ``check``: verify that order (:func:`_ordered`)
+    and raise :class:`OutOfOrder` at the first batch that breaks it (rows in their stored order)."""
+    held: list[Block] = []  # the rows since the last cut, in pieces
     count, code, tcode = 0, -1, -1
+    last: tuple[Any, ...] | None = None
     last_p = last_t = None
     for batch in batches:
         n = batch.num_rows
         if not n:
             continue
+        if check:
+            keys = ["p", "t", "us"] if has_trip else ["p", "us"]
+            if not _sorted_after(batch, keys, last):
+                raise OutOfOrder
+            last = tuple(batch.column(k)[n - 1].as_py() for k in keys)
         p = batch.column("p")
         new = _changes(p, last_p)
+        starts = np.flatnonzero(new)  # where a person starts
         codes = code + np.cumsum(new)
         if has_trip:
             t = batch.column("t")
@@ -102,20 +119,43 @@ def fix_blocks(batches: Iterable[Any], has_trip: bool, min_rows: int = BLOCK_ROW
         sec = batch.column("us").to_numpy(zero_copy_only=False) / 1e6  # as prepare_trips reads times
         lat = batch.column("lat").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         lon = batch.column("lon").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        held.append((codes, tcodes, sec, lat, lon))
-        count += n
-        if count < min_rows:
-            continue
-        joined = _join(held)
-        cut = int(np.searchsorted(joined[0], joined[0][-1], side="left"))  # the last person waits
-        if cut == 0:
-            held = [joined]
-            continue
-        yield tuple(a[:cut] for a in joined)  # type: ignore[misc]
-        held = [tuple(a[cut:] for a in joined)]  # type: ignore[list-item]
-        count = joined[0].size - cut
+        part: Block = (codes, tcodes, sec, lat, lon)
+        begin = 0
+        while True:
+            at = int(np.searchsorted(starts, begin + max(min_rows - count, 0 if count else 1)))
+            if at == starts.size:
+                break
+            cut = int(starts[at])
+            yield _join([*held, _rows(part, begin, cut)])
+            held, count, begin = [], 0, cut
+        held.append(_rows(part, begin, n))
+        count += n - begin
     if count:
         yield _join(held)
+
+
+def _sorted_after(batch: Any, keys: list[str], last: tuple[Any, ...] | None) -> bool:
+    """True if the batch's rows, after a row whose ``keys`` are ``last`` (None: none), are ordered by those
+    keys (text in code-point order, as an engine sorts VARCHAR: UTF-8 bytes, Python's ``str`` order)."""
+    import pyarrow.compute as pc
+
+    if last is not None and tuple(batch.column(k)[0].as_py() for k in keys) < last:
+        return False
+    n = batch.num_rows
+    tied = None  # rows whose earlier keys equal the row before's
+    for name in keys:
+        col = batch.column(name)
+        a, b = col.slice(1, n - 1), col.slice(0, n - 1)
+        before = pc.less(a, b) if tied is None else pc.and_(pc.less(a, b), tied)
+        if pc.any(before).as_py():
+            return False
+        same = pc.equal(a, b)
+        tied = same if tied is None else pc.and_(tied, same)
+    return True
+
+
+def _rows(b: Block, start: int, stop: int) -> Block:
+    return tuple(a[start:stop] for a in b)  # type: ignore[return-value]
 
 
 def _join(held: list[Block]) -> Block:
@@ -124,14 +164,24 @@ def _join(held: list[Block]) -> Block:
     return tuple(np.concatenate(parts) for parts in zip(*held, strict=True))  # type: ignore[return-value]
 
 
-def merge_counts(a: Counts | None, b: Counts) -> Counts:
-    """Sums of two sets of (sorted keys, counts) by name."""
-    if a is None:
-        return b
+def merge_counts(parts: Iterable[Counts | None], group: int = 32) -> Counts | None:
+    """Sums by name of sets of (sorted keys, counts) (None: no set), merged ``group`` sets at a time into
+    the total: one sort of their keys per group, and memory for a group's sets only."""
+    total: Counts | None = None
+    pending: list[Counts] = []
+    for part in parts:
+        if part is not None:
+            pending.append(part)
+        if len(pending) == group:
+            total, pending = _merged([*([total] if total else []), *pending]), []
+    return _merged([*([total] if total else []), *pending]) if total or pending else None
+
+
+def _merged(parts: list[Counts]) -> Counts:
     out = {}
-    for name in b:
-        keys = np.concatenate([a[name][0], b[name][0]])
-        vals = np.concatenate([a[name][1], b[name][1]])
+    for name in parts[0]:
+        keys = np.concatenate([p[name][0] for p in parts])
+        vals = np.concatenate([p[name][1] for p in parts])
         uniq, inv = np.unique(keys, return_inverse=True)
         out[name] = (uniq, np.bincount(inv.ravel(), weights=vals, minlength=uniq.size).astype(np.int64))
     return out
@@ -174,12 +224,12 @@ class _Replay:
         out = self.keys[self.at : self.at + size]
         self.at += size
         if out.size != size:
-            raise ParameterError("The table changed between two passes of the release; run it again.")
+            raise ParameterError(CHANGED)
         return out
 
     def done(self) -> None:
         if self.at != self.keys.size:
-            raise ParameterError("The table changed between two passes of the release; run it again.")
+            raise ParameterError(CHANGED)
 
 
 class _Tally:
@@ -268,7 +318,9 @@ class TrajectoryTable:
     cache_bytes: int = CACHE_BYTES
     scans: int = field(default=0, init=False)
 
-    def _query(self) -> str:
+    def _query(self, stored: bool = False) -> str:
+        """The fixes projected and converted, without missing values: ordered by person, trip and time, or
+        (``stored``) in the table's stored order."""
         q = {k: (None if v is None else _quote(v)) for k, v in self.columns.items()}
         trip = "" if q.get("trip") is None else f"CAST({q['trip']} AS VARCHAR) AS t, "
         return (
@@ -276,21 +328,48 @@ class TrajectoryTable:
             f"epoch_us(CAST({q['time']} AS TIMESTAMPTZ)) AS us, "
             f"CAST({q['lat']} AS DOUBLE) AS lat, CAST({q['lon']} AS DOUBLE) AS lon FROM {self.source} "
             f"WHERE {q['person']} IS NOT NULL AND {q['time']} IS NOT NULL AND {q['lat']} IS NOT NULL "
-            f"AND {q['lon']} IS NOT NULL ORDER BY p, {'t, ' if trip else ''}us"
+            f"AND {q['lon']} IS NOT NULL{'' if stored else ' ORDER BY p, ' + ('t, ' if trip else '') + 'us'}"
         )
 
-    def _blocks(self) -> Iterator[Block]:
+    def _blocks(self, stored: bool = False) -> Iterator[Block]:
+        """One scan's blocks (:func:`fix_blocks`): sorted by the engine, or (``stored``) in the stored
+        order, checked (:class:`OutOfOrder`)."""
         self.scans += 1
         self.con.execute(f"SET TimeZone = '{self.tz}'")
-        reader = self.con.sql(self._query()).to_arrow_reader(self.batch_rows)
-        return fix_blocks(reader, self.columns.get("trip") is not None, self.block_rows)
+        reader = self.con.sql(self._query(stored)).to_arrow_reader(self.batch_rows)
+        try:
+            yield from fix_blocks(reader, self.columns.get("trip") is not None, self.block_rows, check=stored)
+        finally:
+            reader.close()  # a pass left early frees the connection for the next query
+
+    def _again(self, stored: bool) -> Iterator[Block]:
+        """The blocks of pass 2, in pass 1's order."""
+        try:
+            yield from self._blocks(stored)
+        except OutOfOrder:
+            raise ParameterError(CHANGED) from None
 
     def fit_model(
         self, model: DPT, params: dict[str, Any], random_state: Sampler
     ) -> tuple[TripLimits, dict[str, int]]:
-        """Fit ``model`` on the table's trips under the limits of ``params``: one or two scans. Steps
-        that draw nothing (finding the trips, counting) run on threads (the machine's cores, at most 4),
-        the cap's draws in the blocks' order."""
+        """Fit ``model`` on the table's trips under the limits of ``params``: one or two scans, or one more
+        when the table is not stored in order. Pass 1 first reads the rows in their stored order, checked as
+        they stream: a table stored by person, trip and time (as GPS logs often are) needs no sort. At the
+        first row out of that order it stops, puts the sampler back where it was (nothing it drew is used)
+        and reads the rows sorted by the engine (ORDER BY)."""
+        reuse_heap()
+        state = random_state.rng.bit_generator.state
+        try:
+            return self._fit(model, params, random_state, stored=True)
+        except OutOfOrder:
+            random_state.rng.bit_generator.state = state
+            return self._fit(model, params, random_state, stored=False)
+
+    def _fit(
+        self, model: DPT, params: dict[str, Any], random_state: Sampler, stored: bool
+    ) -> tuple[TripLimits, dict[str, int]]:
+        """:meth:`fit_model` with the rows in one order. Steps that draw nothing (finding the trips,
+        counting) run on threads (the machine's cores, at most 4), the cap's draws in the blocks' order."""
         has_trip = self.columns.get("trip") is not None
         k = _kernels(model, params, self.region, self.gap_s, self.max_speed_mps, has_trip)
         recorder = _Recorder(random_state.rng)
@@ -301,7 +380,7 @@ class TrajectoryTable:
         owns: list[Future[np.ndarray]] = []  # their own systems
         held = 0
         with ThreadPoolExecutor(_THREADS) as pool:
-            for found in _in_order(pool, k.find, self._blocks()):
+            for found in _in_order(pool, k.find, self._blocks(stored)):
                 start = len(recorder.draws)
                 out = k.cap(found, recorder)
                 per_block.append(recorder.draws[start:])
@@ -322,12 +401,10 @@ class TrajectoryTable:
                     cached = zip(kept, own, strict=True)
                     parts = _in_order(pool, lambda t: k.counts(t[0], selected, t[1]), cached)
                 else:
-                    found = _in_order(pool, k.find, self._blocks())
+                    found = _in_order(pool, k.find, self._again(stored))
                     trips = (k.cap(f, _Replay(d)).trips for f, d in zip(found, per_block, strict=True))
                     parts = _in_order(pool, lambda t: k.counts(t, selected), trips)
-                total: Counts | None = None
-                for part in parts:
-                    total = merge_counts(total, part)
+                total = merge_counts(parts)
                 return k.empty() if total is None else total
 
             model.fit_counts(true_rs, counts_of)
@@ -353,6 +430,7 @@ def _spark_pass(job: Callable[[int, Iterator[Block]], Any], has_trip: bool, bloc
         import pyarrow as pa
         from pyspark import TaskContext
 
+        reuse_heap()
         pid = TaskContext.get().partitionId()
         part = job(pid, fix_blocks(batches, has_trip, block_rows))
         yield pa.RecordBatch.from_pydict({"part": [pid], "value": [pickle.dumps(part)]})
@@ -398,9 +476,7 @@ class _GramCounts:
 
     def __call__(self, pid: int, blocks: Iterator[Block]) -> Counts | None:
         replay = _Replay([self.keys.get(pid, np.zeros(0))])
-        total: Counts | None = None
-        for b in blocks:
-            total = merge_counts(total, self.k.counts(self.k.prepare(b, replay).trips, self.selected))
+        total = merge_counts([self.k.counts(self.k.prepare(b, replay).trips, self.selected) for b in blocks])
         replay.done()
         return total
 
@@ -476,10 +552,7 @@ class SparkTrajectories:
                 counts = _add_counts(counts, part)
 
             def counts_of(selected: np.ndarray) -> Counts:
-                total: Counts | None = None
-                for _, part in self._run(frame, _GramCounts(k, keys, selected)):
-                    if part is not None:
-                        total = merge_counts(total, part)
+                total = merge_counts(part for _, part in self._run(frame, _GramCounts(k, keys, selected)))
                 return k.empty() if total is None else total
 
             model.fit_counts(true_rs, counts_of)
