@@ -45,6 +45,7 @@ counts the start cells, the rest is shared equally by the phi + 1 levels of the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -54,6 +55,7 @@ import numpy as np
 from dpcore.errors import ParameterError
 from dpcore.location.budget import BudgetLog, split_budget
 from dpcore.mechanisms import Sampler, check_random_state
+from dpcore.outofcore.kernel import workers
 from dpcore.trajectory.prepare import TripSet
 
 __all__ = ["DPT", "Hierarchy", "anchor_cap", "anchor_sequences", "gram_counts", "level_weight", "own_levels"]
@@ -444,40 +446,42 @@ class DPT:
         active = np.arange(n)
         table = hier.neighbours(cells)  # the system's cells' neighbours, looked up by row
         lv1_pos = np.maximum(lv1, 0)
-        for t in range(1, cap):
-            if not active.size:
-                break
-            u = rng.random(active.size)
-            hist.append(np.full(n, -1, dtype=np.int64))
-            moved = []
-            for at in range(0, active.size, WALK_ROWS):  # rows in chunks: no large temporaries
-                rows = active[at : at + WALK_ROWS]
-                last = hist[t - 1][rows]
-                nbr = table[last - cells[0]]
-                cand_tok = np.c_[np.where(nbr >= 0, nbr + 2, -1), np.full(last.size, END)]
-                weight = self._context_weights(hist, rows, t, cand_tok)
-                rest = np.isnan(weight[:, 0])
-                if rest.any():  # order 0: the neighbours' noisy cell counts, and the mean chance to stop
-                    w, _ = _lookup(lv1_keys, lv1_pos, cand_tok[rest, :8])
-                    w = np.where(cand_tok[rest, :8] >= 0, w, 0)
-                    weight[rest] = np.c_[w, w.sum(axis=1) * p_end / max(1 - p_end, 1e-12)]
-                if self.window and t >= 2:
-                    gx, gy = hier.centres(last)
-                    fx, fy = hier.centres(hist[max(t - 1 - self.window, 0)][rows])
-                    dx, dy = gx - fx, gy - fy
-                    norm = np.hypot(dx, dy)
-                    cos = (mv[:, 0][None, :] * dx[:, None] + mv[:, 1][None, :] * dy[:, None]) / np.where(
-                        norm > 0, norm, 1
-                    )[:, None]
-                    weight[:, :8] *= np.where(norm[:, None] > 0, np.maximum((1 + cos) / 2, 0.05), 1.0)
-                total = weight.sum(axis=1)
-                below = np.cumsum(weight, axis=1) < (u[at : at + WALK_ROWS] * total)[:, None]
-                pick = np.minimum(below.sum(axis=1), 8)
-                go = ~((total <= 0) | (pick == 8))
-                hist[t][rows[go]] = nbr[go, pick[go]]
-                moved.append(rows[go])
-            active = np.concatenate(moved)
-            lengths[active] += 1
+        with ThreadPoolExecutor(workers()) as pool:
+            for t in range(1, cap):
+                if not active.size:
+                    break
+                u = rng.random(active.size)  # drawn first: the chunks then compute on threads, the same steps
+                hist.append(np.full(n, -1, dtype=np.int64))
+
+                def step(at: int, t: int = t, u: np.ndarray = u, active: np.ndarray = active) -> np.ndarray:
+                    rows = active[at : at + WALK_ROWS]
+                    last = hist[t - 1][rows]
+                    nbr = table[last - cells[0]]
+                    cand_tok = np.c_[np.where(nbr >= 0, nbr + 2, -1), np.full(last.size, END)]
+                    weight = self._context_weights(hist, rows, t, cand_tok)
+                    rest = np.isnan(weight[:, 0])
+                    if rest.any():  # order 0: the neighbours' noisy cell counts, and the mean chance to stop
+                        w, _ = _lookup(lv1_keys, lv1_pos, cand_tok[rest, :8])
+                        w = np.where(cand_tok[rest, :8] >= 0, w, 0)
+                        weight[rest] = np.c_[w, w.sum(axis=1) * p_end / max(1 - p_end, 1e-12)]
+                    if self.window and t >= 2:
+                        gx, gy = hier.centres(last)
+                        fx, fy = hier.centres(hist[max(t - 1 - self.window, 0)][rows])
+                        dx, dy = gx - fx, gy - fy
+                        norm = np.hypot(dx, dy)
+                        cos = (mv[:, 0][None, :] * dx[:, None] + mv[:, 1][None, :] * dy[:, None]) / np.where(
+                            norm > 0, norm, 1
+                        )[:, None]
+                        weight[:, :8] *= np.where(norm[:, None] > 0, np.maximum((1 + cos) / 2, 0.05), 1.0)
+                    total = weight.sum(axis=1)
+                    below = np.cumsum(weight, axis=1) < (u[at : at + WALK_ROWS] * total)[:, None]
+                    pick = np.minimum(below.sum(axis=1), 8)
+                    go = ~((total <= 0) | (pick == 8))
+                    hist[t][rows[go]] = nbr[go, pick[go]]  # the chunks' rows are disjoint
+                    return rows[go]
+
+                active = np.concatenate(list(pool.map(step, range(0, active.size, WALK_ROWS))))
+                lengths[active] += 1
         ids = np.empty(int(lengths.sum()), dtype=np.int64)
         first = np.cumsum(lengths) - lengths
         for t, column in enumerate(hist):  # row by row: trip i's anchors at first[i] + t

@@ -262,8 +262,9 @@ def test_synthetic_trips_hold_no_true_position_or_count(trips: TripSet) -> None:
 
 
 def test_synthetic_trips_do_not_depend_on_how_many_are_stepped_at_once(trips: TripSet, monkeypatch) -> None:
-    """The walks step their rows in chunks of WALK_ROWS (one draw per step for every walking trip): any
-    chunk size gives the same trips with the same sampler."""
+    """The walks step their rows in chunks of WALK_ROWS (one draw per step for every walking trip), the
+    chunks on threads: any chunk size and any number of threads give the same trips with the same
+    sampler."""
     from dpcore.trajectory import dpt
 
     def draw() -> TripSet:
@@ -272,8 +273,10 @@ def test_synthetic_trips_do_not_depend_on_how_many_are_stepped_at_once(trips: Tr
         )
         return model.fit(trips).sample()
 
+    monkeypatch.setattr(dpt, "workers", lambda: 1)
     whole = draw()
     monkeypatch.setattr(dpt, "WALK_ROWS", 7)
+    monkeypatch.setattr(dpt, "workers", lambda: 3)
     chunked = draw()
     assert whole.n_trips > 100 and np.diff(whole.offsets).max() > 2
     for a, b in ((whole.x, chunked.x), (whole.y, chunked.y), (whole.offsets, chunked.offsets)):
