@@ -11,10 +11,12 @@ truncation), the trips per own reference system, then, after the noisy selection
 The cap's uniform keys come from the release's sampler in the persons' canonical order, so they are the
 keys drawn in memory:
 
-* **DuckDB** (:class:`TrajectoryTable`): one ORDER BY streamed as Arrow batches; pass 1 prepares each
-  block with keys drawn block after block (and recorded) and keeps the prepared trips while they fit
-  ``cache_bytes``, from which the counts are taken (one scan in all); otherwise pass 2 prepares the same
-  blocks again with the recorded keys (nothing drawn).
+* **DuckDB** (:class:`TrajectoryTable`): the rows streamed as Arrow batches in their stored order,
+  checked batch by batch (no sort for a table stored in order), or, from the first row out of order on,
+  again from the start with ORDER BY and the sampler put back (:meth:`TrajectoryTable.fit_model`);
+  pass 1 prepares each block with keys drawn block after block (and recorded) and keeps the prepared trips
+  while they fit ``cache_bytes``, from which the counts are taken (one scan in all); otherwise pass 2
+  prepares the same blocks again with the recorded keys (nothing drawn).
 * **Spark** (:class:`SparkTrajectories`): the rows range-partitioned by person (partition i holds whole
   persons, all before those of partition i + 1), sorted within partitions and cached; each pass runs the
   kernels on the executors (``mapInArrow``), one partial per partition, added by the driver in partition
@@ -91,8 +93,9 @@ def fix_blocks(
     (person codes, trip codes, seconds, lat, lon) of whole persons with at least ``min_rows`` rows (the
     last one shorter); codes rise with the text (only their order and equality matter). A block is cut at
     the first person start ``min_rows`` rows after the last cut: inside a batch a view of its arrays, the
-    rows held from earlier batches joined to it otherwise. ``check``: verify that order (:func:`_ordered`)
-    and raise :class:`OutOfOrder` at the first batch that breaks it (rows in their stored order)."""
+    rows held from earlier batches joined to it otherwise. ``check``: verify that order
+    (:func:`_sorted_after`) and raise :class:`OutOfOrder` at the first batch that breaks it (rows in their
+    stored order)."""
     held: list[Block] = []  # the rows since the last cut, in pieces
     count, code, tcode = 0, -1, -1
     last: tuple[Any, ...] | None = None
@@ -122,6 +125,7 @@ def fix_blocks(
         part: Block = (codes, tcodes, sec, lat, lon)
         begin = 0
         while True:
+            # the first person start leaving at least min_rows rows (at least one) before it
             at = int(np.searchsorted(starts, begin + max(min_rows - count, 0 if count else 1)))
             if at == starts.size:
                 break
@@ -173,8 +177,10 @@ def merge_counts(parts: Iterable[Counts | None], group: int = 32) -> Counts | No
         if part is not None:
             pending.append(part)
         if len(pending) == group:
-            total, pending = _merged([*([total] if total else []), *pending]), []
-    return _merged([*([total] if total else []), *pending]) if total or pending else None
+            total, pending = _merged([total, *pending] if total is not None else pending), []
+    if pending:
+        return _merged([total, *pending] if total is not None else pending)
+    return total
 
 
 def _merged(parts: list[Counts]) -> Counts:

@@ -84,3 +84,12 @@ def test_combines_and_the_memory_budget(monkeypatch) -> None:
     monkeypatch.setenv("DPCORE_MEMORY_BUDGET", "lots")
     with pytest.raises(ParameterError, match="DPCORE_MEMORY_BUDGET"):
         kernel.memory_budget()
+
+
+def test_the_passes_ask_glibc_to_keep_freed_memory() -> None:
+    """``mallopt`` is found and accepts both settings where the C library is glibc (a no-op elsewhere)."""
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc")
+    assert kernel.reuse_heap() is True
