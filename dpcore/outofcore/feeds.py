@@ -32,6 +32,7 @@ from dpcore.outofcore.kernel import (
     allocate,
     memory_budget,
     prefetched,
+    unpersist,
 )
 
 #: Source types whose every value a float32 holds exactly (the compact dtype's condition).
@@ -83,29 +84,22 @@ def read_rows(expr: ir.Table, upper_rows: int, dtype: Any) -> np.ndarray:
 def open_feed(expr: ir.Table, upper_rows: int, dtype: Any = np.float64) -> Iterator[Feed]:
     """The feed of ``expr``'s rows (module docstring) for the passes of one release."""
     if is_spark(expr):
-        frame = spark_frame(expr).cache()
+        feed = SparkFeed(spark_frame(expr))
         try:
-            yield SparkFeed(frame, frame.count())
+            yield feed
         finally:
-            frame.unpersist()
+            feed.release()
         return
     yield feed_of(expr, upper_rows, dtype)
-
-
-def _unpersist(frame: Any) -> None:
-    with contextlib.suppress(Exception):  # the session may be gone
-        frame.unpersist()
 
 
 def feed_of(expr: ir.Table, upper_rows: int, dtype: Any = np.float64, n: int | None = None) -> Feed:
     """A feed without a block to release: in memory when it fits the budget, else streamed (DuckDB) or
     cached by Spark until the feed is collected; ``n``, the number of rows when the caller knows it,
-    saves a COUNT (Spark counts anyway: the count builds its cache)."""
+    saves a COUNT (Spark counts anyway: building its cache gives n)."""
     if is_spark(expr):
-        frame = spark_frame(expr).cache()  # computed once (a per-user cap's window and join), not per pass
-        count = frame.count()
-        feed = SparkFeed(frame, count if n is None else n)
-        weakref.finalize(feed, _unpersist, frame)
+        feed = SparkFeed(spark_frame(expr))  # computed once (a per-user cap's window and join), not per pass
+        weakref.finalize(feed, unpersist, feed.blocks)  # not the feed: it would never be collected
         return feed
     if upper_rows * len(expr.columns) * np.dtype(dtype).itemsize <= memory_budget():
         return MemoryFeed(read_rows(expr, upper_rows, dtype))

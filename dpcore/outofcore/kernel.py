@@ -31,6 +31,7 @@ Engines read, filter, project, drop missing rows, sample and count; every value 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import mmap
@@ -264,15 +265,61 @@ class StreamFeed(Feed):
         return reduce_blocks(blocks, kernel, combine, threads)
 
 
+PIECE_BYTES = 64 << 20  # at most this many bytes of a block in one row of Spark's cache (SparkFeed)
+PIECES = "block long, rows long, cols long, f32 boolean, value binary"  # the rows of Spark's cache
+
+
+def _to_pieces(batches: Iterator[Any]) -> Iterator[Any]:
+    """The function ``mapInArrow`` runs once per partition to build :class:`SparkFeed`'s cache: the
+    partition's canonical blocks (:func:`assemble`), each as the raw bytes of its (c, m) array, cut into
+    pieces of at most :data:`PIECE_BYTES`, one row each (block index, rows, columns, float32?, bytes)."""
+    import pyarrow as pa
+
+    for i, blk in enumerate(assemble(batches, 1)):
+        cols = blk.T  # (c, m), a view of the buffer assemble reuses: copied into bytes at once
+        step = max(1, PIECE_BYTES // (cols.shape[0] * cols.itemsize))
+        for start in range(0, cols.shape[1], step):
+            piece = np.ascontiguousarray(cols[:, start : start + step])
+            row = {"block": [i], "rows": [piece.shape[1]], "cols": [piece.shape[0]]}
+            row |= {"f32": [piece.dtype == np.float32], "value": [piece.tobytes()]}
+            yield pa.RecordBatch.from_pydict(row, schema=_pieces_schema())
+
+
+@functools.cache
+def _pieces_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("block", pa.int64()), ("rows", pa.int64()), ("cols", pa.int64()),
+                      ("f32", pa.bool_()), ("value", pa.binary())])
+
+
+def _from_pieces(batches: Iterable[Any]) -> Iterator[NDArray]:
+    """The blocks (m, c) of a partition of :class:`SparkFeed`'s cache, in order: each piece a view of
+    Arrow's buffer (no copy), a block of several pieces joined."""
+    held: list[NDArray] = []
+    at = None
+    for batch in batches:
+        meta = zip(*(batch.column(k).to_pylist() for k in ("block", "rows", "cols", "f32")), strict=True)
+        for j, (i, rows, cols, f32) in enumerate(meta):
+            if i != at and held:
+                yield (held[0] if len(held) == 1 else np.concatenate(held, axis=1)).T
+                held = []
+            at = i
+            buf = batch.column("value")[j].as_buffer()
+            held.append(np.frombuffer(buf, dtype=np.float32 if f32 else np.float64).reshape(cols, rows))
+    if held:
+        yield (held[0] if len(held) == 1 else np.concatenate(held, axis=1)).T
+
+
 def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function ``mapInArrow`` runs on an executor: the kernel over its partition's canonical blocks,
-    one row (partition id, pickled partial) out."""
+    """The function ``mapInArrow`` runs on an executor: the kernel over its partition's canonical blocks
+    (:func:`_from_pieces`), one row (partition id, pickled partial) out."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        part = reduce_blocks(assemble(batches, in_flight(1) + 1), kernel, combine)
+        part = reduce_blocks(_from_pieces(batches), kernel, combine)
         if part is not None:
             pid = TaskContext.get().partitionId()
             yield pa.RecordBatch.from_pydict({"part": [pid], "value": [pickle.dumps(part)]})
@@ -281,28 +328,49 @@ def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]
 
 
 class SparkFeed(Feed):
-    """A cached Spark DataFrame of the projected columns: each pass runs the kernel on the executors
-    (``mapInArrow``), one partial per partition, which the driver combines in partition order. The
-    kernel and this package travel with the task (pickled by value), so executors need numpy and pyarrow
-    only."""
+    """A Spark DataFrame of the projected columns, cached by Spark as its partitions' canonical blocks
+    (one pass of ``mapInArrow``: the raw bytes of each block's columns, in pieces of at most
+    :data:`PIECE_BYTES`), so that a pass hands each executor its blocks as Arrow buffers, not rows
+    converted one by one (1M x 10: 0.38-0.44 s a pass against 0.59-0.91 s from the cached rows, measured).
+    Each pass runs the kernel on the executors (``mapInArrow``), one partial per partition, which the
+    driver combines in partition order. The kernel and this package travel with the task (pickled by
+    value), so executors need numpy and pyarrow only. :meth:`release` frees the cache."""
 
-    def __init__(self, frame: Any, n: int) -> None:
-        self.frame = frame
-        self.n = int(n)
+    def __init__(self, frame: Any) -> None:
+        with _by_value():
+            self.blocks = frame.mapInArrow(_to_pieces, PIECES).cache()
+            self.n = sum(r["rows"] for r in self.blocks.select("rows").collect())  # builds the cache
 
     def reduce(self, kernel: Kernel, combine: Combine = add) -> Partial | None:
-        from pyspark import cloudpickle
-
-        import dpcore
-
-        cloudpickle.register_pickle_by_value(dpcore)
-        try:
+        with _by_value():
             pass_ = _partition_pass(kernel, combine)
-            rows = self.frame.mapInArrow(pass_, "part long, value binary").collect()
-        finally:
-            cloudpickle.unregister_pickle_by_value(dpcore)
+            rows = self.blocks.mapInArrow(pass_, "part long, value binary").collect()
         parts = [pickle.loads(r["value"]) for r in sorted(rows, key=lambda r: r["part"])]
         return reduce_blocks(parts, lambda p: p, combine)
+
+    def release(self) -> None:
+        """Free Spark's cache of the blocks."""
+        unpersist(self.blocks)
+
+
+def unpersist(frame: Any) -> None:
+    """``frame.unpersist()``, if the session is still there."""
+    with contextlib.suppress(Exception):
+        frame.unpersist()
+
+
+@contextlib.contextmanager
+def _by_value() -> Iterator[None]:
+    """This package pickled by value into Spark's tasks (executors need not have it installed)."""
+    from pyspark import cloudpickle
+
+    import dpcore
+
+    cloudpickle.register_pickle_by_value(dpcore)
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(dpcore)
 
 
 # -- kernels ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the same result whether the blocks come from memory or from a stream of Arrow ba
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -93,3 +94,30 @@ def test_the_passes_ask_glibc_to_keep_freed_memory() -> None:
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("not glibc")
     assert kernel.reuse_heap() is True
+
+
+@pytest.mark.spark
+def test_spark_s_cached_blocks_give_the_memory_partials_bit_for_bit(spark, monkeypatch) -> None:
+    """Spark caches each partition's canonical blocks as raw bytes, a block in several pieces when it is
+    larger than PIECE_BYTES (here 3 pieces of a 64-row block), and a pass reads them back as arrays: with
+    one partition the same partials as the rows in memory, and n counted while the cache is built."""
+    monkeypatch.setattr(kernel, "BLOCK_ROWS", 64)
+    monkeypatch.setattr(kernel, "CHUNK_ROWS", 50)
+    monkeypatch.setattr(kernel, "PIECE_BYTES", 3 * 25 * 4)  # 25 rows of 3 float32 columns a piece
+    rng = np.random.default_rng(2)
+    X = rng.normal(0, 0.4, (1000, 3)).astype(np.float32)
+    table = pd.DataFrame(X, columns=list("abc"))
+    frame = spark.createDataFrame(table, "a float, b float, c float").coalesce(1)
+    feed = kernel.SparkFeed(frame)
+    try:
+        assert feed.n == 1000
+        assert feed.blocks.count() == 15 * 3 + 2  # 15 blocks of 64 rows in 3 pieces, one of 40 in 2
+        centres = rng.uniform(-0.5, 0.5, (1, 3, 3))
+        pass_ = kernel.LloydPass(np.asarray, -np.ones(3), np.ones(3), centres)
+        a, b = kernel.MemoryFeed(X).reduce(pass_), feed.reduce(pass_)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)) and a[0].sum() == 1000
+        sizes, firsts = feed.reduce(lambda blk: (np.array([len(blk)]), blk[:1].copy()), kernel.concatenate)
+        assert sizes.tolist() == [64] * 15 + [40]  # the pieces joined again into the canonical blocks
+        assert np.array_equal(firsts, X[::64])
+    finally:
+        feed.release()
