@@ -19,10 +19,10 @@ rows; in a temporary folder unless --dir), then measures in one process:
   round streams DuckDB's Arrow batches through the kernel (n by one COUNT), in units of one scan of that
   table; printed as ``stream <x> scans T=<t>, peak <z> GB``;
 * Spark local[2] on a ``--spark-rows`` table (0: skip): one DP-Lloyd round (the kernel on the executors by
-  ``mapInArrow`` over the cached feature columns) against one Spark MLlib KMeans iteration (K = 4 on the
-  cached assembled vectors; (time of 1 + 4 iterations - time of 1) / 4, random init, tol 0) in the same
-  run, printed as ``spark <r> x mllib``; and the DP-Lloyd release of that table on DuckDB and on Spark with
-  the same demo seed (largest difference of a released value).
+  ``mapInArrow`` over the feature columns' blocks, cached as raw bytes) against one Spark MLlib KMeans
+  iteration (K = 4 on the cached assembled vectors; (time of 1 + 4 iterations - time of 1) / 4, random
+  init, tol 0) in the same run, printed as ``spark <r> x mllib``; and the DP-Lloyd release of that table on
+  DuckDB and on Spark with the same demo seed (largest difference of a released value).
 
 Scans = time / one scan; "colored" counts the passes beyond the clustering. Peak = the process's maximum
 resident set size (generation included). Targets: lloyd <= T + 2 scans, colored <= 4, peak < 2 GB; stream

@@ -11,8 +11,8 @@ The interface (for every mechanism with an out-of-core path):
 * a **feed** (:class:`Feed`) hands the kernel its blocks and combines the partials left to right in the
   blocks' order: :class:`MemoryFeed` (rows held in memory in a compact dtype), :class:`StreamFeed`
   (Arrow batches streamed from an engine each pass), :class:`SparkFeed` (the kernel run by Spark's
-  executors with ``mapInArrow`` over a cached DataFrame, the driver combining the partitions' partials
-  in partition order).
+  executors with ``mapInArrow`` over the blocks Spark caches as raw bytes, the driver combining the
+  partitions' partials in partition order).
 
 Blocks are canonical: rows [i B, (i + 1) B) of the table, B = :data:`BLOCK_ROWS`, whatever the engine's
 batch sizes (:func:`assemble`), so the in-memory release (``dpcore.kmeans.lloyd`` calls
