@@ -196,13 +196,19 @@ class LocalProjection:
             )
         return x, y
 
-    def _forward(self, lat: FloatArray, lon: FloatArray) -> tuple[FloatArray, FloatArray]:
+    def enu(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(e, n, v): the points' unit vectors in the reference's east, north and up axes (formulas in
+        :meth:`forward`)."""
         p1, l1 = math.radians(float(self.lat0)), math.radians(float(self.lon0))
-        p2, dl = np.radians(lat), np.radians(lon) - l1
+        p2, dl = np.radians(np.asarray(lat, dtype=float)), np.radians(np.asarray(lon, dtype=float)) - l1
         sin_p2, cos_p2, cos_dl = np.sin(p2), np.cos(p2), np.cos(dl)
         e = cos_p2 * np.sin(dl)
         n = math.cos(p1) * sin_p2 - math.sin(p1) * cos_p2 * cos_dl
         v = math.sin(p1) * sin_p2 + math.cos(p1) * cos_p2 * cos_dl
+        return e, n, v
+
+    def _forward(self, lat: FloatArray, lon: FloatArray) -> tuple[FloatArray, FloatArray]:
+        e, n, v = self.enu(lat, lon)
         h = np.sqrt(e * e + n * n)  # |e|, |n| <= 1: no overflow
         rho = EARTH_RADIUS_M * np.arctan2(h, v)
         per = np.divide(rho, h, out=np.zeros_like(rho), where=h > 0)
@@ -283,24 +289,14 @@ class PlaneMap:
 
     def forward(self, lat: ArrayLike, lon: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """f(lat, lon) in metres (x east, y north of the region centre), inside [lower, upper]."""
-        u = unit_vectors(lat, lon)
-        east, north, up = self.axes
-        ue, un, uu = u @ east, u @ north, np.abs(u @ up)
+        ue, un, v = self.projection.enu(lat, lon)
+        uu = np.abs(v)
         h = np.hypot(ue, un)
         rho = EARTH_RADIUS_M * np.minimum(np.arctan2(h, uu), self.angle)
         safe = np.where(h > 0, h, 1.0)
         x = np.where(h > 0, rho * ue / safe, 0.0)
         y = np.where(h > 0, rho * un / safe, 0.0)
         return np.clip(x, self.lower[0], self.upper[0]), np.clip(y, self.lower[1], self.upper[1])
-
-    @property
-    def axes(self) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Unit vectors east, north and up at the reference point (earth-centred coordinates)."""
-        p0, l0 = math.radians(self.projection.lat0), math.radians(self.projection.lon0)
-        east = np.array([-math.sin(l0), math.cos(l0), 0.0])
-        north = np.array([-math.sin(p0) * math.cos(l0), -math.sin(p0) * math.sin(l0), math.cos(p0)])
-        up = np.array([math.cos(p0) * math.cos(l0), math.cos(p0) * math.sin(l0), math.sin(p0)])
-        return east, north, up
 
     def inverse(self, x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """Exact inverse of the projection P (points of B outside P(region) land outside the region)."""

@@ -281,16 +281,8 @@ def _to_pieces(batches: Iterator[Any]) -> Iterator[Any]:
         for start in range(0, cols.shape[1], step):
             piece = np.ascontiguousarray(cols[:, start : start + step])
             row = {"block": [i], "rows": [piece.shape[1]], "cols": [piece.shape[0]]}
-            row |= {"f32": [piece.dtype == np.float32], "value": [piece.tobytes()]}
-            yield pa.RecordBatch.from_pydict(row, schema=_pieces_schema())
-
-
-@functools.cache
-def _pieces_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([("block", pa.int64()), ("rows", pa.int64()), ("cols", pa.int64()),
-                      ("f32", pa.bool_()), ("value", pa.binary())])
+            row |= {"f32": [bool(piece.dtype == np.float32)], "value": [piece.tobytes()]}
+            yield pa.RecordBatch.from_pydict(row)  # int64, bool and binary: the types of PIECES
 
 
 def _from_pieces(batches: Iterable[Any]) -> Iterator[NDArray]:
@@ -298,17 +290,21 @@ def _from_pieces(batches: Iterable[Any]) -> Iterator[NDArray]:
     Arrow's buffer (no copy), a block of several pieces joined."""
     held: list[NDArray] = []
     at = None
+
+    def joined() -> NDArray:
+        return (held[0] if len(held) == 1 else np.concatenate(held, axis=1)).T
+
     for batch in batches:
         meta = zip(*(batch.column(k).to_pylist() for k in ("block", "rows", "cols", "f32")), strict=True)
         for j, (i, rows, cols, f32) in enumerate(meta):
             if i != at and held:
-                yield (held[0] if len(held) == 1 else np.concatenate(held, axis=1)).T
+                yield joined()
                 held = []
             at = i
             buf = batch.column("value")[j].as_buffer()
             held.append(np.frombuffer(buf, dtype=np.float32 if f32 else np.float64).reshape(cols, rows))
     if held:
-        yield (held[0] if len(held) == 1 else np.concatenate(held, axis=1)).T
+        yield joined()
 
 
 def _partition_pass(kernel: Kernel, combine: Combine) -> Callable[[Iterator[Any]], Iterator[Any]]:
