@@ -196,6 +196,12 @@ class Ledger(LedgerReads):
             "fingerprint": _text(fingerprint, "fingerprint", optional=True),
         }
         dataset_id = _text(dataset_id, "dataset_id")
+        try:
+            self._register_dataset_once(dataset_id, values)
+        except sa.exc.IntegrityError:  # another transaction inserted this dataset first; rerun updates it
+            self._register_dataset_once(dataset_id, values)
+
+    def _register_dataset_once(self, dataset_id: str, values: Mapping[str, str | None]) -> None:
         with self._tx(write=True) as conn:
             query = sa.select(_datasets.c.name).where(_datasets.c.dataset_id == dataset_id)
             if conn.execute(query).first() is None:

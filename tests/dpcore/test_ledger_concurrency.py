@@ -157,3 +157,42 @@ def test_spawned_processes(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> 
             p.join(timeout=30)
     assert [p.exitcode for p in procs] == [0] * WORKERS
     _check_ledger(url, [results[w] for w in range(WORKERS)])
+
+
+def test_two_releases_registering_one_new_dataset_at_once(ledger_url: str, monkeypatch) -> None:
+    """Two releases of a dataset the ledger has not seen (two officers approving one request) each register
+    it. On a server database both may find it absent before either inserts: the second insert collides,
+    and the registration reruns as an update instead of failing the release. The barrier in the insert
+    forces that interleaving (SQLite's write transaction holds the database lock, so it cannot happen)."""
+    from dpcore.ledger import writes
+
+    Ledger.initialise(ledger_url).close()
+    if not ledger_url.startswith("sqlite"):
+        barrier, now = threading.Barrier(2, timeout=30), writes._now
+        calls = iter(range(2))
+
+        def both_found_it_absent() -> str:
+            if next(calls, None) is not None:  # the first insert of each thread waits for the other's
+                barrier.wait()
+            return now()
+
+        monkeypatch.setattr(writes, "_now", both_found_it_absent)
+    errors: list[BaseException] = []
+
+    def register(name: str) -> None:
+        led = Ledger(ledger_url)
+        try:
+            led.register_dataset("new0000000000001", name, "cd" * 32)
+        except BaseException as err:  # asserted against below
+            errors.append(err)
+        finally:
+            led.close()
+
+    threads = [threading.Thread(target=register, args=(n,)) for n in ("a.csv", "b.csv")]
+    [t.start() for t in threads]
+    [t.join(timeout=120) for t in threads]
+    assert errors == []
+    led = Ledger(ledger_url)
+    names = led.dataset_names()
+    led.close()
+    assert names in ({"new0000000000001": "a.csv"}, {"new0000000000001": "b.csv"})
