@@ -35,9 +35,10 @@ counts the start cells, the rest is shared equally by the phi + 1 levels of the 
    start counts; each next anchor (or $) from the longest context of at most phi tokens whose node was
    expanded, else from the noisy level-1 counts of the neighbours; direction-weighted sampling multiplies a
    neighbour's weight by max((1 + cos t) / 2, 0.05), t the angle between the move and the trip's last
-   ``window`` moves (He et al.'s remedy for noise that turns trips back); at most L_k anchors. Synthetic
-   trips run through anchor-cell centres, each trip shifted by one uniform offset within a cell (so
-   synthetic trips spread over their cells as true ones do): no true position, count or time leaves.
+   ``window`` moves (He et al.'s remedy for noise that turns trips back); at most L_k anchors. Each anchor
+   is a uniform point of its cell, drawn independently (the model knows no position finer than the cell;
+   one shared offset per trip made every trip length a sum of whole cell steps, a lumpy distribution
+   whose distance to the true lengths grew as the noise shrank): no true position, count or time leaves.
 
 ``levels=1, order=1, window=0`` is the first baseline: one uniform grid with an order-1 Markov model.
 """
@@ -385,7 +386,7 @@ class DPT:
         return start, tree
 
     def sample(self) -> TripSet:
-        """Synthetic trips (anchor-cell centres shifted by one uniform offset per trip, metres)."""
+        """Synthetic trips (each anchor a uniform point of its cell, metres)."""
         hier, rng = self.hierarchy_, self.random_state_.rng
         parts = []
         for k in self.selected_:
@@ -397,10 +398,8 @@ class DPT:
         ids = np.concatenate([p[0] for p in parts])
         lens = np.concatenate([p[1] for p in parts])
         x, y = hier.centres(ids)
-        side = hier.cell_side(hier.level_of(ids[np.cumsum(lens) - 1]))
-        shift = rng.uniform(-0.5, 0.5, (2, lens.size)) * side
-        x, y = x + np.repeat(shift[0], lens), y + np.repeat(shift[1], lens)
-        return TripSet(x, y, np.r_[0, np.cumsum(lens)].astype(np.int64))
+        jitter = rng.uniform(-0.5, 0.5, (2, ids.size)) * hier.cell_side(hier.level_of(ids))
+        return TripSet(x + jitter[0], y + jitter[1], np.r_[0, np.cumsum(lens)].astype(np.int64))
 
     def _context_weights(
         self, hist: list[np.ndarray], rows: np.ndarray, t: int, cand_tok: np.ndarray
