@@ -834,7 +834,7 @@ def _arrow_table(data: bytes, name: str, limits: _Limits, notes: list[str]) -> p
     """
     unreadable = f"'{name}' is not a readable Parquet file (damaged, or written in a way pyarrow cannot read)"
     try:
-        file = pq.ParquetFile(io.BytesIO(data))
+        file = pq.ParquetFile(pa.BufferReader(data))  # read by Arrow's threads without Python's lock
         schema = file.schema_arrow
         meta = file.metadata
         pages = sum(
@@ -853,7 +853,7 @@ def _arrow_table(data: bytes, name: str, limits: _Limits, notes: list[str]) -> p
         raise _too_large_decoded(name, len(data), expected, limit)
     text = [f.name for f in schema if text_type(f.type)]  # read as dictionaries: measured, then decoded
     try:
-        table = pq.ParquetFile(io.BytesIO(data), read_dictionary=text).read() if text else file.read()
+        table = pq.ParquetFile(pa.BufferReader(data), read_dictionary=text).read() if text else file.read()
     except Exception as err:
         raise DataError(f"{unreadable}. Export it again.") from err
     texts = [table.column(i) for i, f in enumerate(schema) if f.name in text]
