@@ -397,9 +397,10 @@ class DPT:
             return TripSet(np.zeros(0), np.zeros(0), np.zeros(1, dtype=np.int64))
         ids = np.concatenate([p[0] for p in parts])
         lens = np.concatenate([p[1] for p in parts])
-        x, y = hier.centres(ids)
-        jitter = rng.uniform(-0.5, 0.5, (2, ids.size)) * hier.cell_side(hier.level_of(ids))
-        return TripSet(x + jitter[0], y + jitter[1], np.r_[0, np.cumsum(lens)].astype(np.int64))
+        k, ix, iy = hier.split(ids)
+        side, u = hier.cell_side(k), rng.random((2, ids.size))
+        x, y = hier.x0 + (ix + u[0]) * side, hier.y0 + (iy + u[1]) * side
+        return TripSet(x, y, np.r_[0, np.cumsum(lens)].astype(np.int64))
 
     def _context_weights(
         self, hist: list[np.ndarray], rows: np.ndarray, t: int, cand_tok: np.ndarray

@@ -118,7 +118,8 @@ def _new_page(browser: Browser) -> Page:
     return context.new_page()
 
 
-def _four_eyes_walk(browser: Browser, signed_app: Server) -> None:
+def _four_eyes_walk(browser: Browser, signed_app: Server) -> tuple[str, float, str | None]:
+    """The curator's request approved by the officer: (who released, eps, who approved) in the ledger."""
     page = _new_page(browser)
     try:
         _sign_in(page, signed_app, "carla")
@@ -145,14 +146,15 @@ def _four_eyes_walk(browser: Browser, signed_app: Server) -> None:
             [request] = approvals.requests(ledger)
         finally:
             ledger.close()
-        assert (record.user, record.epsilon, request.approved_by) == (CURATOR, 0.5, OFFICER)
         assert_no_exception(page)
+        return record.user, record.epsilon, request.approved_by
     finally:
         screenshot(page, "test_walk_roles_four_eyes")
         page.context.close()
 
 
-def _curator_refused_walk(browser: Browser, signed_app: Server) -> None:
+def _curator_refused_walk(browser: Browser, signed_app: Server) -> list[str]:
+    """The curator finds no budget or request controls: who has changed the budget, after."""
     page = _new_page(browser)
     try:
         _sign_in(page, signed_app, "carla")
@@ -166,7 +168,7 @@ def _curator_refused_walk(browser: Browser, signed_app: Server) -> None:
         expect(body.get_by_text("Only a privacy officer may open the Requests page").first).to_be_visible()
         ledger = Ledger(signed_app.ledger_url)
         try:
-            assert [e.user for e in ledger.budget_history(ACCOUNT)] == [OFFICER]  # unchanged
+            return [e.user for e in ledger.budget_history(ACCOUNT)]
         finally:
             ledger.close()
     finally:
@@ -176,5 +178,5 @@ def _curator_refused_walk(browser: Browser, signed_app: Server) -> None:
 
 def test_sign_in_walks(browser: Browser, signed_app: Server) -> None:
     """Both walks on one app and provider (each in its own browser context): one server start."""
-    _curator_refused_walk(browser, signed_app)
-    _four_eyes_walk(browser, signed_app)
+    assert _curator_refused_walk(browser, signed_app) == [OFFICER]  # the budget unchanged by the curator
+    assert _four_eyes_walk(browser, signed_app) == (CURATOR, 0.5, OFFICER)
